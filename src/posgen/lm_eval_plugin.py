@@ -1,4 +1,8 @@
-"""Everything posgen registers with lm-evaluation-harness, in one place."""
+"""Everything posgen registers with lm-evaluation-harness, in one place.
+
+Called by the ``.pth`` start-up hook in the ``lm_eval`` CLI, and by posgen itself before
+it calls ``lm_eval.simple_evaluate``.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,15 @@ _registered = False
 
 
 def register_all() -> None:
-    """Register the ``hf-posgen`` model and posgen's task resolver with lm-eval (idempotent)."""
+    """Register the ``hf-posgen`` model and posgen's tasks with lm-eval (idempotent)."""
     global _registered
     if _registered:
         return
-    import sys
-    print("posgen hook active", sys.argv, file=sys.stderr)
+    import lm_eval.models  # noqa: F401  (built-ins first, or `--model hf` stops resolving)
+
+    from posgen.harness import lm_eval_model
+    from posgen.tasks import lm_eval_tasks
+
+    lm_eval_model.register()
+    lm_eval_tasks.register()
     _registered = True

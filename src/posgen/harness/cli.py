@@ -1,0 +1,56 @@
+"""The ``posgen`` command line.
+
+Each subcommand lives in its own module, which exposes ``configure_parser(parser)`` and
+``main(args) -> int`` and keeps its top-level imports light (no torch, transformers or
+lm-eval at import time), so that ``posgen --help`` and argument errors are instant and
+bad input is refused before any model loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from posgen import __version__
+
+# subcommand -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("posgen.harness.sweep", "perturbation sweep + decomposition + scoring + report"),
+    "decompose": ("posgen.harness.decompose", "fit W[i,j] ≈ a[i-j] + b[i] + c[j] per head"),
+    "report": ("posgen.results.report", "regenerate the report of one or more run folders"),
+    "compare": ("posgen.results.compare", "print the differences between two runs"),
+    "baseline": ("posgen.results.gate", "store a run's tolerance figures as a baseline"),
+    "check": ("posgen.results.gate", "CI gate: exit 1 on a real drop against a baseline"),
+    "tasks": ("posgen.tasks.cli", "list or write perturbed lm-eval task configs"),
+    "model": ("posgen.harness.model_cli", "prepare the embedded model and print its path"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="posgen",
+        description="Measure how well a language model tolerates perturbed positions, "
+        "and explain why.")
+    parser.add_argument("--version", action="version", version=f"posgen {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        configure = getattr(module, f"configure_{name}_parser", None) or module.configure_parser
+        configure(p)
+        p.set_defaults(_module=module_name, _entry=f"main_{name}"
+                       if hasattr(module, f"main_{name}") else "main")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    module = importlib.import_module(args._module)
+    return int(getattr(module, args._entry)(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
