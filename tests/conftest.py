@@ -23,8 +23,9 @@ def tiny_model_dir(tmp_path_factory):
 
     def make(arch: str = "llama", seed: int = 0) -> Path:
         if (arch, seed) not in made:
-            made[(arch, seed)] = save_tiny(tmp_path_factory.mktemp(f"tiny-{arch}-{seed}"),
-                                           arch, seed)
+            made[(arch, seed)] = save_tiny(
+                tmp_path_factory.mktemp(f"tiny-{arch}-{seed}"), arch, seed
+            )
         return made[(arch, seed)]
 
     return make

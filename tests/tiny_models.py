@@ -17,26 +17,61 @@ VOCAB = 384
 ROPE_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "gpt_neox")
 ALL_ARCHS = (*ROPE_ARCHS, "gpt2")
 
-_COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-               tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+_COMMON = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=2048,
+    tie_word_embeddings=False,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
+)
 
 CONFIGS: dict[str, dict] = {
     "llama": dict(_COMMON, rope_theta=10000.0),
     "qwen2": dict(_COMMON),
     "qwen3": dict(_COMMON, head_dim=16),
     "mistral": dict(_COMMON, sliding_window=None),
-    "gemma2": dict(_COMMON, head_dim=16, sliding_window=8, query_pre_attn_scalar=16,
-                   layer_types=["sliding_attention", "full_attention"]),
-    "gemma3_text": dict(_COMMON, head_dim=16, sliding_window=8, query_pre_attn_scalar=16,
-                        layer_types=["sliding_attention", "full_attention"]),
+    "gemma2": dict(
+        _COMMON,
+        head_dim=16,
+        sliding_window=8,
+        query_pre_attn_scalar=16,
+        layer_types=["sliding_attention", "full_attention"],
+    ),
+    "gemma3_text": dict(
+        _COMMON,
+        head_dim=16,
+        sliding_window=8,
+        query_pre_attn_scalar=16,
+        layer_types=["sliding_attention", "full_attention"],
+    ),
     "phi3": dict(_COMMON, num_key_value_heads=4),
-    "gpt_neox": dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
-                     num_hidden_layers=2, num_attention_heads=4, rotary_pct=0.25,
-                     max_position_embeddings=2048, bos_token_id=1, eos_token_id=2,
-                     tie_word_embeddings=False),
-    "gpt2": dict(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=2048,
-                 bos_token_id=1, eos_token_id=2),
+    "gpt_neox": dict(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        rotary_pct=0.25,
+        max_position_embeddings=2048,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+    ),
+    "gpt2": dict(
+        vocab_size=VOCAB,
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        n_positions=2048,
+        bos_token_id=1,
+        eos_token_id=2,
+    ),
 }
 
 
@@ -52,12 +87,16 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<pad>", "<s>", "</s>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        special_tokens=["<pad>", "<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(training_text(), trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
-                                   pad_token="<pad>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
+    )
 
 
 def build_model(arch: str = "llama", seed: int = 0) -> torch.nn.Module:

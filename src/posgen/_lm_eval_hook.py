@@ -8,17 +8,23 @@ interpreter start; it does nothing (and imports nothing heavy) unless the proces
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 
 _CLI_NAMES = {"lm_eval", "lm-eval"}
 
 
-def _is_lm_eval_cli(argv0: str) -> bool:
-    name = os.path.basename(argv0)
-    if name.endswith(".py"):
-        name = name[:-3]
-    return name in _CLI_NAMES or (name == "__main__.py" and "lm_eval" in argv0)
+def _is_lm_eval_cli(argv0: str, orig_argv: list[str]) -> bool:
+    """The ``lm_eval``/``lm-eval`` console script, or ``python -m lm_eval`` (also as
+    spawned by ``accelerate launch -m lm_eval``). During ``.pth`` processing ``sys.argv``
+    of ``-m`` runs is still ``['-m', ...]``, so the interpreter's own argv is checked."""
+    if os.path.basename(argv0).removesuffix(".py") in _CLI_NAMES:
+        return True
+    for flag, module in itertools.pairwise(orig_argv):
+        if flag == "-m":
+            return module.split(".")[0] == "lm_eval"
+    return False
 
 
 def activate() -> None:
@@ -32,7 +38,7 @@ def activate_if_lm_eval_cli() -> None:
     if os.environ.get("POSGEN_DISABLE_LM_EVAL_HOOK"):
         return
     argv0 = sys.argv[0] if sys.argv else ""
-    if not _is_lm_eval_cli(argv0):
+    if not _is_lm_eval_cli(argv0, list(getattr(sys, "orig_argv", []))):
         return
     try:
         activate()

