@@ -8,6 +8,7 @@ Public API::
 """
 
 from posgen.perturbations import text  # noqa: F401  (registers the text schemes)
+from posgen.perturbations import features, positions  # noqa: F401  (model-side schemes)
 from posgen.perturbations.base import (
     KINDS,
     Perturbation,

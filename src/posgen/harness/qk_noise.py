@@ -1,0 +1,138 @@
+"""``qk_noise``: relative Gaussian noise on the model's own post-RoPE queries and keys.
+
+posgen registers one attention function per base implementation with
+``transformers.AttentionInterface`` under ``posgen_qk_noise_<base>`` (e.g.
+``posgen_qk_noise_sdpa``), and the matching mask function under the same name with
+``AttentionMaskInterface`` (without it attention would silently become non-causal). The
+function perturbs query and key, then calls the model's own implementation: the
+registered ``<base>`` function, or for ``eager`` the ``eager_attention_forward`` of the
+attention module's modeling file (Gemma2's softcapping lives there).
+
+For row b with n real tokens, layer ℓ, head h and token t (shapes ``query [B, Hq, T, d]``,
+``key [B, Hkv, T, d]``)::
+
+    q'[b, h, t] = q[b, h, t] + σ · (‖q[b, h, t]‖ / √d) · ε,   ε ~ N(0, I_d)
+
+and the same for k, with ε drawn from a torch CPU generator seeded by
+:meth:`posgen.perturbations.features.QKNoise.stream_seed` (seed, the row's token key, ℓ,
+tensor) by Box–Muller. Padding slots get no noise.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+import torch
+from transformers import AttentionInterface, AttentionMaskInterface
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from posgen.harness.position_hooks import BatchPlan
+
+_PREFIX = "posgen_qk_noise_"
+_ACTIVE: ContextVar[BatchPlan | None] = ContextVar("posgen_qk_noise_plan", default=None)
+
+
+def attention_name(base: str) -> str:
+    """The registered name of the qk-noise wrapper around ``base`` (e.g. ``sdpa``)."""
+    return _PREFIX + base
+
+
+def base_of(name: str) -> str:
+    return name[len(_PREFIX) :] if name.startswith(_PREFIX) else name
+
+
+def register(base: str) -> str:
+    """Register the wrapper and its mask function for ``base``; returns the name."""
+    if base != "eager" and base not in ALL_ATTENTION_FUNCTIONS:
+        raise ValueError(
+            f"qk_noise cannot wrap attention implementation {base!r}: it is not "
+            f"registered with transformers ({sorted(ALL_ATTENTION_FUNCTIONS)})"
+        )
+    if base not in ALL_MASK_ATTENTION_FUNCTIONS:
+        raise ValueError(
+            f"qk_noise cannot wrap {base!r}: transformers has no mask function "
+            "for it; load the model with attn_implementation='sdpa' or 'eager'"
+        )
+    name = attention_name(base)
+    AttentionInterface.register(name, _make_forward(base))
+    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[base])
+    return name
+
+
+def _base_forward(base: str, module: torch.nn.Module) -> Callable[..., Any]:
+    if base == "eager":
+        return sys.modules[type(module).__module__].eager_attention_forward
+    return ALL_ATTENTION_FUNCTIONS[base]
+
+
+def _make_forward(base: str) -> Callable[..., Any]:
+    def forward(
+        module: torch.nn.Module,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        **kwargs: Any,
+    ) -> Any:
+        plan = _ACTIVE.get()
+        if plan is None or plan.qk_noise is None:
+            raise RuntimeError(
+                f"attention implementation {attention_name(base)!r} was called "
+                "outside posgen's qk_noise context; use HFPosgenLM"
+            )
+        layer = getattr(module, "layer_idx", None)
+        if layer is None:
+            raise RuntimeError(f"{type(module).__name__} has no layer_idx; qk_noise needs it")
+        query = perturb(query, plan, int(layer), "query")
+        key = perturb(key, plan, int(layer), "key")
+        return _base_forward(base, module)(module, query, key, value, attention_mask, **kwargs)
+
+    forward.__name__ = f"posgen_qk_noise_{base}_forward"
+    return forward
+
+
+def standard_normal(shape: tuple[int, ...], seed: int) -> torch.Tensor:
+    """Standard normal draws (float32, CPU) by Box–Muller from a seeded generator."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    u = torch.rand((2, *shape), generator=gen, dtype=torch.float64)
+    return (torch.sqrt(-2.0 * torch.log1p(-u[0])) * torch.cos(2.0 * math.pi * u[1])).float()
+
+
+def perturb(x: torch.Tensor, plan: BatchPlan, layer: int, tensor: str) -> torch.Tensor:
+    """``x + σ·(‖x‖/√d)·ε`` on the real tokens of each row; ``x``: ``[B, H, T, d]``."""
+    scheme = plan.qk_noise
+    assert scheme is not None
+    batch, heads, _, dim = x.shape
+    if batch != len(plan.lengths):
+        raise RuntimeError(f"qk_noise planned {len(plan.lengths)} rows, attention got {batch}")
+    noise = torch.zeros(x.shape, dtype=torch.float32)
+    for b, (n, key) in enumerate(zip(plan.lengths, plan.keys, strict=True)):
+        seed = scheme.stream_seed(plan.seed, key, layer, tensor)
+        noise[b, :, :n] = standard_normal((heads, n, dim), seed)
+    noise = noise.to(x.device, x.dtype)
+    scale = float(scheme.sigma) * torch.linalg.vector_norm(x, dim=-1, keepdim=True) / math.sqrt(dim)
+    return x + scale * noise
+
+
+@contextmanager
+def qk_noise_active(model: torch.nn.Module, plan: BatchPlan) -> Iterator[None]:
+    """Within the block, ``model`` runs the qk-noise wrapper of its own attention
+    implementation with ``plan``; the implementation is restored on exit."""
+    config = model.config
+    original = config._attn_implementation
+    name = register(base_of(original))
+    token = _ACTIVE.set(plan)
+    try:
+        if original != name:
+            model.set_attn_implementation(name)
+        yield
+    finally:
+        if model.config._attn_implementation != original:
+            model.set_attn_implementation(original)
+        _ACTIVE.reset(token)

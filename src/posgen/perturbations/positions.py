@@ -1,0 +1,188 @@
+"""Position-index perturbations: the tokens stay in order, only their position values change.
+
+A position scheme maps the n real tokens of one sequence (padding excluded) to n position
+values ``p ∈ ℝⁿ``; the model's rotary embedding then rotates query and key of token t by
+the angles ``p[t]·θ_i`` instead of ``t·θ_i``. Reordering schemes return a permutation
+(token t gets the original index ``perm[t]``, see :mod:`posgen.perturbations.orderings`);
+``shift`` and ``scale`` return ``t + s`` and ``t·f``.
+
+Randomness comes from :func:`posgen.perturbations.seeding.item_rng` keyed by the
+sequence's own real token ids, so a sequence gets the same positions at any batch size,
+in any order and in any process.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from posgen.perturbations import orderings
+from posgen.perturbations.base import (
+    Perturbation,
+    PerturbationError,
+    check_rate,
+    registry,
+)
+from posgen.perturbations.order_stats import OrderStats, order_stats
+from posgen.perturbations.seeding import item_rng, token_key
+
+
+@dataclass(frozen=True)
+class PositionResult:
+    """The position values of one sequence's real tokens and how much the order changed.
+
+    ``values``: shape ``[n]``, int64 for reorderings and ``shift``, float64 for ``scale``.
+    """
+
+    values: np.ndarray
+    stats: OrderStats
+
+
+@dataclass(frozen=True)
+class PositionPerturbation(Perturbation):
+    """Base class of position schemes. Subclasses implement :meth:`values`."""
+
+    kind: ClassVar[str] = "position"
+    uses_rng: ClassVar[bool] = True
+
+    def values(self, n: int, rng: np.random.Generator | None) -> tuple[np.ndarray, int]:
+        """Position values for n tokens and how many tokens the scheme selected to move."""
+        raise NotImplementedError
+
+    def apply(self, token_ids: np.ndarray | list[int], seed: int) -> PositionResult:
+        """Positions for one sequence of real tokens (no padding), shape ``[n]``."""
+        ids = np.asarray(token_ids, dtype=np.int64)
+        if ids.ndim != 1:
+            raise ValueError(
+                f"{self.name}: expected the 1-D token ids of one sequence, got shape {ids.shape}"
+            )
+        n = int(ids.size)
+        if self.is_identity or n == 0:
+            ident = np.arange(n, dtype=np.int64)
+            return PositionResult(ident, order_stats(ident, 0))
+        rng = item_rng(seed, self.stream_name(), token_key(ids)) if self.uses_rng else None
+        values, n_selected = self.values(n, rng)
+        # Read in position order, slot s holds token order[s]: the text-equivalent reordering.
+        order = np.argsort(values, kind="stable")
+        return PositionResult(values, order_stats(order, n_selected))
+
+
+class _RateScheme(PositionPerturbation):
+    """Shared parts of the rate-parameterised, nested reorderings."""
+
+    short_param: ClassVar[str] = "rate"
+    nested_param: ClassVar[str] = "rate"
+
+    def validate(self) -> None:
+        check_rate(self.name, self.rate)  # type: ignore[attr-defined]
+
+    @property
+    def is_identity(self) -> bool:
+        return self.rate == 0  # type: ignore[attr-defined]
+
+
+@registry.register
+@dataclass(frozen=True)
+class PositionSwap(_RateScheme):
+    """Swap the position indices of ⌊rate·n/2⌋ random disjoint token pairs (nested)."""
+
+    name: ClassVar[str] = "swap"
+    rate: float = 0.05
+
+    def values(self, n: int, rng: np.random.Generator | None) -> tuple[np.ndarray, int]:
+        assert rng is not None
+        return orderings.swap_pairs(n, self.rate, rng)
+
+
+@registry.register
+@dataclass(frozen=True)
+class PositionAdjacentSwap(_RateScheme):
+    """Swap the position indices of ⌊rate·n/2⌋ disjoint neighbouring pairs (nested)."""
+
+    name: ClassVar[str] = "adjacent"
+    rate: float = 0.05
+
+    def values(self, n: int, rng: np.random.Generator | None) -> tuple[np.ndarray, int]:
+        assert rng is not None
+        return orderings.adjacent_pairs(n, self.rate, rng)
+
+
+@registry.register
+@dataclass(frozen=True)
+class PositionLocalShuffle(PositionPerturbation):
+    """Shuffle the position indices within consecutive windows of ``window`` tokens."""
+
+    name: ClassVar[str] = "local_shuffle"
+    short_param: ClassVar[str] = "window"
+    window: int = 3
+
+    def validate(self) -> None:
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 2:
+            raise PerturbationError(
+                f"local_shuffle: window must be an int >= 2, got {self.window!r}"
+            )
+
+    def values(self, n: int, rng: np.random.Generator | None) -> tuple[np.ndarray, int]:
+        assert rng is not None
+        return orderings.local_shuffle(n, self.window, rng)
+
+
+@registry.register
+@dataclass(frozen=True)
+class PositionShuffle(PositionPerturbation):
+    """A uniformly random permutation of all position indices."""
+
+    name: ClassVar[str] = "shuffle"
+
+    def values(self, n: int, rng: np.random.Generator | None) -> tuple[np.ndarray, int]:
+        assert rng is not None
+        return orderings.full_shuffle(n, rng)
+
+
+@registry.register
+@dataclass(frozen=True)
+class PositionShift(PositionPerturbation):
+    """Offset every position by a constant: ``p[t] = t + offset``. RoPE scores depend on
+    ``p[i] − p[j]`` only, so this changes log-likelihoods by float noise alone."""
+
+    name: ClassVar[str] = "shift"
+    short_param: ClassVar[str] = "offset"
+    uses_rng: ClassVar[bool] = False
+    offset: int = 0
+
+    def validate(self) -> None:
+        if isinstance(self.offset, bool) or not isinstance(self.offset, int) or self.offset < 0:
+            raise PerturbationError(f"shift: offset must be an int >= 0, got {self.offset!r}")
+
+    @property
+    def is_identity(self) -> bool:
+        return self.offset == 0
+
+    def values(self, n: int, rng: np.random.Generator | None) -> tuple[np.ndarray, int]:
+        return np.arange(n, dtype=np.int64) + self.offset, 0
+
+
+@registry.register
+@dataclass(frozen=True)
+class PositionScale(PositionPerturbation):
+    """Position interpolation: ``p[t] = t · factor`` (factor < 1 compresses positions)."""
+
+    name: ClassVar[str] = "scale"
+    short_param: ClassVar[str] = "factor"
+    uses_rng: ClassVar[bool] = False
+    factor: float = 1.0
+
+    def validate(self) -> None:
+        f = self.factor
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f) or f <= 0:
+            raise PerturbationError(f"scale: factor must be a finite number > 0, got {f!r}")
+
+    @property
+    def is_identity(self) -> bool:
+        return self.factor == 1
+
+    def values(self, n: int, rng: np.random.Generator | None) -> tuple[np.ndarray, int]:
+        return np.arange(n, dtype=np.float64) * float(self.factor), 0
