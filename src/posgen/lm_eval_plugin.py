@@ -17,8 +17,9 @@ def register_all() -> None:
     import lm_eval.models  # noqa: F401  (built-ins first, or `--model hf` stops resolving)
 
     from posgen.harness import lm_eval_model
+
+    lm_eval_model.register()  # first: the model stays usable if the task side fails
     from posgen.tasks import lm_eval_tasks
 
-    lm_eval_model.register()
     lm_eval_tasks.register()
     _registered = True
