@@ -1,0 +1,131 @@
+"""The report's figures, rendered to PNG bytes with matplotlib's Agg backend."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+KIND_STYLE = {
+    "text": ("tab:blue", "o"),
+    "position": ("tab:red", "s"),
+    "feature": ("tab:green", "^"),
+}
+
+
+def _png(fig) -> bytes:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def degradation_curves(
+    degr, model: str, metrics: Mapping[str, str], thresholds: Mapping[str, float]
+) -> bytes:
+    """One row per task (its primary metric), two panels: rate (text vs position schemes)
+    and σ (feature schemes). Lines: degradation; bands: the bootstrap CI; the dotted line
+    is the tolerance threshold."""
+    plt = _pyplot()
+    tasks = sorted(metrics)
+    fig, axes = plt.subplots(len(tasks), 2, figsize=(10, 3.2 * len(tasks)), squeeze=False)
+    sub = degr[degr["model"] == model]
+    for row, task in enumerate(tasks):
+        metric = metrics[task]
+        g = sub[(sub["task"] == task) & (sub["metric"] == metric)]
+        for col, kinds in enumerate((("text", "position"), ("feature",))):
+            ax = axes[row][col]
+            for (kind, scheme), h in g[g["kind"].isin(kinds)].groupby(["kind", "scheme"]):
+                h = h.sort_values("rate")
+                x = np.concatenate([[0.0], h["rate"]])
+                color, marker = KIND_STYLE[kind]
+                ax.plot(
+                    x,
+                    np.concatenate([[0.0], h["degradation"]]),
+                    marker=marker,
+                    color=color,
+                    label=f"{kind} {scheme}",
+                )
+                ax.fill_between(
+                    x,
+                    np.concatenate([[0.0], h["ci_lo"]]),
+                    np.concatenate([[0.0], h["ci_hi"]]),
+                    color=color,
+                    alpha=0.2,
+                )
+            ax.axhline(0.0, color="grey", lw=0.6)
+            ax.axhline(thresholds[metric], color="black", lw=0.8, ls=":", label="threshold")
+            ax.set_xlabel("rate (fraction moved)" if col == 0 else "σ (positions)")
+            ax.set_ylabel(_ylabel(metric))
+            ax.set_title(f"{task}: {'text vs position' if col == 0 else 'feature'}", fontsize=10)
+            if len(ax.lines) > 2:
+                ax.legend(fontsize=8)
+            else:
+                ax.text(0.5, 0.5, "not run", ha="center", va="center", transform=ax.transAxes)
+    fig.suptitle(f"Degradation with 95% bootstrap CI: {model}", fontsize=11)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _ylabel(metric: str) -> str:
+    return f"{metric}: relative increase" if "perplexity" in metric else f"{metric}: drop"
+
+
+def fit_heatmap(decomp, model: str, column: str = "r_3axis") -> bytes:
+    """Mean over documents of ``column`` per (layer, head): layers down, heads across."""
+    plt = _pyplot()
+    grid = decomp.groupby(["layer", "head"])[column].mean().unstack("head").sort_index()
+    fig, ax = plt.subplots(
+        figsize=(min(2 + 0.5 * grid.shape[1], 10), min(1.5 + 0.22 * grid.shape[0], 9))
+    )
+    im = ax.imshow(
+        grid.to_numpy(), aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest"
+    )
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_xticks(range(grid.shape[1]), [str(c) for c in grid.columns])
+    step = max(1, grid.shape[0] // 15)
+    ax.set_yticks(range(0, grid.shape[0], step), [str(i) for i in grid.index[::step]])
+    fig.colorbar(im, ax=ax, label=f"mean {column}")
+    ax.set_title(f"Fit quality per head ({column}): {model}", fontsize=10)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def fit_vs_tolerance(summary: Mapping[str, Mapping[str, Any]], y: str = "auc") -> bytes:
+    """Scatter across models: fit quality (mean r_3axis) against the degradation AUC, one
+    panel per task and kind."""
+    plt = _pyplot()
+    groups = sorted(summary)
+    ncols = min(3, len(groups)) or 1
+    nrows = max(1, -(-len(groups) // ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.4 * nrows), squeeze=False)
+    for ax, group in zip(axes.ravel(), groups, strict=False):
+        task, kind = group.split("|")
+        color, marker = KIND_STYLE.get(kind, ("black", "o"))
+        for model, v in sorted(summary[group].items()):
+            x, yy = v.get("r_3axis", np.nan), v.get(y, np.nan)
+            if np.isfinite(x) and np.isfinite(yy):
+                ax.scatter([x], [yy], color=color, marker=marker)
+                ax.annotate(model, (x, yy), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.set_xlabel("fit quality: mean r (3-axis)")
+        ax.set_ylabel("mean degradation (AUC)" if y == "auc" else y)
+        ax.set_title(f"{task} / {kind}", fontsize=10)
+    for ax in axes.ravel()[len(groups) :]:
+        ax.axis("off")
+    fig.suptitle("Degradation vs fit quality across models", fontsize=11)
+    fig.tight_layout()
+    return _png(fig)

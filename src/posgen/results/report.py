@@ -1,0 +1,433 @@
+"""``posgen report RUN...``: rebuild a run's tables, scores and report from its cells.
+
+Writes into the run folder: ``results.parquet``, ``perdoc.parquet``,
+``degradation.parquet``, ``tolerance.parquet``, ``scores.json``, ``report.md`` (PNG
+plots beside it under ``plots/``) and a self-contained ``report.html`` (the same
+plots embedded as base64). Scores are recomputed from the cells each time, with the
+seeded bootstrap, so a regenerated report is identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from posgen.results.schema import METRIC_RULES
+from posgen.results.scoring import FIT_COLUMNS
+
+Block = tuple  # ("h", level, text) | ("p", text) | ("ul", items) | ("table", header, rows)
+#              | ("img", title, png_bytes)
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="run folder(s)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from posgen.results.schema import SchemaError
+
+    status = 0
+    for run in args.runs:
+        try:
+            paths = regenerate(run)
+        except SchemaError as e:
+            print(f"posgen report: {e}", file=sys.stderr)
+            status = 2
+            continue
+        print(f"posgen report: {paths['html']}")
+    return status
+
+
+def scoring_config(config: dict[str, Any]):
+    from posgen.results.scoring import ScoringConfig
+
+    return ScoringConfig(**config.get("scoring", {}))
+
+
+def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
+    """Open a run, rebuild its tidy tables from the cells and score them."""
+    from posgen.results.schema import SchemaError
+    from posgen.results.scoring import fit_quality, score_tables
+    from posgen.results.store import RunStore
+    from posgen.results.tidy import perdoc_rows, result_rows
+
+    store = RunStore.open(run_dir)
+    cells = store.read_cells()
+    if not cells:
+        raise SchemaError(f"{run_dir} has no finished cells yet; run `posgen run` first")
+    results, perdoc = result_rows(cells), perdoc_rows(cells)
+    decomps = load_decompositions(store)
+    fits = {m: fit_quality(d) for m, d in decomps.items()}
+    scores = score_tables(perdoc, fits, scoring_config(store.config))
+    return store, {**scores, "results": results, "perdoc": perdoc, "decompositions": decomps}
+
+
+def load_decompositions(store) -> dict[str, Any]:
+    import pandas as pd
+
+    out = {}
+    for m in store.config.get("models", []):
+        path = store.decomposition_path(m["label"])
+        if path.is_file():
+            out[m["label"]] = pd.read_parquet(path)
+    return out
+
+
+def regenerate(run_dir: Path | str) -> dict[str, Path]:
+    """Rebuild every derived file of a run; returns their paths."""
+    from posgen.results.store import atomic_write_bytes, atomic_write_text
+
+    store, scores = load_scores(run_dir)
+    paths = {
+        name: store.write_table(f"{name}.parquet", scores[name])
+        for name in ("results", "perdoc", "degradation", "tolerance")
+    }
+    paths["scores"] = store.write_json("scores.json", scores_json(store, scores))
+    blocks = build_blocks(store, scores)
+    images = {}
+    for i, b in enumerate(x for x in blocks if x[0] == "img"):
+        name = f"plots/figure{i + 1}.png"
+        atomic_write_bytes(store.root / name, b[2])
+        images[id(b)] = name
+    paths["md"] = store.root / "report.md"
+    atomic_write_text(paths["md"], render_markdown(blocks, images))
+    paths["html"] = store.root / "report.html"
+    atomic_write_text(paths["html"], render_html(blocks, title=f"posgen report: {store.root.name}"))
+    return paths
+
+
+def scores_json(store, scores: dict[str, Any]) -> dict[str, Any]:
+    from posgen.results.gate import _records
+
+    return {
+        "config_hash": store.config_hash,
+        "scoring": store.config.get("scoring", {}),
+        "degradation": _records(scores["degradation"]),
+        "tolerance": _records(scores["tolerance"]),
+        "fit": scores["fit"],
+        "cross_model": scores["cross_model"],
+    }
+
+
+# --- content ------------------------------------------------------------------------------
+def build_blocks(store, scores: dict[str, Any]) -> list[Block]:
+    from posgen.results import plots
+    from posgen.results.scoring import primary_metric
+
+    cfg = store.config
+    blocks: list[Block] = [("h", 1, f"posgen report: {store.root.name}")]
+    blocks += header_blocks(cfg)
+    blocks += [("h", 2, "Summary")]
+    blocks += [
+        (
+            "p",
+            "Tolerance = the largest swept rate (σ for feature schemes) whose "
+            "degradation stays at or under the threshold, at that rate and every smaller "
+            "one; the range beside it uses the upper and lower 95% CI bounds. Crossing = "
+            "where the interpolated curve first exceeds the threshold. AUC = mean "
+            "degradation over the swept range.",
+        )
+    ]
+    blocks.append(("table", *summary_table(scores)))
+    blocks += [("h", 2, "Models side by side: fit quality and tolerance")]
+    blocks += [
+        (
+            "p",
+            "Fit quality: mean per-head r of the attention-logit decomposition "
+            "(3-axis: W[i,j] ≈ a[i-j] + b[i] + c[j]; 2-axis and distance+key forms "
+            "beside). Tolerance and AUC on the first task's primary metric.",
+        )
+    ]
+    blocks.append(("table", *models_table(cfg, scores)))
+    blocks += [("h", 2, "Fit quality vs tolerance across models")]
+    blocks += correlation_blocks(scores)
+    metrics = {
+        t: primary_metric(sorted(set(g["metric"])))
+        for t, g in scores["degradation"].groupby("task")
+    }
+    blocks += [("h", 2, "Figures")]
+    thresholds = {m: scoring_config(cfg).threshold(m) for m in metrics.values()}
+    for m in cfg_models(cfg):
+        blocks.append(
+            (
+                "img",
+                f"Degradation curves: {m}",
+                plots.degradation_curves(scores["degradation"], m, metrics, thresholds),
+            )
+        )
+    for m, d in scores["decompositions"].items():
+        blocks.append(("img", f"Fit quality per head: {m}", plots.fit_heatmap(d, m)))
+    if scores["summary"]:
+        blocks.append(
+            ("img", "Degradation vs fit quality", plots.fit_vs_tolerance(scores["summary"]))
+        )
+    blocks += [("h", 2, "Degradation at each rate")]
+    blocks.append(("table", *detail_table(scores)))
+    blocks += not_shown_blocks(cfg, scores)
+    return blocks
+
+
+def cfg_models(cfg: dict[str, Any]) -> list[str]:
+    return [m["label"] for m in cfg.get("models", [])]
+
+
+def header_blocks(cfg: dict[str, Any]) -> list[Block]:
+    rows = [
+        [
+            m["label"],
+            m.get("path", ""),
+            m.get("revision", ""),
+            m.get("dtype", ""),
+            "yes" if m.get("random_init") else "no",
+        ]
+        for m in cfg.get("models", [])
+    ]
+    facts = [
+        f"posgen {cfg.get('posgen_version', '?')}, lm-eval {cfg.get('lm_eval_version', '?')}"
+        f", results schema v{cfg.get('schema_version', '?')}.",
+        f"Suite: {cfg.get('suite')} (version {cfg.get('suite_version', '?')}); tasks "
+        f"{', '.join(cfg.get('tasks', []))}; documents per task (limit): {cfg.get('limits')}.",
+        f"Seeds: perturbation {cfg.get('seed')}, bootstrap "
+        f"{cfg.get('scoring', {}).get('seed', 0)}, random-init weights "
+        f"{cfg.get('random_init_seed', cfg.get('seed'))}.",
+        f"Sweep: {sweep_text(cfg)}.",
+    ]
+    out: list[Block] = [
+        ("p", " ".join(facts)),
+        ("table", ["model", "loaded from", "revision", "dtype", "random init"], rows),
+    ]
+    if any(m.get("embedded") for m in cfg.get("models", [])):
+        out.append(
+            (
+                "p",
+                "Caveat: the embedded model is SmolLM2-135M-Instruct dequantized from "
+                "a 4-bit (Q4_1) GGUF copy; its figures differ a little from the "
+                "full-precision checkpoint.",
+            )
+        )
+    return out
+
+
+def sweep_text(cfg: dict[str, Any]) -> str:
+    parts = []
+    for kind in ("text", "position", "feature"):
+        spec = cfg.get("sweep", {}).get(kind)
+        if spec:
+            parts.append(f"{kind} {'/'.join(spec['schemes'])} at {spec['values']}")
+    return "; ".join(parts) or "?"
+
+
+def summary_table(scores: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    from posgen.results.scoring import primary_metric
+
+    res, tol = scores["results"], scores["tolerance"]
+    base = res[res["kind"] == "none"].set_index(["model", "task", "metric"])["value"]
+    rows = []
+    for (model, task), g in tol.groupby(["model", "task"], sort=False):
+        metric = primary_metric(sorted(set(g["metric"])))
+        for r in g[g["metric"] == metric].itertuples(index=False):
+            rows.append(
+                [
+                    model,
+                    task,
+                    metric,
+                    _fmt(base.get((model, task, metric))),
+                    f"{r.kind} {r.scheme}",
+                    _thr(metric, r.threshold),
+                    f"{r.tolerance:g} [{r.tolerance_lo:g}, {r.tolerance_hi:g}]",
+                    "none on grid" if _missing(r.crossing) else f"{r.crossing:.3g}",
+                    _fmt(r.auc),
+                ]
+            )
+    return (
+        [
+            "model",
+            "task",
+            "metric",
+            "unperturbed",
+            "perturbation",
+            "threshold",
+            "tolerance [range]",
+            "crossing",
+            "AUC",
+        ],
+        rows,
+    )
+
+
+def _thr(metric: str, thr: float) -> str:
+    return f"+{thr:.0%} PPL" if METRIC_RULES[metric] == "perplexity" else f"-{thr:g} acc"
+
+
+def _missing(x: Any) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def _fmt(x: Any, digits: int = 4) -> str:
+    return "n/a" if _missing(x) else f"{x:.{digits}g}"
+
+
+def models_table(cfg: dict[str, Any], scores: dict[str, Any]) -> tuple[list[str], list]:
+    """One row per model: fit quality and, on the first task, tolerance and AUC per kind."""
+    summary = scores["summary"]
+    task = (cfg.get("tasks") or [""])[0]
+    kinds = [k for k in ("text", "position", "feature") if f"{task}|{k}" in summary]
+    rows = []
+    for m in cfg.get("models", []):
+        f = scores["fit"].get(m["label"], {})
+        row = [
+            m["label"],
+            "yes" if m.get("random_init") else "no",
+            *(_fmt(f.get(c), 3) if f else "not run" for c in FIT_COLUMNS),
+        ]
+        for k in kinds:
+            v = summary[f"{task}|{k}"].get(m["label"], {})
+            row += [_fmt(v.get("tolerance")), _fmt(v.get("auc"), 3)]
+        rows.append(row)
+    header = ["model", "random init", "mean r (3-axis)", "2-axis", "distance+key"]
+    for k in kinds:
+        header += [f"{k} tolerance", f"{k} AUC"]
+    return header, rows
+
+
+def correlation_blocks(scores: dict[str, Any]) -> list[Block]:
+    corr = scores["cross_model"]
+    if not any(c["estimable"] for c in corr):
+        n = max((c["n"] for c in corr), default=0)
+        return [
+            (
+                "p",
+                f"Not estimable: {n} model(s) with both a fit and a tolerance; a "
+                "correlation across models needs at least 3, so no number is given.",
+            )
+        ]
+    rows = []
+    for c in corr:
+        cells = [c["reason"], ""]
+        if c["estimable"]:
+            cells = [
+                f"{c[k]['r']:.2f} [{c[k]['ci_lo']:.2f}, {c[k]['ci_hi']:.2f}]"
+                for k in ("spearman", "pearson")
+            ]
+        rows.append([c["task"], c["kind"], f"r_3axis vs {c['y']}", str(c["n"]), *cells])
+    return [
+        (
+            "table",
+            ["task", "kind", "variables", "n models", "Spearman [95% CI]", "Pearson [95% CI]"],
+            rows,
+        )
+    ]
+
+
+def detail_table(scores: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    rows = []
+    for r in scores["degradation"].itertuples(index=False):
+        rows.append(
+            [
+                r.model,
+                r.task,
+                r.metric,
+                f"{r.kind} {r.scheme}",
+                f"{r.rate:g}",
+                f"{r.degradation:+.4f}",
+                f"[{r.ci_lo:+.4f}, {r.ci_hi:+.4f}]",
+                str(r.n),
+            ]
+        )
+    return (
+        ["model", "task", "metric", "perturbation", "rate/σ", "degradation", "95% CI", "docs"],
+        rows,
+    )
+
+
+def not_shown_blocks(cfg: dict[str, Any], scores: dict[str, Any]) -> list[Block]:
+    items = [
+        "Only one perturbation seed per cell: the CIs cover document sampling (and, "
+        "because every document draws its own perturbation, perturbation noise per "
+        "document), not a second draw of the whole sweep.",
+        f"Only the documents scored (limits {cfg.get('limits')}); the full tasks may "
+        "give other figures.",
+        "Per-document values, lm-eval's raw results and samples are in the run folder "
+        "(perdoc.parquet, raw/), not in this report.",
+    ]
+    missing = [m for m in cfg_models(cfg) if m not in scores["fit"]]
+    if missing:
+        items.append(f"No decomposition fit for {', '.join(missing)}.")
+    if len(cfg_models(cfg)) < 3:
+        items.append("Cross-model correlations need at least 3 models and are not estimated.")
+    return [("h", 2, "What is not shown"), ("ul", items)]
+
+
+# --- rendering ----------------------------------------------------------------------------
+def render_markdown(blocks: list[Block], images: dict[int, str]) -> str:
+    out = []
+    for b in blocks:
+        if b[0] == "h":
+            out.append("#" * b[1] + " " + b[2])
+        elif b[0] == "p":
+            out.append(b[1])
+        elif b[0] == "ul":
+            out.append("\n".join(f"- {i}" for i in b[1]))
+        elif b[0] == "table":
+            header, rows = b[1], b[2]
+            out.append(
+                "\n".join(
+                    [
+                        "| " + " | ".join(header) + " |",
+                        "|" + "---|" * len(header),
+                        *("| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows),
+                    ]
+                )
+            )
+        elif b[0] == "img":
+            out.append(f"![{b[1]}]({images[id(b)]})")
+    return "\n\n".join(out) + "\n"
+
+
+def _md_cell(text: str) -> str:
+    return str(text).replace("|", "\\|")
+
+
+CSS = (
+    "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;"
+    "color:#222}table{border-collapse:collapse;margin:1em 0;font-size:13px}"
+    "th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#f2f2f2}"
+    "img{max-width:100%;border:1px solid #eee}figure{margin:1.5em 0}"
+    "figcaption{font-size:13px;color:#555}"
+)
+
+
+def render_html(blocks: list[Block], title: str) -> str:
+    body = []
+    for b in blocks:
+        if b[0] == "h":
+            body.append(f"<h{b[1]}>{html.escape(b[2])}</h{b[1]}>")
+        elif b[0] == "p":
+            body.append(f"<p>{html.escape(b[1])}</p>")
+        elif b[0] == "ul":
+            body.append("<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in b[1]) + "</ul>")
+        elif b[0] == "table":
+            head = "".join(f"<th>{html.escape(h)}</th>" for h in b[1])
+            rows = "".join(
+                "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>"
+                for r in b[2]
+            )
+            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+        elif b[0] == "img":
+            data = base64.b64encode(b[2]).decode("ascii")
+            body.append(
+                f'<figure><img alt="{html.escape(b[1])}" '
+                f'src="data:image/png;base64,{data}"><figcaption>'
+                f"{html.escape(b[1])}</figcaption></figure>"
+            )
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>'
+        f"{html.escape(title)}</title><style>{CSS}</style></head><body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )

@@ -1,0 +1,319 @@
+"""Scores: degradation with paired bootstrap CIs, position tolerance, fit quality, and
+the cross-model correlation between them.
+
+Degradation of a perturbed cell against its model's unperturbed baseline, on the same
+documents ``d = 1..n``:
+
+- perplexity metrics (lm-eval's ``weighted_perplexity``):
+  ``PPL = exp(-Σ_d ll_d / Σ_d w_d)`` and degradation ``D = PPL_pert / PPL_base - 1``
+  (relative increase; 0.10 = 10 % higher perplexity);
+- mean metrics (``acc``): ``D = mean_d(s_base) - mean_d(s_pert)`` (the drop).
+
+Paired bootstrap: draw documents with replacement (one count vector ``c ∈ ℕ^n`` per
+replicate, the same for baseline and perturbed, so the pairing is kept), recompute both
+corpus-level aggregates from the per-document sums exactly as lm-eval does, and take the
+percentile interval of ``D``. Counts come from :func:`resample_counts`, seeded through
+:mod:`posgen.perturbations.seeding`, so the CIs are reproducible.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from posgen.perturbations.seeding import item_rng
+from posgen.results.schema import METRIC_RULES, PRIMARY_METRICS
+from posgen.results.tidy import aggregate
+
+GROUP = ["model", "task", "metric", "kind", "scheme", "seed"]
+
+
+@dataclass(frozen=True)
+class ScoringConfig:
+    """Knobs of the scores (all recorded in scores.json)."""
+
+    iters: int = 2000  # bootstrap replicates
+    confidence: float = 0.95
+    seed: int = 0  # bootstrap seed
+    threshold_ppl: float = 0.10  # tolerance: relative perplexity increase allowed
+    threshold_acc: float = 0.05  # tolerance: absolute accuracy drop allowed
+
+    def threshold(self, metric: str) -> float:
+        return self.threshold_ppl if METRIC_RULES[metric] == "perplexity" else self.threshold_acc
+
+
+def resample_counts(n: int, iters: int, seed: int, key: str) -> np.ndarray:
+    """Bootstrap counts ``[iters, n]`` (int64): row b says how often each document is drawn.
+
+    Draw ``i_{b,k} = floor(u_{b,k} · n)`` for ``k = 1..n`` from uniform doubles, then count
+    per row; every row sums to ``n``.
+    """
+    if n < 1:
+        raise ValueError("cannot resample zero documents")
+    rng = item_rng(seed, "posgen/bootstrap/v1", key)
+    idx = np.minimum((rng.random((iters, n)) * n).astype(np.int64), n - 1)
+    flat = idx + (np.arange(iters, dtype=np.int64) * n)[:, None]
+    return np.bincount(flat.ravel(), minlength=iters * n).reshape(iters, n)
+
+
+def degradation(
+    rule: str, base_num: np.ndarray, base_den: np.ndarray, num: np.ndarray, den: np.ndarray
+) -> np.ndarray:
+    """``D`` over the last axis (documents); inputs ``[..., n]`` -> ``[...]``."""
+    base, pert = aggregate(rule, base_num, base_den), aggregate(rule, num, den)
+    return pert / base - 1.0 if rule == "perplexity" else base - pert
+
+
+def paired_bootstrap(
+    rule: str,
+    base_num: Sequence[float],
+    base_den: Sequence[float],
+    num: Sequence[float],
+    den: Sequence[float],
+    *,
+    iters: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    key: str = "",
+) -> dict[str, float]:
+    """Point estimate, percentile CI and bootstrap stderr of ``D`` on paired documents."""
+    arrays = [np.asarray(a, dtype=np.float64) for a in (base_num, base_den, num, den)]
+    n = len(arrays[0])
+    if any(len(a) != n for a in arrays):
+        raise ValueError("paired arrays must have the same length")
+    point = float(degradation(rule, *arrays))
+    counts = resample_counts(n, iters, seed, key)  # [iters, n]
+    reps = degradation(rule, *(counts * a for a in arrays))  # [iters]
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(reps, [alpha, 1.0 - alpha])
+    return {
+        "degradation": point,
+        "ci_lo": float(lo),
+        "ci_hi": float(hi),
+        "stderr": float(np.std(reps, ddof=1)),
+        "n": n,
+    }
+
+
+def degradation_table(perdoc, cfg: ScoringConfig = ScoringConfig()):
+    """One row per perturbed cell and metric: degradation, CI, stderr, n."""
+    import pandas as pd
+
+    rows = []
+    for keys, g in perdoc.groupby([*GROUP, "rate"], sort=True):
+        rec = dict(zip([*GROUP, "rate"], keys, strict=True))
+        key = "|".join(str(k) for k in keys)
+        stats = paired_bootstrap(
+            METRIC_RULES[rec["metric"]],
+            g["base_num"],
+            g["base_den"],
+            g["num"],
+            g["den"],
+            iters=cfg.iters,
+            confidence=cfg.confidence,
+            seed=cfg.seed,
+            key=key,
+        )
+        rows.append({**rec, **stats})
+    cols = [*GROUP, "rate", "degradation", "ci_lo", "ci_hi", "stderr", "n"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def tolerance(rates: Sequence[float], values: Sequence[float], threshold: float) -> dict:
+    """Tolerance of one degradation curve (the baseline point (0, 0) is added).
+
+    - ``tolerance``: the largest grid rate r such that ``D(r') <= threshold`` for every
+      grid rate ``r' <= r`` (0 when the first perturbed rate already exceeds it);
+    - ``crossing``: where the piecewise-linear curve first exceeds the threshold, or
+      ``None`` when it never does on the grid (censored at the largest rate);
+    - ``auc``: trapezoidal area under ``D(r)`` on ``[0, r_max]`` divided by ``r_max`` (the
+      mean degradation over the swept range; same units as ``D``).
+    """
+    order = np.argsort(np.asarray(rates, dtype=np.float64), kind="stable")
+    r = np.concatenate([[0.0], np.asarray(rates, dtype=np.float64)[order]])
+    d = np.concatenate([[0.0], np.asarray(values, dtype=np.float64)[order]])
+    if r[1:].size == 0 or r[1] <= 0.0:
+        raise ValueError("tolerance needs at least one rate > 0 (rate 0 is the baseline)")
+    over = np.nonzero(d > threshold)[0]
+    tol = float(r[-1]) if over.size == 0 else float(r[over[0] - 1])
+    crossing = None
+    if over.size:
+        i = over[0]
+        frac = (threshold - d[i - 1]) / (d[i] - d[i - 1])
+        crossing = float(r[i - 1] + frac * (r[i] - r[i - 1]))
+    auc = float(np.trapezoid(d, r) / r[-1])
+    return {"tolerance": tol, "crossing": crossing, "auc": auc, "max_rate": float(r[-1])}
+
+
+def tolerance_table(degr, cfg: ScoringConfig = ScoringConfig()):
+    """Per (model, task, metric, kind, scheme, seed): tolerance, its range over the CI
+    (``tolerance_lo`` from the upper CI bound, ``tolerance_hi`` from the lower), crossing
+    and AUC."""
+    import pandas as pd
+
+    rows = []
+    for keys, g in degr.groupby(GROUP, sort=True):
+        rec = dict(zip(GROUP, keys, strict=True))
+        thr = cfg.threshold(rec["metric"])
+        main = tolerance(g["rate"], g["degradation"], thr)
+        rows.append(
+            {
+                **rec,
+                **main,
+                "threshold": thr,
+                "tolerance_lo": tolerance(g["rate"], g["ci_hi"], thr)["tolerance"],
+                "tolerance_hi": tolerance(g["rate"], g["ci_lo"], thr)["tolerance"],
+            }
+        )
+    cols = [
+        *GROUP,
+        "threshold",
+        "tolerance",
+        "tolerance_lo",
+        "tolerance_hi",
+        "crossing",
+        "auc",
+        "max_rate",
+    ]
+    return pd.DataFrame(rows, columns=cols)
+
+
+FIT_COLUMNS = ("r_3axis", "r_2axis", "r_distance_key")
+
+
+def fit_quality(decomp) -> dict[str, float]:
+    """Mean per-head fit quality of a decomposition table.
+
+    Per-(doc, layer, head) values are first averaged over documents for each head, then
+    over heads: ``mean_h mean_d r_{d,h}``. Returns ``r_3axis``, ``r_2axis``,
+    ``r_distance_key`` (NaN for an absent column) and ``n_heads``.
+    """
+    heads = [c for c in ("layer", "head") if c in decomp.columns]
+    if not heads:
+        raise ValueError("decomposition table needs 'layer' and 'head' columns")
+    present = [c for c in FIT_COLUMNS if c in decomp.columns]
+    if "r_3axis" not in present:
+        raise ValueError("decomposition table has no r_3axis column")
+    per_head = decomp.groupby(heads)[present].mean()
+    out = {c: float(per_head[c].mean()) if c in present else math.nan for c in FIT_COLUMNS}
+    return {**out, "n_heads": len(per_head)}
+
+
+def primary_metric(metrics: Sequence[str]) -> str | None:
+    """The metric a task's tolerance is quoted on: word_perplexity, else acc."""
+    for m in PRIMARY_METRICS:
+        if m in metrics:
+            return m
+    return None
+
+
+def cross_model(
+    per_model: Mapping[str, Mapping[str, float]],
+    x: str,
+    y: str,
+    *,
+    iters: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    min_models: int = 3,
+) -> dict[str, Any]:
+    """Spearman and Pearson correlation of ``x`` and ``y`` across models, with a bootstrap
+    CI over models. Below ``min_models`` (or with a constant variable) the result is
+    marked not estimable and carries no number."""
+    from scipy import stats
+
+    names = sorted(
+        m
+        for m, v in per_model.items()
+        if np.isfinite(v.get(x, np.nan)) and np.isfinite(v.get(y, np.nan))
+    )
+    n = len(names)
+    out: dict[str, Any] = {"x": x, "y": y, "n": n, "models": names}
+    if n < min_models:
+        return {
+            **out,
+            "estimable": False,
+            "reason": f"not estimable: {n} model(s), at least {min_models} needed",
+        }
+    xs = np.array([per_model[m][x] for m in names])
+    ys = np.array([per_model[m][y] for m in names])
+    if np.ptp(xs) == 0 or np.ptp(ys) == 0:
+        return {**out, "estimable": False, "reason": "not estimable: a variable is constant"}
+    counts = resample_counts(n, iters, seed, f"cross-model|{x}|{y}")
+    alpha = (1.0 - confidence) / 2.0
+    for name, fn in (("spearman", stats.spearmanr), ("pearson", stats.pearsonr)):
+        reps = np.array([_weighted_corr(fn, xs, ys, c) for c in counts])
+        lo, hi = (
+            np.nanquantile(reps, [alpha, 1 - alpha])
+            if np.isfinite(reps).any()
+            else (math.nan, math.nan)
+        )
+        out[name] = {"r": float(fn(xs, ys)[0]), "ci_lo": float(lo), "ci_hi": float(hi)}
+    return {**out, "estimable": True}
+
+
+def _weighted_corr(fn, xs: np.ndarray, ys: np.ndarray, counts: np.ndarray) -> float:
+    x, y = np.repeat(xs, counts), np.repeat(ys, counts)
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        return math.nan  # a degenerate resample: correlation undefined
+    return float(fn(x, y)[0])
+
+
+def model_summary(tol, fits: Mapping[str, Mapping[str, float]]) -> dict[str, dict]:
+    """Per (task, kind): ``{model: {r_3axis, ..., tolerance, tolerance_interp, auc}}`` on
+    each task's primary metric; ``tolerance_interp`` is the crossing, or the largest rate
+    when the curve never crosses (censored)."""
+    out: dict[str, dict] = {}
+    for (task, kind), g in tol.groupby(["task", "kind"], sort=True):
+        metric = primary_metric(sorted(set(g["metric"])))
+        if metric is None:
+            continue
+        per_model = {}
+        for row in g[g["metric"] == metric].itertuples(index=False):
+            interp = (
+                row.crossing
+                if row.crossing is not None and np.isfinite(row.crossing)
+                else row.max_rate
+            )
+            per_model.setdefault(row.model, {}).update(
+                {
+                    "tolerance": row.tolerance,
+                    "tolerance_interp": float(interp),
+                    "auc": row.auc,
+                    "scheme": row.scheme,
+                    "metric": metric,
+                    **dict(fits.get(row.model, {})),
+                }
+            )
+        out[f"{task}|{kind}"] = per_model
+    return out
+
+
+def score_tables(
+    perdoc, fits: Mapping[str, Mapping[str, float]], cfg: ScoringConfig = ScoringConfig()
+) -> dict[str, Any]:
+    """Every score of a run: degradation and tolerance tables, fit quality per model, and
+    the cross-model correlations (fit quality r_3axis vs tolerance and vs AUC, per task
+    and kind)."""
+    degr = degradation_table(perdoc, cfg)
+    tol = tolerance_table(degr, cfg)
+    summary = model_summary(tol, fits)
+    corr = []
+    for group, per_model in summary.items():
+        task, kind = group.split("|")
+        for y in ("tolerance_interp", "auc"):
+            res = cross_model(
+                per_model, "r_3axis", y, iters=cfg.iters, confidence=cfg.confidence, seed=cfg.seed
+            )
+            corr.append({"task": task, "kind": kind, **res})
+    return {
+        "degradation": degr,
+        "tolerance": tol,
+        "fit": dict(fits),
+        "summary": summary,
+        "cross_model": corr,
+    }

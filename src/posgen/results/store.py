@@ -1,0 +1,264 @@
+"""The run folder: resolved config, one file per finished cell, tidy tables, report.
+
+Layout (every file written atomically: a temporary file in the same folder, then
+``os.replace``; an interrupted run never leaves a half-written file)::
+
+    RUN/
+      config.json                     resolved config + its SHA-256 + schema_version
+      cells/<model>/<cell>.json       one finished (model, task, perturbation) cell:
+                                      tidy rows and per-document (num, den) pairs
+      raw/<model>/<cell>.results.json lm-eval's results for the cell
+      raw/<model>/<cell>.samples.jsonl lm-eval's logged samples (per-document metrics)
+      decomposition/<model>.parquet   the per-(doc, layer, head) decomposition fit
+      results.parquet                 tidy table of every cell (schema.RESULT_COLUMNS)
+      perdoc.parquet                  per-document paired deltas (schema.PERDOC_COLUMNS)
+      scores.json                     degradation, tolerance, fit quality, correlations
+      report.md, report.html          the report
+
+A cell file is written last, after its raw files, so its presence means "finished". A
+rerun with the same config skips finished cells; a rerun into a folder that holds
+another config is refused (:class:`RunConflictError`) and nothing is overwritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from posgen.results.schema import (
+    SCHEMA_VERSION,
+    SchemaError,
+    canonical_json,
+    check_version,
+    config_hash,
+)
+
+CONFIG_FILE = "config.json"
+
+
+class RunConflictError(RuntimeError):
+    """The run folder holds results of a different config."""
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    """Pretty, sorted JSON (non-finite floats written as null by the caller)."""
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_default) + "\n")
+
+
+def atomic_write_parquet(path: Path, df) -> None:
+    import io
+
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def _default(obj: Any) -> Any:
+    try:
+        from lm_eval.utils import handle_non_serializable
+    except ImportError:  # pragma: no cover - lm-eval is a dependency
+        return str(obj)
+    return handle_non_serializable(obj)
+
+
+def slug(text: str) -> str:
+    """A file-name-safe, collision-free name: readable prefix + 8 hex of SHA-256."""
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", text.strip("/")).strip("._")[-48:] or "x"
+    return f"{readable}-{hashlib.sha256(text.encode('utf-8')).hexdigest()[:8]}"
+
+
+def read_json(path: Path, what: str) -> dict[str, Any]:
+    """Load a JSON object, turning a missing or corrupt file into a clear error."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SchemaError(f"{what} not found: {path}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise SchemaError(f"{what} is not valid JSON ({path}): {e}") from None
+    if not isinstance(data, dict):
+        raise SchemaError(f"{what} must hold a JSON object: {path}")
+    return data
+
+
+class RunStore:
+    """One run folder. Build with :meth:`create` (a run) or :meth:`open` (read it)."""
+
+    def __init__(self, root: Path, config: dict[str, Any], digest: str) -> None:
+        self.root = Path(root)
+        self.config = config
+        self.config_hash = digest
+
+    @classmethod
+    def create(cls, root: Path | str, config: Mapping[str, Any]) -> RunStore:
+        """Start or resume a run with ``config``; refuse a folder holding another config."""
+        root = Path(root)
+        config = json.loads(canonical_json(dict(config)))
+        digest = config_hash(config)
+        path = root / CONFIG_FILE
+        if path.exists():
+            old = cls.open(root)
+            if old.config_hash != digest:
+                raise RunConflictError(
+                    f"{root} holds a run with a different config "
+                    f"({_describe_diff(old.config, config)}); nothing was overwritten. "
+                    "Use another --out folder, or rerun with the same settings to resume."
+                )
+            return old
+        if root.exists() and any(root.iterdir()):
+            raise RunConflictError(
+                f"{root} exists, is not empty and is not a posgen run "
+                "folder (no config.json); choose another --out folder"
+            )
+        atomic_write_json(
+            path, {"schema_version": SCHEMA_VERSION, "config_hash": digest, "config": config}
+        )
+        return cls(root, config, digest)
+
+    @classmethod
+    def open(cls, root: Path | str) -> RunStore:
+        """Open an existing run folder (checks its schema version)."""
+        root = Path(root)
+        if not root.is_dir():
+            raise SchemaError(f"run folder not found: {root}")
+        data = read_json(root / CONFIG_FILE, "run config")
+        check_version(data.get("schema_version"), str(root / CONFIG_FILE))
+        config = data.get("config")
+        if not isinstance(config, dict) or config_hash(config) != data.get("config_hash"):
+            raise SchemaError(
+                f"{root / CONFIG_FILE} is corrupt: its config does not match its config_hash"
+            )
+        return cls(root, config, data["config_hash"])
+
+    # cells ---------------------------------------------------------------------------
+    def cell_path(self, model: str, cell_id: str) -> Path:
+        return self.root / "cells" / slug(model) / f"{cell_id}.json"
+
+    def has_cell(self, model: str, cell_id: str) -> bool:
+        """True when the cell finished under this config (a stale file counts as absent)."""
+        path = self.cell_path(model, cell_id)
+        if not path.is_file():
+            return False
+        try:
+            data = read_json(path, "cell")
+        except SchemaError:
+            return False
+        return (
+            data.get("schema_version") == SCHEMA_VERSION
+            and data.get("config_hash") == self.config_hash
+        )
+
+    def write_cell(
+        self,
+        model: str,
+        cell_id: str,
+        record: Mapping[str, Any],
+        raw_results: Mapping[str, Any] | None = None,
+        samples: Mapping[str, list[dict[str, Any]]] | None = None,
+    ) -> Path:
+        """Write lm-eval's raw output, then the cell record (the 'finished' marker)."""
+        raw_dir = self.root / "raw" / slug(model)
+        if raw_results is not None:
+            atomic_write_json(raw_dir / f"{cell_id}.results.json", raw_results)
+        if samples is not None:
+            lines = [
+                json.dumps({"task": task, **s}, default=_default, sort_keys=True)
+                for task, items in samples.items()
+                for s in items
+            ]
+            atomic_write_text(raw_dir / f"{cell_id}.samples.jsonl", "\n".join(lines) + "\n")
+        path = self.cell_path(model, cell_id)
+        atomic_write_json(
+            path,
+            {
+                **record,
+                "schema_version": SCHEMA_VERSION,
+                "config_hash": self.config_hash,
+                "cell_id": cell_id,
+                "model": model,
+            },
+        )
+        return path
+
+    def read_cells(self) -> list[dict[str, Any]]:
+        """Every finished cell of this config, sorted by model and cell id."""
+        out = []
+        for path in sorted((self.root / "cells").glob("*/*.json")):
+            data = read_json(path, "cell")
+            check_version(data.get("schema_version"), str(path))
+            if data.get("config_hash") == self.config_hash:
+                out.append(data)
+        return out
+
+    # tables and documents ---------------------------------------------------------------
+    def write_table(self, name: str, df) -> Path:
+        path = self.root / name
+        atomic_write_parquet(path, df)
+        return path
+
+    def read_table(self, name: str):
+        import pandas as pd
+
+        path = self.root / name
+        if not path.is_file():
+            raise SchemaError(f"{path} not found; run `posgen run` (or `posgen report`) first")
+        return pd.read_parquet(path)
+
+    def decomposition_path(self, model: str) -> Path:
+        return self.root / "decomposition" / f"{slug(model)}.parquet"
+
+    def write_json(self, name: str, obj: Any) -> Path:
+        path = self.root / name
+        payload = dict(obj) if isinstance(obj, Mapping) else {"data": obj}
+        atomic_write_json(path, {**payload, "schema_version": SCHEMA_VERSION})
+        return path
+
+    def read_json(self, name: str) -> dict[str, Any]:
+        data = read_json(self.root / name, name)
+        check_version(data.get("schema_version"), str(self.root / name))
+        return data
+
+
+def _describe_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    parts = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys[:4]]
+    more = f", and {len(keys) - 4} more" if len(keys) > 4 else ""
+    return "; ".join(_shorten(p) for p in parts) + more
+
+
+def _shorten(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def iter_models(cells: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The models of a run, in first-seen order."""
+    seen: dict[str, None] = {}
+    for c in cells:
+        seen.setdefault(c["model"], None)
+    return list(seen)

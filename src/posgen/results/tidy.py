@@ -1,0 +1,260 @@
+"""From lm-eval's output to posgen's tidy rows and per-document pairs.
+
+lm-eval's ``simple_evaluate`` returns ``results[task]["<metric>,<filter>"]`` (and
+``"<metric>_stderr,<filter>"``) and, with ``log_samples``, ``samples[task]``: one dict
+per document holding the per-document metric values. For a perplexity metric that value
+is the pair ``(loglikelihood, weight)`` (weight = words or bytes) that lm-eval's
+``weighted_perplexity`` aggregates as ``exp(-sum(ll) / sum(weight))``; for ``acc`` it is
+a 0/1 score that lm-eval averages. posgen keeps those pairs as ``(num, den)`` per
+document so scores can be recomputed exactly on bootstrap resamples.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from posgen.results.schema import (
+    METRIC_RULES,
+    PERDOC_COLUMNS,
+    RESULT_COLUMNS,
+    SchemaError,
+    frame,
+)
+
+# Fields of a logged document that carry its stable source id (perturbed documents keep
+# the id of the document they came from), tried in order before lm-eval's doc_id.
+DOC_KEY_FIELDS = ("source_doc_id", "source_id", "doc_key", "posgen_doc_id")
+STDERR_BOOTSTRAP = 500
+
+
+def doc_key(sample: Mapping[str, Any]) -> str:
+    """The pairing key of a logged sample: its document's source id, else lm-eval's doc_id."""
+    doc = sample.get("doc")
+    if isinstance(doc, Mapping):
+        for field in DOC_KEY_FIELDS:
+            if doc.get(field) is not None:
+                return str(doc[field])
+    if "doc_id" not in sample:
+        raise SchemaError("a logged sample has neither a source doc id nor lm-eval's doc_id")
+    return str(sample["doc_id"])
+
+
+def extract_docs(samples: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, list]]:
+    """Per metric: ``{"keys": [...], "num": [...], "den": [...]}`` from logged samples."""
+    out: dict[str, dict[str, list]] = {}
+    for sample in samples:
+        key = doc_key(sample)
+        for metric, rule in METRIC_RULES.items():
+            if metric not in sample:
+                continue
+            num, den = _num_den(sample[metric], rule, metric)
+            slot = out.setdefault(metric, {"keys": [], "num": [], "den": []})
+            slot["keys"].append(key)
+            slot["num"].append(num)
+            slot["den"].append(den)
+    for metric, slot in out.items():
+        if len(set(slot["keys"])) != len(slot["keys"]):
+            raise SchemaError(
+                f"{metric}: duplicate document keys in the logged samples; "
+                "documents cannot be paired"
+            )
+    return out
+
+
+def _num_den(value: Any, rule: str, metric: str) -> tuple[float, float]:
+    if rule == "perplexity":
+        if not isinstance(value, (list, tuple)) or len(value) != 2:
+            raise SchemaError(
+                f"{metric}: expected a (loglikelihood, weight) pair per document, got {value!r}"
+            )
+        return float(value[0]), float(value[1])
+    return float(value), 1.0
+
+
+def aggregate(rule: str, num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """lm-eval's aggregation over the last axis.
+
+    perplexity: ``exp(-sum(num) / sum(den))`` (lm_eval.api.metrics.weighted_perplexity);
+    mean: ``sum(num) / sum(den)`` (den = 1 per document). Shapes: ``[..., n_docs]`` ->
+    ``[...]``.
+    """
+    ratio = num.sum(axis=-1) / den.sum(axis=-1)
+    return np.exp(-ratio) if rule == "perplexity" else ratio
+
+
+def metric_stderr(rule: str, num: np.ndarray, den: np.ndarray, seed: int = 0) -> float:
+    """Standard error of the aggregate: closed form for means (as lm-eval's
+    ``mean_stderr``), a seeded bootstrap over documents for perplexities."""
+    n = len(num)
+    if n < 2:
+        return math.nan
+    if rule == "mean":
+        return float(np.std(num / den, ddof=1) / math.sqrt(n))
+    from posgen.results.scoring import resample_counts
+
+    counts = resample_counts(n, STDERR_BOOTSTRAP, seed, "metric-stderr")
+    return float(np.std(aggregate(rule, counts * num, counts * den), ddof=1))
+
+
+def cell_metrics(
+    docs: Mapping[str, Mapping[str, list]], reported: Mapping[str, Any], seed: int = 0
+) -> dict[str, dict[str, float]]:
+    """Per metric: value (recomputed from the documents and checked against lm-eval's),
+    stderr and n."""
+    out = {}
+    for metric, slot in docs.items():
+        rule = METRIC_RULES[metric]
+        num, den = np.asarray(slot["num"]), np.asarray(slot["den"])
+        value = float(aggregate(rule, num, den))
+        lm_value = reported.get(f"{metric},none")
+        if isinstance(lm_value, (int, float)) and not math.isclose(
+            value, lm_value, rel_tol=1e-6, abs_tol=1e-9
+        ):
+            raise SchemaError(
+                f"{metric}: lm-eval reported {lm_value}, the logged documents "
+                f"give {value}; the samples do not match the results"
+            )
+        lm_se = reported.get(f"{metric}_stderr,none")
+        stderr = (
+            float(lm_se) if isinstance(lm_se, (int, float)) else metric_stderr(rule, num, den, seed)
+        )
+        out[metric] = {"value": value, "stderr": stderr, "n": len(num)}
+    return out
+
+
+def result_rows(cells: Iterable[Mapping[str, Any]]):
+    """The tidy ``results.parquet`` table of a list of cell records."""
+    rows = []
+    for c in cells:
+        info, cell = c["model_info"], c["cell"]
+        for metric, m in sorted(c["metrics"].items()):
+            rows.append(
+                {
+                    **_cell_keys(c),
+                    "model_path": info["model_path"],
+                    "model_revision": info["model_revision"],
+                    "dtype": info["dtype"],
+                    "random_init": bool(info["random_init"]),
+                    "lm_eval_task": cell["lm_eval_task"],
+                    "metric": metric,
+                    "value": m["value"],
+                    "stderr": math.nan if m["stderr"] is None else m["stderr"],
+                    "n": int(m["n"]),
+                    "posgen_version": c["posgen_version"],
+                    "perturbation_spec": cell["perturbation_spec"],
+                    "perturbation_version": int(cell["perturbation_version"]),
+                }
+            )
+    return frame(rows, RESULT_COLUMNS)
+
+
+def _cell_keys(c: Mapping[str, Any]) -> dict[str, Any]:
+    cell = c["cell"]
+    return {
+        "model": c["model"],
+        "task": cell["task"],
+        "kind": cell["kind"],
+        "scheme": cell["scheme"],
+        "rate": float(cell["rate"]),
+        "seed": int(cell["seed"]),
+    }
+
+
+def perdoc_rows(cells: Iterable[Mapping[str, Any]]):
+    """Per-document pairs of every perturbed cell with its model's baseline cell."""
+    cells = list(cells)
+    base = {(c["model"], c["cell"]["task"]): c for c in cells if c["cell"]["kind"] == "none"}
+    rows = []
+    for c in cells:
+        cell = c["cell"]
+        if cell["kind"] == "none":
+            continue
+        b = base.get((c["model"], cell["task"]))
+        if b is None:
+            raise SchemaError(
+                f"{c['model']} / {cell['task']}: no baseline (rate 0) cell to "
+                "pair with; rerun `posgen run` to finish the run"
+            )
+        for metric, slot in c["docs"].items():
+            rows.extend(_pair_rows(c, b["docs"].get(metric), slot, metric))
+    return frame(rows, PERDOC_COLUMNS)
+
+
+def _pair_rows(
+    c: Mapping[str, Any],
+    base_slot: Mapping[str, list] | None,
+    slot: Mapping[str, list],
+    metric: str,
+) -> list[dict[str, Any]]:
+    cell = c["cell"]
+    where = f"{c['model']} / {cell['lm_eval_task']} / {metric}"
+    if base_slot is None:
+        raise SchemaError(f"{where}: the baseline cell has no such metric")
+    base = {
+        k: (n, d)
+        for k, n, d in zip(base_slot["keys"], base_slot["num"], base_slot["den"], strict=True)
+    }
+    if set(base) != set(slot["keys"]):
+        missing = sorted(set(base) ^ set(slot["keys"]))[:5]
+        raise SchemaError(
+            f"{where}: documents differ from the baseline's (e.g. {missing}); "
+            "perturbed and baseline cells must score the same documents"
+        )
+    rows = []
+    for key, num, den in zip(slot["keys"], slot["num"], slot["den"], strict=True):
+        bn, bd = base[key]
+        # > 0 means worse: for perplexities num/den = -NLL per word (byte), so this is the
+        # NLL increase; for scores it is the drop
+        delta = bn / bd - num / den
+        rows.append(
+            {
+                **_cell_keys(c),
+                "metric": metric,
+                "doc_key": key,
+                "base_num": bn,
+                "base_den": bd,
+                "num": num,
+                "den": den,
+                "delta": delta,
+            }
+        )
+    return rows
+
+
+def cell_record(
+    cell: Mapping[str, Any],
+    model_info: Mapping[str, Any],
+    results: Mapping[str, Any],
+    samples: Mapping[str, list],
+    posgen_version: str,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The record of one finished cell from lm-eval's output for its single task.
+
+    ``cell`` holds task, lm_eval_task, kind, scheme, rate, seed, perturbation_spec and
+    perturbation_version; ``results``/``samples`` are ``simple_evaluate``'s
+    ``["results"]`` and ``["samples"]``.
+    """
+    name = cell["lm_eval_task"]
+    if name not in results or name not in samples:
+        raise SchemaError(
+            f"lm-eval returned no results or samples for {name!r} "
+            f"(got {sorted(results)}); was log_samples on?"
+        )
+    docs = extract_docs(samples[name])
+    if not docs:
+        raise SchemaError(
+            f"{name}: the logged samples carry none of the metrics posgen "
+            f"scores ({sorted(METRIC_RULES)})"
+        )
+    return {
+        "cell": dict(cell),
+        "model_info": dict(model_info),
+        "posgen_version": posgen_version,
+        "metrics": cell_metrics(docs, results[name], seed),
+        "docs": docs,
+    }

@@ -1,0 +1,212 @@
+"""Build run folders from synthetic, lm-eval-shaped output (no model), for the tests.
+
+The per-document values are planted: each model has a ``sensitivity`` s, and a document's
+per-word NLL rises by ``s * rate`` (times a per-document factor), so degradation grows
+with s and the rate; cloze accuracy drops with probability ``s * rate``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+
+import numpy as np
+import pandas as pd
+
+from posgen import __version__
+from posgen.results.schema import SCHEMA_VERSION
+from posgen.results.store import RunStore
+from posgen.results.tidy import cell_record
+
+RATES = [0.05, 0.2, 0.5]
+SIGMAS = [0.5, 2.0]
+TASKS = ("posgen_prose", "posgen_cloze")
+
+
+def config(models: dict[str, dict], seed: int = 1234, **extra) -> dict:
+    return {
+        "posgen_version": __version__,
+        "schema_version": SCHEMA_VERSION,
+        "suite": "offline",
+        "suite_version": 1,
+        "tasks": list(TASKS),
+        "limits": {"posgen_prose": 30, "posgen_cloze": 60},
+        "seed": seed,
+        "lm_eval_version": "0.4.13",
+        "models": [
+            {
+                "label": k,
+                "path": f"/models/{k}",
+                "revision": "local:abc",
+                "dtype": "float32",
+                "random_init": bool(v.get("random_init")),
+                "embedded": k == "embedded",
+            }
+            for k, v in models.items()
+        ],
+        "sweep": {
+            "text": {"schemes": ["swap"], "values": [0.0, *RATES]},
+            "position": {"schemes": ["swap"], "values": [0.0, *RATES]},
+            "feature": {"schemes": ["rope_noise"], "values": [0.0, *SIGMAS]},
+        },
+        "scoring": {"iters": 400},
+        **extra,
+    }
+
+
+def _hash(x) -> str:
+    return hashlib.sha256(json.dumps(x, sort_keys=True).encode()).hexdigest()
+
+
+def prose_output(name: str, nll: np.ndarray, words: np.ndarray):
+    samples, ll = [], -nll * words
+    for i, (lli, w) in enumerate(zip(ll.tolist(), words.tolist(), strict=True)):
+        text = " ".join(["word"] * int(w))
+        nbytes = len(text.encode())
+        samples.append(
+            {
+                "doc_id": i,
+                "doc": {"text": text, "source_doc_id": f"doc{i}"},
+                "target": text,
+                "arguments": [[text]],
+                "resps": [[lli]],
+                "filtered_resps": [lli],
+                "filter": "none",
+                "metrics": ["word_perplexity", "byte_perplexity", "bits_per_byte"],
+                "doc_hash": _hash(i),
+                "prompt_hash": _hash(text),
+                "target_hash": _hash(text),
+                "word_perplexity": [lli, int(w)],
+                "byte_perplexity": [lli, nbytes],
+                "bits_per_byte": [lli, nbytes],
+            }
+        )
+    tot_b = sum(s["byte_perplexity"][1] for s in samples)
+    res = {
+        "alias": name,
+        "word_perplexity,none": math.exp(-ll.sum() / words.sum()),
+        "word_perplexity_stderr,none": "N/A",
+        "byte_perplexity,none": math.exp(-ll.sum() / tot_b),
+        "byte_perplexity_stderr,none": "N/A",
+        "bits_per_byte,none": -ll.sum() / tot_b / math.log(2),
+        "bits_per_byte_stderr,none": "N/A",
+    }
+    return {name: res}, {name: samples}
+
+
+def cloze_output(name: str, acc: np.ndarray):
+    samples = [
+        {
+            "doc_id": i,
+            "doc": {"context": f"c{i}", "source_doc_id": f"doc{i}"},
+            "target": 0,
+            "arguments": [["c", " a"], ["c", " b"]],
+            "resps": [[[-1.0, True]], [[-2.0, False]]],
+            "filtered_resps": [[-1.0, True], [-2.0, False]],
+            "filter": "none",
+            "metrics": ["acc"],
+            "doc_hash": _hash(i),
+            "prompt_hash": _hash(i),
+            "target_hash": _hash(0),
+            "acc": float(a),
+        }
+        for i, a in enumerate(acc.tolist())
+    ]
+    n = len(acc)
+    se = float(np.std(acc, ddof=1) / math.sqrt(n))
+    return {name: {"alias": name, "acc,none": float(acc.mean()), "acc_stderr,none": se}}, {
+        name: samples
+    }
+
+
+def planted_cells(sensitivity: float, seed: int):
+    """(cell, results, samples) for every cell of one model."""
+    rng = np.random.default_rng(7)  # documents: the same for every model and seed
+    words = rng.integers(40, 160, 30)
+    nll = rng.normal(2.5, 0.3, 30)
+    acc = (rng.random(60) < 0.8).astype(float)
+    noise = np.random.default_rng(seed)  # the perturbation draw
+    grid = (
+        [("none", "none", 0.0)]
+        + [(k, "swap", r) for k in ("text", "position") for r in RATES]
+        + [("feature", "rope_noise", s) for s in SIGMAS]
+    )
+    for kind, scheme, rate in grid:
+        x = rate / 4 if kind == "feature" else rate
+        factor = noise.uniform(0.5, 1.5, 30)
+        for task in TASKS:
+            lm_task = task if kind != "text" or rate == 0 else f"perm_{scheme}_{rate}_{task}"
+            cell = {
+                "task": task,
+                "lm_eval_task": lm_task,
+                "kind": kind,
+                "scheme": scheme,
+                "rate": rate,
+                "seed": seed,
+                "perturbation_version": 0 if kind == "none" else 1,
+                "perturbation_spec": ""
+                if kind == "none"
+                else json.dumps({"kind": kind, "name": scheme, "version": 1, "params": {}}),
+            }
+            if task == "posgen_prose":
+                out = prose_output(lm_task, nll + sensitivity * x * factor, words)
+            else:
+                flip = noise.random(60) < sensitivity * x
+                out = cloze_output(lm_task, np.where(flip, 0.0, acc))
+            yield cell, *out
+
+
+def decomposition(fit: float, layers: int = 3, heads: int = 4) -> pd.DataFrame:
+    rng = np.random.default_rng(int(fit * 1000))
+    rows = [
+        {
+            "doc": d,
+            "layer": la,
+            "head": h,
+            "r_3axis": float(np.clip(fit + rng.normal(0, 0.05), 0, 1)),
+            "r_2axis": float(np.clip(fit - 0.1 + rng.normal(0, 0.05), 0, 1)),
+            "r_distance_key": float(np.clip(fit - 0.2, 0, 1)),
+        }
+        for d in range(2)
+        for la in range(layers)
+        for h in range(heads)
+    ]
+    return pd.DataFrame(rows)
+
+
+def make_run(root, models: dict[str, dict], seed: int = 1234, **extra) -> RunStore:
+    """A complete synthetic run folder (cells + decompositions), not yet reported."""
+    store = RunStore.create(root, config(models, seed=seed, **extra))
+    info_base = {"dtype": "float32", "model_revision": "local:abc"}
+    for label, spec in models.items():
+        info = {
+            **info_base,
+            "model_path": f"/models/{label}",
+            "random_init": bool(spec.get("random_init")),
+        }
+        for cell, results, samples in planted_cells(spec["sensitivity"], seed):
+            rec = cell_record(cell, info, results, samples, __version__, seed=0)
+            cid = f"{cell['task']}__{cell['kind']}_{cell['scheme']}_{cell['rate']:g}"
+            store.write_cell(label, cid, rec, raw_results={"results": results}, samples=samples)
+        if "fit" in spec:
+            path = store.decomposition_path(label)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            decomposition(spec["fit"]).to_parquet(path)
+    return store
+
+
+def cli(argv: list[str]) -> int:
+    """Run one posgen subcommand through its own module's parser and entry point (the
+    same dispatch as ``posgen.harness.cli``, without importing the other subcommands)."""
+    import argparse
+    import importlib
+
+    from posgen.harness.cli import COMMANDS
+
+    name, rest = argv[0], argv[1:]
+    module = importlib.import_module(COMMANDS[name][0])
+    parser = argparse.ArgumentParser(prog=f"posgen {name}")
+    (getattr(module, f"configure_{name}_parser", None) or module.configure_parser)(parser)
+    entry = getattr(module, f"main_{name}", None) or module.main
+    return int(entry(parser.parse_args(rest)) or 0)
