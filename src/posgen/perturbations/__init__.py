@@ -7,8 +7,9 @@ Public API::
     p.apply("the quick brown fox", seed=1234).text
 """
 
-from posgen.perturbations import text  # noqa: F401  (registers the text schemes)
-from posgen.perturbations import features, positions  # noqa: F401  (model-side schemes)
+from posgen.perturbations import features as _features  # noqa: F401  (model-side schemes)
+from posgen.perturbations import positions as _positions  # noqa: F401
+from posgen.perturbations import text as _text  # noqa: F401  (registers the text schemes)
 from posgen.perturbations.base import (
     KINDS,
     Perturbation,
@@ -17,7 +18,7 @@ from posgen.perturbations.base import (
     Registry,
     registry,
 )
-from posgen.perturbations.order_stats import OrderStats, order_stats
+from posgen.perturbations.order_stats import OrderStats, combine_stats, order_stats
 from posgen.perturbations.seeding import content_key, item_rng, token_key
 from posgen.perturbations.text import TextPerturbation, TextResult
 
@@ -36,6 +37,7 @@ __all__ = [
     "Registry",
     "TextPerturbation",
     "TextResult",
+    "combine_stats",
     "content_key",
     "item_rng",
     "order_stats",

@@ -33,8 +33,12 @@ class PerturbationSpec:
     params: tuple[tuple[str, Any], ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "name": self.name, "version": self.version,
-                "params": dict(self.params)}
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "version": self.version,
+            "params": dict(self.params),
+        }
 
     def to_json(self) -> str:
         """Canonical JSON (sorted keys, no spaces): stable across processes and versions."""
@@ -46,8 +50,12 @@ class PerturbationSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PerturbationSpec:
-        return cls(kind=str(data["kind"]), name=str(data["name"]), version=int(data["version"]),
-                   params=tuple(sorted(dict(data["params"]).items())))
+        return cls(
+            kind=str(data["kind"]),
+            name=str(data["name"]),
+            version=int(data["version"]),
+            params=tuple(sorted(dict(data["params"]).items())),
+        )
 
 
 @dataclass(frozen=True)
@@ -80,8 +88,9 @@ class Perturbation:
 
     @property
     def spec(self) -> PerturbationSpec:
-        return PerturbationSpec(self.kind, self.name, self.version,
-                                tuple(sorted(self.params.items())))
+        return PerturbationSpec(
+            self.kind, self.name, self.version, tuple(sorted(self.params.items()))
+        )
 
     @property
     def is_identity(self) -> bool:
@@ -108,7 +117,8 @@ class Perturbation:
         if unknown:
             raise PerturbationError(
                 f"{cls.kind} perturbation {cls.name!r} has no parameter(s) {unknown}; "
-                f"its parameters are {sorted(names)}")
+                f"its parameters are {sorted(names)}"
+            )
         return cls(**params)
 
     @classmethod
@@ -128,8 +138,12 @@ def check_rate(name: str, value: float) -> None:
 
 
 def check_nonnegative(name: str, field: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0.0 \
-            or value == float("inf"):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not value >= 0.0
+        or value == float("inf")
+    ):
         raise PerturbationError(f"{name}: {field} must be a finite number >= 0, got {value!r}")
 
 
@@ -145,8 +159,10 @@ class Registry:
             raise PerturbationError(f"unknown kind {cls.kind!r}; kinds are {KINDS}")
         key = (cls.kind, cls.name)
         if key in self._classes and self._classes[key] is not cls:
-            raise PerturbationError(f"{cls.kind} perturbation {cls.name!r} is already registered "
-                                    f"by {self._classes[key].__qualname__}")
+            raise PerturbationError(
+                f"{cls.kind} perturbation {cls.name!r} is already registered "
+                f"by {self._classes[key].__qualname__}"
+            )
         self._classes[key] = cls
         return cls
 
@@ -167,7 +183,8 @@ class Registry:
             hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
             raise PerturbationError(
                 f"unknown {kind} perturbation {name!r}.{hint} Accepted: "
-                + ", ".join(self._classes[(kind, n)].usage() for n in known)) from None
+                + ", ".join(self._classes[(kind, n)].usage() for n in known)
+            ) from None
 
     def parse(self, kind: str, text: str) -> Perturbation:
         """Build a perturbation from its short form: ``NAME`` or ``NAME:VALUE``.
@@ -180,8 +197,9 @@ class Registry:
         cls = self.get(kind, name.strip())
         if not value:
             if cls.short_param is not None and _required(cls, cls.short_param):
-                raise PerturbationError(f"{kind} perturbation {name!r} needs a value: "
-                                        f"write {cls.usage()}")
+                raise PerturbationError(
+                    f"{kind} perturbation {name!r} needs a value: write {cls.usage()}"
+                )
             return cls()
         if cls.short_param is None:
             raise PerturbationError(f"{kind} perturbation {name!r} takes no value: write {name}")
@@ -189,8 +207,9 @@ class Registry:
         try:
             parsed: Any = int(value) if field_type in (int, "int") else float(value)
         except ValueError:
-            raise PerturbationError(f"{kind} perturbation {text!r}: {value!r} is not a number; "
-                                    f"write {cls.usage()}") from None
+            raise PerturbationError(
+                f"{kind} perturbation {text!r}: {value!r} is not a number; write {cls.usage()}"
+            ) from None
         return cls(**{cls.short_param: parsed})
 
     def from_spec(self, spec: PerturbationSpec | Mapping[str, Any]) -> Perturbation:
@@ -200,7 +219,8 @@ class Registry:
         if spec.version != cls.version:
             raise PerturbationError(
                 f"{spec.kind} perturbation {spec.name!r} version {spec.version} was recorded, "
-                f"but this posgen implements version {cls.version}; results are not comparable")
+                f"but this posgen implements version {cls.version}; results are not comparable"
+            )
         return cls.from_params(dict(spec.params))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -47,6 +48,33 @@ def order_stats(perm: np.ndarray, n_selected: int) -> OrderStats:
         dnd = float(np.mean(nxt != idx[1:]))
     else:
         dnd = 0.0
-    return OrderStats(n=n, fraction_moved=n_selected / n,
-                      mean_displacement=float(displacement.mean()), dnd=dnd,
-                      idc=float(np.mean(displacement != 0)))
+    return OrderStats(
+        n=n,
+        fraction_moved=n_selected / n,
+        mean_displacement=float(displacement.mean()),
+        dnd=dnd,
+        idc=float(np.mean(displacement != 0)),
+    )
+
+
+def combine_stats(parts: Sequence[OrderStats]) -> OrderStats:
+    """Statistics of several independently reordered sequences (e.g. the content fields
+    of one doc) taken together, with no item moving across sequences.
+
+    With n_k items, s_k = fraction_moved_k·n_k selected items in part k:
+    fraction_moved = Σ s_k / Σ n_k, mean_displacement and idc are the n_k-weighted means,
+    dnd the (n_k − 1)-weighted mean (each part's last item has no right neighbour).
+    """
+    n = sum(p.n for p in parts)
+    if n == 0:
+        return OrderStats(0, 0.0, 0.0, 0.0, 0.0)
+    selected = sum(round(p.fraction_moved * p.n) for p in parts)
+    pairs = sum(max(p.n - 1, 0) for p in parts)
+    dnd = sum(p.dnd * max(p.n - 1, 0) for p in parts) / pairs if pairs else 0.0
+    return OrderStats(
+        n=n,
+        fraction_moved=selected / n,
+        mean_displacement=sum(p.mean_displacement * p.n for p in parts) / n,
+        dnd=dnd,
+        idc=sum(p.idc * p.n for p in parts) / n,
+    )

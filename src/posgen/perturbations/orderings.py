@@ -20,7 +20,7 @@ from posgen.perturbations.seeding import random_order
 
 def n_swap_pairs(n: int, rate: float) -> int:
     """⌊r·n/2⌋, computed so that float error cannot drop a pair (0.05*40/2 == 1)."""
-    return int(math.floor(rate * n / 2 + 1e-9))
+    return math.floor(rate * n / 2 + 1e-9)
 
 
 def swap_pairs(n: int, rate: float, rng: np.random.Generator) -> tuple[np.ndarray, int]:
@@ -30,7 +30,7 @@ def swap_pairs(n: int, rate: float, rng: np.random.Generator) -> tuple[np.ndarra
         return perm, 0
     order = random_order(n, rng)
     m = n_swap_pairs(n, rate)
-    a, b = order[0:2 * m:2], order[1:2 * m:2]
+    a, b = order[0 : 2 * m : 2], order[1 : 2 * m : 2]
     perm[a], perm[b] = b, a
     return perm, 2 * m
 

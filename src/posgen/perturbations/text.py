@@ -60,8 +60,9 @@ class TextPerturbation(Perturbation):
     def reorder(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, int]:
         raise NotImplementedError
 
-    def apply(self, text: str, seed: int, key: bytes | str | None = None,
-              keep_last: int = 0) -> TextResult:
+    def apply(
+        self, text: str, seed: int, key: bytes | str | None = None, keep_last: int = 0
+    ) -> TextResult:
         """Perturb ``text``.
 
         Args:
@@ -75,6 +76,8 @@ class TextPerturbation(Perturbation):
             raise TypeError(f"{self.name}: expected a str, got {type(text).__name__}")
         if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0:
             raise PerturbationError(f"keep_last must be an int >= 0, got {keep_last!r}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"{self.name}: seed must be an int, got {seed!r}")
         words, gaps = split_words(text)
         n_movable = max(len(words) - keep_last, 0)
         if n_movable < 2 or self.is_identity:
@@ -139,8 +142,9 @@ class LocalShuffle(TextPerturbation):
 
     def validate(self) -> None:
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 2:
-            raise PerturbationError(f"local_shuffle: window must be an int >= 2, "
-                                    f"got {self.window!r}")
+            raise PerturbationError(
+                f"local_shuffle: window must be an int >= 2, got {self.window!r}"
+            )
 
     def reorder(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, int]:
         return orderings.local_shuffle(n, self.window, rng)
