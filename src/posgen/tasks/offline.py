@@ -1,0 +1,310 @@
+"""The offline suite: two lm-eval tasks built from English text that installs offline.
+
+``posgen_prose`` (perplexity, ``loglikelihood_rolling``)
+    20 documents of about 180-250 words, cut at sentence (or speech) boundaries from the
+    three sources of :mod:`posgen.tasks.corpora`: 8 from the Britannica article, 6 from
+    the Python documentation topics, 6 from six plays (one each). Within a source the
+    documents are evenly spaced over its chunks (chunk ``floor((i + 1/2) * N / k)`` for
+    i = 0..k-1), so they cover the whole text. Metrics: ``word_perplexity`` (primary),
+    ``byte_perplexity``, ``bits_per_byte``.
+
+``posgen_cloze`` (accuracy, ``loglikelihood``; LAMBADA-style last-word cloze)
+    96 items (48 Britannica, 48 Python documentation). Candidates: for every sentence
+    end, the shortest run of whole sentences ending there with at least 40 words (and at
+    most 80). A candidate qualifies when the final word of its last sentence (trailing
+    punctuation removed) is a word of at least four letters, not a stop word, that
+    already occurs earlier in the run, so that, as in LAMBADA, the answer can be
+    recovered from the context. The context is the run without that final word (it ends
+    mid-sentence); the target is the word with a leading space. Runs that share a
+    sentence with a ``posgen_prose`` document are skipped. Items are chosen per source in
+    the order of the SHA-256 of their id, skipping any that shares a sentence with an
+    item already chosen, then kept in source order.
+    Metrics: ``acc`` (the target is the greedy continuation; primary) and
+    ``perplexity`` of the target.
+
+The JSONL files ship in ``posgen/tasks/data/`` with ``MANIFEST.json`` (suite version,
+sha256 of each file and of each source). ``python -m posgen.tasks.offline --check``
+rebuilds them and compares bytes; ``--write`` rewrites them. Every doc carries a stable
+``doc_id`` (e.g. ``prose-britannica-012``), so per-document results pair across runs.
+Sizes are chosen so one pass over the suite takes about 15-20 s on SmolLM2-135M on two
+CPU cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from posgen.tasks import corpora
+
+SUITE_VERSION = 1
+SUITE_TASKS = ("posgen_prose", "posgen_cloze")
+PRIMARY_METRICS = {"posgen_prose": "word_perplexity", "posgen_cloze": "acc"}
+DATA_DIR = Path(__file__).parent / "data"
+MANIFEST = "MANIFEST.json"
+
+PROSE_QUOTA = {"britannica": 8, "pydoc": 6, "plays": 6}
+PROSE_WORDS = (180, 250)
+CLOZE_QUOTA = {"britannica": 48, "pydoc": 48}
+CLOZE_WORDS = 40
+_STOP = frozenset(
+    [
+        "about",
+        "above",
+        "after",
+        "again",
+        "against",
+        "being",
+        "below",
+        "between",
+        "both",
+        "could",
+        "does",
+        "doing",
+        "down",
+        "during",
+        "each",
+        "from",
+        "further",
+        "have",
+        "having",
+        "here",
+        "into",
+        "itself",
+        "just",
+        "more",
+        "most",
+        "once",
+        "only",
+        "other",
+        "over",
+        "same",
+        "shall",
+        "should",
+        "some",
+        "such",
+        "than",
+        "that",
+        "their",
+        "theirs",
+        "them",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "through",
+        "under",
+        "until",
+        "upon",
+        "very",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "will",
+        "with",
+        "would",
+        "your",
+        "yours",
+        "also",
+        "thus",
+    ]
+)
+_TARGET = re.compile(r"^([A-Za-z][a-z]{3,})[.,;:!?\"')\]]*$")
+
+
+def _pick_even(items: list, k: int) -> list:
+    n = len(items)
+    if n < k:
+        raise ValueError(f"need {k} chunks, the source gives only {n}")
+    return [items[(2 * i + 1) * n // (2 * k)] for i in range(k)]
+
+
+def build_prose() -> list[dict[str, Any]]:
+    """The ``posgen_prose`` documents (see the module docstring)."""
+    rows = []
+    lo, hi = PROSE_WORDS
+    for source, k in PROSE_QUOTA.items():
+        chunks = [(i, c) for i, c in enumerate(corpora.chunks(source, lo)) if c.n_words <= hi]
+        if source == "plays":
+            picked = [
+                _pick_even([ic for ic in chunks if ic[1].origin == play], 1)[0]
+                for play in corpora.PLAYS
+            ]
+        else:
+            picked = _pick_even(chunks, k)
+        for i, chunk in picked:
+            rows.append(
+                {
+                    "doc_id": f"prose-{source}-{i:03d}",
+                    "source": source,
+                    "origin": chunk.origin,
+                    "text": chunk.text,
+                    "n_words": chunk.n_words,
+                }
+            )
+    return rows
+
+
+def cloze_item(context_sentences: Sequence[str]) -> tuple[str, str] | None:
+    """(context, target) from consecutive sentences, or None when the last word of the
+    last sentence does not qualify (see the module docstring)."""
+    words = " ".join(context_sentences).split(" ")
+    m = _TARGET.match(words[-1])
+    if m is None:
+        return None
+    target = m.group(1)
+    earlier = {re.sub(r"\W+", "", w) for w in words[:-1]}
+    if target.lower() in _STOP or target not in earlier:
+        return None
+    return " ".join(words[:-1]), target
+
+
+def _cloze_windows(sentences: list[str]) -> list[tuple[int, int]]:
+    """For each sentence end j, the shortest window [a, j] of at least CLOZE_WORDS words
+    (and at most twice that), as (a, j)."""
+    out = []
+    for j in range(len(sentences)):
+        n, a = 0, j
+        while a >= 0 and n < CLOZE_WORDS:
+            n += len(sentences[a].split())
+            a -= 1
+        if n >= CLOZE_WORDS and n <= 2 * CLOZE_WORDS:
+            out.append((a + 1, j))
+    return out
+
+
+def build_cloze(prose: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``posgen_cloze`` items (see the module docstring)."""
+    used = {s for row in prose for s in corpora.split_sentences(row["text"])}
+    rows = []
+    for source, k in CLOZE_QUOTA.items():
+        cands = []
+        for s_i, (origin, sents) in enumerate(corpora.sentence_streams(source)):
+            for a, j in _cloze_windows(sents):
+                item = cloze_item(sents[a : j + 1])
+                if item is None or used.intersection(sents[a : j + 1]):
+                    continue
+                doc_id = f"cloze-{source}-{s_i:02d}-{j:04d}"
+                rank = hashlib.sha256(f"posgen_cloze/v{SUITE_VERSION}/{doc_id}".encode())
+                cands.append((rank.hexdigest(), (s_i, a, j), doc_id, origin, item))
+        picked: list = []
+        taken: set[tuple[int, int]] = set()
+        for cand in sorted(cands):  # by rank; no two items share a sentence
+            s_i, a, j = cand[1]
+            span = {(s_i, t) for t in range(a, j + 1)}
+            if len(picked) < k and not span & taken:
+                picked.append(cand)
+                taken |= span
+        if len(picked) < k:
+            raise ValueError(f"{source}: only {len(picked)} disjoint cloze items, need {k}")
+        for _, _, doc_id, origin, (context, target) in sorted(picked, key=lambda c: c[1]):
+            rows.append(
+                {
+                    "doc_id": doc_id,
+                    "source": source,
+                    "origin": origin,
+                    "context": context,
+                    "target": target,
+                }
+            )
+    return rows
+
+
+def _jsonl(rows: Sequence[dict[str, Any]]) -> bytes:
+    return "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows).encode(
+        "utf-8"
+    )
+
+
+def build_files() -> dict[str, bytes]:
+    """Every shipped data file, as bytes: the two JSONL files and the manifest."""
+    prose = build_prose()
+    files = {"posgen_prose.jsonl": _jsonl(prose), "posgen_cloze.jsonl": _jsonl(build_cloze(prose))}
+    manifest = {
+        "suite_version": SUITE_VERSION,
+        "builder": "posgen.tasks.offline",
+        "files": {n: hashlib.sha256(b).hexdigest() for n, b in sorted(files.items())},
+        "sources": corpora.source_fingerprints(),
+    }
+    files[MANIFEST] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+    return files
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
+def read_manifest() -> dict[str, Any]:
+    return json.loads((DATA_DIR / MANIFEST).read_text(encoding="utf-8"))
+
+
+def load_rows(name: str) -> list[dict[str, Any]]:
+    """The rows of a shipped JSONL file, after checking its sha256 against the manifest."""
+    data = (DATA_DIR / name).read_bytes()
+    expected = read_manifest()["files"].get(name)
+    if hashlib.sha256(data).hexdigest() != expected:
+        raise RuntimeError(
+            f"{DATA_DIR / name} does not match its sha256 in {MANIFEST}; "
+            "reinstall posgen or run `python -m posgen.tasks.offline --write`"
+        )
+    return [json.loads(line) for line in data.decode("utf-8").splitlines()]
+
+
+def _dataset(name: str):
+    import datasets
+
+    return datasets.DatasetDict({"test": datasets.Dataset.from_list(load_rows(name))})
+
+
+def prose_dataset(**_: Any):
+    """lm-eval ``custom_dataset`` of ``posgen_prose`` (ignores the metadata it is passed)."""
+    return _dataset("posgen_prose.jsonl")
+
+
+def cloze_dataset(**_: Any):
+    """lm-eval ``custom_dataset`` of ``posgen_cloze`` (ignores the metadata it is passed)."""
+    return _dataset("posgen_cloze.jsonl")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m posgen.tasks.offline",
+        description="Build or check the offline suite's data.",
+    )
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", action="store_true", help="rewrite the shipped files")
+    mode.add_argument("--check", action="store_true", help="rebuild and compare bytes")
+    args = parser.parse_args(argv)
+    files = build_files()
+    if args.write:
+        for name, data in files.items():
+            _write_atomic(DATA_DIR / name, data)
+        print(f"wrote {', '.join(sorted(files))} to {DATA_DIR}")
+        return 0
+    stale = [
+        n
+        for n, b in files.items()
+        if not (DATA_DIR / n).is_file() or (DATA_DIR / n).read_bytes() != b
+    ]
+    print("up to date" if not stale else f"differs: {', '.join(sorted(stale))}")
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
