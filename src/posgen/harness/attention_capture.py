@@ -1,0 +1,199 @@
+"""Capture every head's pre-softmax attention logits from the model's own forward.
+
+``capture_attention(model, consumer)`` switches the model to an attention function
+registered with ``transformers.AttentionInterface`` under the name ``posgen_capture``
+(and the eager mask function under the same name with ``AttentionMaskInterface``; without
+it the function would receive ``mask=None`` and attention would silently be non-causal).
+The function receives the model's own post-RoPE query and key, computes
+
+    logits = query @ repeat_kv(key)ᵀ · scaling      [batch, head, query_pos, key_pos] float32
+
+(followed by the model's own soft-capping, tanh(x / cap) · cap, where the layer uses it),
+hands one ``LayerCapture`` per layer to ``consumer`` and then calls the model family's own
+eager attention, so the forward's outputs are unchanged. Streamed: one layer's logits at a
+time, the full L×H×n×n tensor is never held. The original attention implementation is
+restored on exit, whatever happens.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+CAPTURE_NAME = "posgen_capture"
+
+_ACTIVE: dict[int, _CaptureState] = {}  # id(attention module) -> the capture it feeds
+_REGISTERED = False
+
+
+@dataclass
+class LayerCapture:
+    """One layer's capture; tensors live on the model's device."""
+
+    layer: int
+    logits: torch.Tensor  # [B, H, n, n] float32, pre-softmax, pre-mask
+    attended: torch.Tensor  # [B, 1, n, n] bool, True where the layer may attend
+    query: torch.Tensor  # [B, H, n, head_dim] post-RoPE, as the model computed it
+    key: torch.Tensor  # [B, H, n, head_dim] post-RoPE, grouped KV heads expanded
+    module: torch.nn.Module = field(repr=False)
+    position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = field(repr=False)
+    scaling: float = 1.0
+
+    def unrotate(self, x: torch.Tensor) -> torch.Tensor:
+        """Undo RoPE on ``x`` [B, H, n, head_dim] with the model's own rotation and (cos, −sin).
+
+        RoPE rotates each 2-D subspace by an angle; the model's ``apply_rotary_pos_emb``
+        with the sine negated rotates it back. Raises for a model without RoPE.
+        """
+        apply_rope = self._rope_function()
+        cos, sin = self.position_embeddings
+        return apply_rope(x, x, cos, -sin)[0]
+
+    def rotate(self, x: torch.Tensor) -> torch.Tensor:
+        """Apply the model's own RoPE to ``x`` [B, H, n, head_dim] at this capture's positions."""
+        apply_rope = self._rope_function()
+        cos, sin = self.position_embeddings
+        return apply_rope(x, x, cos, sin)[0]
+
+    def _rope_function(self) -> Callable:
+        if self.position_embeddings is None:
+            raise ValueError(
+                f"{type(self.module).__name__} received no rotary position embeddings: this "
+                "measure needs a RoPE model (Llama, Qwen, Mistral, Gemma, Phi-3, GPT-NeoX)"
+            )
+        fn = getattr(sys.modules[type(self.module).__module__], "apply_rotary_pos_emb", None)
+        if fn is None:
+            raise ValueError(f"{type(self.module).__module__} has no apply_rotary_pos_emb")
+        return fn
+
+
+Consumer = Callable[[LayerCapture], None]
+
+
+@dataclass
+class _CaptureState:
+    consumer: Consumer
+    layer_of: dict[int, int]  # id(module) -> layer index
+    position_embeddings: dict[int, tuple | None] = field(default_factory=dict)
+
+
+def _expand_kv(module: torch.nn.Module, key: torch.Tensor, heads: int) -> torch.Tensor:
+    """[B, KV, n, d] -> [B, H, n, d] with the family's own ``repeat_kv`` where it has one."""
+    groups = heads // key.shape[1]
+    repeat_kv = getattr(sys.modules[type(module).__module__], "repeat_kv", None)
+    if repeat_kv is not None:
+        return repeat_kv(key, groups)
+    return key.repeat_interleave(groups, dim=1)
+
+
+def _eager_function(module: torch.nn.Module) -> Callable:
+    fn = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    if fn is None:
+        raise RuntimeError(
+            f"{type(module).__module__} has no eager_attention_forward; "
+            "posgen cannot capture this architecture's attention"
+        )
+    return fn
+
+
+def capture_attention_forward(module, query, key, value, attention_mask, *args, **kwargs):
+    """The registered attention function: capture the logits, then run the eager attention."""
+    state = _ACTIVE.get(id(module))
+    if state is None:
+        raise RuntimeError(
+            f"attention implementation {CAPTURE_NAME!r} is only valid inside "
+            "posgen.harness.attention_capture.capture_attention()"
+        )
+    if attention_mask is None:
+        raise RuntimeError(
+            f"{CAPTURE_NAME}: the model passed no attention mask; register the "
+            "mask function (capture_attention does) so attention stays causal"
+        )
+    scaling = kwargs.get("scaling")
+    scaling = module.head_dim**-0.5 if scaling is None else scaling
+    key_full = _expand_kv(module, key, query.shape[1])
+    with torch.no_grad():
+        logits = torch.matmul(query.float(), key_full.float().transpose(2, 3)) * scaling
+        softcap = kwargs.get("softcap")
+        if softcap is not None:
+            logits = torch.tanh(logits / softcap) * softcap
+        mask = attention_mask[:, :, :, : key_full.shape[-2]]
+        attended = mask if mask.dtype == torch.bool else mask == 0
+        state.consumer(
+            LayerCapture(
+                layer=state.layer_of[id(module)],
+                logits=logits,
+                attended=attended,
+                query=query,
+                key=key_full,
+                module=module,
+                position_embeddings=state.position_embeddings.get(id(module)),
+                scaling=scaling,
+            )
+        )
+    return _eager_function(module)(module, query, key, value, attention_mask, *args, **kwargs)
+
+
+def register() -> None:
+    """Register ``posgen_capture`` with AttentionInterface and AttentionMaskInterface (once)."""
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    AttentionInterface.register(CAPTURE_NAME, capture_attention_forward)
+    AttentionMaskInterface.register(CAPTURE_NAME, eager_mask)
+    _REGISTERED = True
+
+
+def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's self-attention modules in layer order (class name ending in 'Attention')."""
+    found = [m for m in model.modules() if type(m).__name__.endswith("Attention")]
+    if not found:
+        raise ValueError(f"{type(model).__name__}: no attention module found to capture")
+    if all(hasattr(m, "layer_idx") for m in found):
+        found.sort(key=lambda m: m.layer_idx)
+    return found
+
+
+@contextmanager
+def capture_attention(model: torch.nn.Module, consumer: Consumer) -> Iterator[None]:
+    """Within the block, every forward of ``model`` calls ``consumer`` once per layer.
+
+    The consumer runs inside the forward (under ``torch.no_grad``) and must not keep the
+    tensors it gets longer than it needs them. Use ``use_cache=False`` forwards.
+    """
+    register()
+    modules = attention_modules(model)
+    state = _CaptureState(consumer, {id(m): k for k, m in enumerate(modules)})
+    if any(id(m) in _ACTIVE for m in modules):
+        raise RuntimeError("this model is already being captured (nested capture_attention)")
+
+    def keep_position_embeddings(module, args, kwargs):
+        state.position_embeddings[id(module)] = kwargs.get("position_embeddings")
+
+    original = model.config._attn_implementation
+    hooks = [
+        m.register_forward_pre_hook(keep_position_embeddings, with_kwargs=True) for m in modules
+    ]
+    _ACTIVE.update({id(m): state for m in modules})
+    try:
+        model.set_attn_implementation(CAPTURE_NAME)
+        if model.config._attn_implementation != CAPTURE_NAME:
+            raise RuntimeError(
+                f"{type(model).__name__} does not accept a registered attention "
+                "function (AttentionInterface); posgen cannot capture it"
+            )
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
+        for m in modules:
+            _ACTIVE.pop(id(m), None)
+        if model.config._attn_implementation != original:
+            model.set_attn_implementation(original)

@@ -1,0 +1,378 @@
+"""Exact least-squares fit of attention logits: W[i, j] ≈ a[i−j] + b[i] + c[j].
+
+For one head, W is the [n, n] matrix of pre-softmax logits (query i, key j). The fit uses
+the *fitted entries* F ⊆ {(i, j): j ≤ i}: the entries the layer attends to (causal, or a
+sliding window), optionally without the diagonal, optionally without the first k key
+positions (attention sinks). Defaults: diagonal included, no sink keys excluded
+(``FitOptions()``); a sink column is absorbed whole by its own c[j] anyway.
+
+Three-axis model (distance, query, key), θ = (a, b, c) ∈ R^{3n}::
+
+    W[i, j] ≈ a[i−j] + b[i] + c[j],   (i, j) ∈ F                        (ordinary least squares)
+
+Two-axis model: W[i, j] ≈ a[i−j] + c[j].
+
+Normal equations G θ = s, with s = (diagonal sums, row sums, column sums) of W over F, and
+the Gram matrix G = XᵀX depending only on F (so only on n, the mask and the options)::
+
+        ⎡ diag(n_d)  C_db       C_dc      ⎤     n_d = #{(i, j) ∈ F: i−j = d}
+    G = ⎢ C_dbᵀ      diag(n_i)  M         ⎥     C_db[d, i] = 1[(i, i−d) ∈ F]
+        ⎣ C_dcᵀ      Mᵀ         diag(n_j) ⎦     C_dc[d, j] = 1[(j+d, j) ∈ F],  M = 1[F]
+
+G is singular. Its null space holds the two additive constants (a += α, b −= α and
+a += β, c −= β), the linear trend (a[d] += g·d, b[i] −= g·i, c[j] += g·j, because
+(i−j) − i + j = 0), and every parameter no fitted entry touches (e.g. c[j] for sink
+keys). The fitted values X θ are unique; posgen takes θ = G⁺ s (pseudo-inverse computed
+once per layout in float64 and reused for every head, layer and document) and then states
+a normalisation for per-term values: c has zero weighted mean and zero weighted linear
+trend in j (a linear trend is attributed to distance), b has zero weighted mean, a carries
+the constant (weights = entry counts of each diagonal, row or column).
+
+Everything per head is O(n²) sums plus an O(n²) product with G⁺ (shared by all heads,
+batched as one matrix product), because for OLS with an intercept in the column space:
+
+    r² = ESS / TSS,  ESS = θᵀ s_c,  TSS = Σ_F (W − W̄)²,  RSS = TSS − ESS
+    r_row_centred² = 1 − RSS / Σ_F (W[i, j] − W̄[i, ·])²   (row indicators are in X, so the
+                     residual has zero row means and row-centring leaves it unchanged)
+
+Chance level: for pure noise E[r²] ≈ (rank(G) − 1) / (|F| − 1), reported as its square root.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+_RANK_TOL = 1e-9  # eigenvalues below _RANK_TOL * max eigenvalue count as null
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """Which causal entries enter the fit. Defaults: diagonal included, no sinks excluded."""
+
+    include_diagonal: bool = True
+    sink_keys: int = 0  # exclude key positions j < sink_keys
+
+    def __post_init__(self) -> None:
+        if self.sink_keys < 0:
+            raise ValueError(f"sink_keys must be >= 0, got {self.sink_keys}")
+
+    def apply(self, attended: torch.Tensor) -> torch.Tensor:
+        """The fitted entries F: ``attended`` [n, n] bool ∩ causal ∩ the options."""
+        n = attended.shape[-1]
+        keep = torch.ones(n, n, dtype=torch.bool, device=attended.device).tril(
+            0 if self.include_diagonal else -1
+        )
+        keep[:, : self.sink_keys] = False
+        return attended.bool() & keep
+
+
+def diagonal_sums(x: torch.Tensor) -> torch.Tensor:
+    """s[..., d] = Σ_i x[..., i, i−d] for d = 0..n−1; ``x`` [..., n, n] must be lower triangular.
+
+    Strided view of the flattened matrix padded with n zeros in front: entry (i, e) with
+    e = n−1−d sits at flat index 1 + i(n+1) + e; out-of-range reads land on the (zero)
+    strict upper triangle. O(n²), one copy.
+    """
+    n = x.shape[-1]
+    lead = x.shape[:-2]
+    flat = torch.nn.functional.pad(x.reshape(-1, n * n), (n, 0)).contiguous()
+    view = flat.as_strided((flat.shape[0], n, n), (n * n + n, n + 1, 1), storage_offset=1)
+    return view.sum(-2).flip(-1).reshape(*lead, n)
+
+
+@dataclass
+class FitLayout:
+    """What depends only on the fitted entries F [n, n]: counts, Gram pseudo-inverses, ranks."""
+
+    mask: torch.Tensor  # [n, n] bool, F
+    n_entries: int
+    count_d: torch.Tensor  # [n] float64, entries per distance
+    count_i: torch.Tensor  # [n] float64, entries per query row
+    count_j: torch.Tensor  # [n] float64, entries per key column
+    c_dc: torch.Tensor  # [n, n] float64, C_dc[d, j] = 1[(j+d, j) ∈ F]
+    pinv3: torch.Tensor  # [3n, 3n] float64, G⁺ of the three-axis model
+    pinv2: torch.Tensor  # [2n, 2n] float64, G⁺ of the two-axis model (a, c)
+    rank3: int
+    rank2: int
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return int(self.mask.shape[-1])
+
+    @property
+    def chance_r(self) -> float:
+        """sqrt((rank − 1) / (|F| − 1)): the expected r of the three-axis fit to pure noise."""
+        return float(np.sqrt(max(self.rank3 - 1, 0) / max(self.n_entries - 1, 1)))
+
+    @property
+    def chance_r_2axis(self) -> float:
+        return float(np.sqrt(max(self.rank2 - 1, 0) / max(self.n_entries - 1, 1)))
+
+    @classmethod
+    def from_mask(cls, mask: torch.Tensor, device: torch.device | str | None = None) -> FitLayout:
+        """Build the layout of fitted entries ``mask`` [n, n] bool (lower triangular)."""
+        m = mask.detach().to("cpu", torch.bool)
+        if m.ndim != 2 or m.shape[0] != m.shape[1]:
+            raise ValueError(f"mask must be [n, n], got {tuple(m.shape)}")
+        if bool(m.triu(1).any()):
+            raise ValueError("fitted entries must be causal (j <= i); the mask has j > i entries")
+        if not bool(m.any()):
+            raise ValueError("no entry to fit: the mask is empty")
+        n = m.shape[0]
+        mf = m.double()
+        c_db, c_dc = _distance_by_row(m), _distance_by_column(m)  # [n(d), n(i)], [n(d), n(j)]
+        count_d, count_i, count_j = c_dc.sum(1), mf.sum(1), mf.sum(0)
+        gram3 = torch.zeros(3 * n, 3 * n, dtype=torch.float64)
+        gram3[:n, :n] = torch.diag(count_d)
+        gram3[n : 2 * n, n : 2 * n] = torch.diag(count_i)
+        gram3[2 * n :, 2 * n :] = torch.diag(count_j)
+        gram3[:n, n : 2 * n], gram3[n : 2 * n, :n] = c_db, c_db.T
+        gram3[:n, 2 * n :], gram3[2 * n :, :n] = c_dc, c_dc.T
+        gram3[n : 2 * n, 2 * n :], gram3[2 * n :, n : 2 * n] = mf, mf.T
+        keep2 = torch.cat([torch.arange(n), torch.arange(2 * n, 3 * n)])
+        pinv3, rank3 = _pinv_psd(gram3)
+        pinv2, rank2 = _pinv_psd(gram3[keep2][:, keep2])
+        dev = torch.device(device) if device is not None else mask.device
+        return cls(
+            mask=m.to(dev),
+            n_entries=int(m.sum()),
+            count_d=count_d.to(dev),
+            count_i=count_i.to(dev),
+            count_j=count_j.to(dev),
+            c_dc=c_dc.to(dev),
+            pinv3=pinv3.to(dev),
+            pinv2=pinv2.to(dev),
+            rank3=rank3,
+            rank2=rank2,
+        )
+
+
+def _gather_mask(m: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """out[d, x] = m[rows[d, x], cols[d, x]] where in range, else 0 (float64)."""
+    n = m.shape[0]
+    ok = (rows >= 0) & (rows < n) & (cols >= 0) & (cols < n)
+    out = torch.zeros(rows.shape, dtype=torch.float64)
+    out[ok] = m[rows[ok], cols[ok]].double()
+    return out
+
+
+def _distance_by_row(m: torch.Tensor) -> torch.Tensor:
+    """C_db[d, i] = 1[(i, i−d) ∈ F] (float64 [n, n])."""
+    n = m.shape[0]
+    i = torch.arange(n)[None, :].expand(n, n)
+    return _gather_mask(m, i, i - torch.arange(n)[:, None])
+
+
+def _distance_by_column(m: torch.Tensor) -> torch.Tensor:
+    """C_dc[d, j] = 1[(j+d, j) ∈ F] (float64 [n, n])."""
+    n = m.shape[0]
+    j = torch.arange(n)[None, :].expand(n, n)
+    return _gather_mask(m, j + torch.arange(n)[:, None], j)
+
+
+def _pinv_psd(gram: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Pseudo-inverse and rank of a symmetric positive semi-definite matrix (float64)."""
+    evals, evecs = torch.linalg.eigh(gram)
+    keep = evals > _RANK_TOL * evals.max()
+    inv = (evecs[:, keep] / evals[keep]) @ evecs[:, keep].T
+    return (inv + inv.T) / 2, int(keep.sum())
+
+
+def mask_digest(mask: torch.Tensor) -> str:
+    """A stable key for a bool mask (BLAKE2b of its bytes and shape)."""
+    arr = mask.detach().to("cpu", torch.bool).numpy()
+    h = hashlib.blake2b(digest_size=16)
+    h.update(str(arr.shape).encode())
+    h.update(np.packbits(arr).tobytes())
+    return h.hexdigest()
+
+
+class LayoutCache:
+    """Layouts keyed by (mask bytes, device): built once, reused across heads, layers, docs."""
+
+    def __init__(self) -> None:
+        self._layouts: dict[tuple[str, str], FitLayout] = {}
+
+    def get(self, mask: torch.Tensor, device: torch.device | str | None = None) -> FitLayout:
+        dev = torch.device(device) if device is not None else mask.device
+        key = (mask_digest(mask), str(dev))
+        if key not in self._layouts:
+            self._layouts[key] = FitLayout.from_mask(mask, dev)
+        return self._layouts[key]
+
+    def __len__(self) -> int:
+        return len(self._layouts)
+
+
+@dataclass
+class HeadSums:
+    """Centred sums of P heads' logits over F (float64): everything the fits need."""
+
+    mean: torch.Tensor  # [P], W̄ over F
+    diag: torch.Tensor  # [P, n], Σ_F (W − W̄) along each distance d
+    rows: torch.Tensor  # [P, n], Σ_F (W − W̄) along each query row i
+    cols: torch.Tensor  # [P, n], Σ_F (W − W̄) along each key column j
+    tss: torch.Tensor  # [P], Σ_F (W − W̄)²
+    tss_row_centred: torch.Tensor  # [P], Σ_F (W[i, j] − W̄[i, ·])²
+
+
+def head_sums(logits: torch.Tensor, layout: FitLayout, chunk: int | None = None) -> HeadSums:
+    """Sums of ``logits`` [P, n, n] over the layout's entries, in float64, O(P n²).
+
+    Heads are processed ``chunk`` at a time (default ⌈P/4⌉) so the float64 temporaries stay
+    near one float32 copy of the input.
+    """
+    p, n = logits.shape[0], layout.n
+    if logits.shape[-2:] != (n, n):
+        raise ValueError(f"logits are {tuple(logits.shape)}, the layout is for n={n}")
+    chunk = chunk or max(1, -(-p // 4))
+    parts = [_raw_sums(logits[k : k + chunk], layout.mask) for k in range(0, p, chunk)]
+    diag, rows, cols, sumsq = (torch.cat(t) for t in zip(*parts, strict=True))
+    n_e = layout.n_entries
+    mean = rows.sum(-1) / n_e
+    used_i = layout.count_i > 0
+    row_sq = torch.where(used_i, rows**2 / layout.count_i.clamp(min=1), 0.0).sum(-1)
+    return HeadSums(
+        mean=mean,
+        diag=diag - mean[:, None] * layout.count_d,
+        rows=rows - mean[:, None] * layout.count_i,
+        cols=cols - mean[:, None] * layout.count_j,
+        tss=sumsq - n_e * mean**2,
+        tss_row_centred=sumsq - row_sq,
+    )
+
+
+def _raw_sums(logits: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    x = torch.where(mask, logits.to(torch.float64), 0.0)  # [p, n, n]
+    flat = x.reshape(x.shape[0], 1, -1)
+    sumsq = torch.bmm(flat, flat.transpose(1, 2)).reshape(-1)
+    return diagonal_sums(x), x.sum(-1), x.sum(-2), sumsq
+
+
+@dataclass
+class HeadFits:
+    """Fit of P heads. Per-term values follow the module's normalisation; NaN = unused."""
+
+    r_3axis: torch.Tensor  # [P] Pearson r of fitted vs actual, three-axis model
+    r_2axis: torch.Tensor  # [P] same, a[i−j] + c[j]
+    r_row_centred: torch.Tensor  # [P] both sides minus each query row's mean
+    residual_std: torch.Tensor  # [P] root mean square residual of the three-axis fit
+    share_distance: torch.Tensor  # [P] var(a[i−j]) / (var a + var b + var c) over F
+    share_query: torch.Tensor  # [P]
+    share_key: torch.Tensor  # [P]
+    a: torch.Tensor  # [P, n] distance term (carries the constant W̄)
+    b: torch.Tensor  # [P, n] query term
+    c: torch.Tensor  # [P, n] key term
+    chance_r: float
+    chance_r_2axis: float
+    n_entries: int
+
+    @property
+    def r2(self) -> torch.Tensor:
+        return self.r_3axis**2
+
+
+def fit_heads(logits: torch.Tensor, layout: FitLayout, sums: HeadSums | None = None) -> HeadFits:
+    """Fit W ≈ a[i−j] + b[i] + c[j] and W ≈ a[i−j] + c[j] for ``logits`` [P, n, n] at once."""
+    s = sums if sums is not None else head_sums(logits, layout)
+    s3 = torch.cat([s.diag, s.rows, s.cols], dim=-1)  # [P, 3n]
+    theta = s3 @ layout.pinv3
+    ess = (theta * s3).sum(-1)
+    s2 = torch.cat([s.diag, s.cols], dim=-1)
+    ess2 = ((s2 @ layout.pinv2) * s2).sum(-1)
+    tss = s.tss
+    rss = (tss - ess).clamp(min=0.0)
+    r3 = (ess / tss).clamp(0.0, 1.0).sqrt()
+    r2ax = (ess2 / tss).clamp(0.0, 1.0).sqrt()
+    r_rc = (1.0 - rss / s.tss_row_centred).clamp(0.0, 1.0).sqrt()
+    a, b, c, shares = _normalise(theta, s.mean, layout)
+    return HeadFits(
+        r_3axis=r3,
+        r_2axis=r2ax,
+        r_row_centred=r_rc,
+        residual_std=(rss / layout.n_entries).sqrt(),
+        share_distance=shares[0],
+        share_query=shares[1],
+        share_key=shares[2],
+        a=a,
+        b=b,
+        c=c,
+        chance_r=layout.chance_r,
+        chance_r_2axis=layout.chance_r_2axis,
+        n_entries=layout.n_entries,
+    )
+
+
+def _weighted_mean(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return (x * w).sum(-1) / w.sum()
+
+
+def _normalise(theta: torch.Tensor, mean: torch.Tensor, layout: FitLayout):
+    """Per-term values: c without weighted mean or linear trend, b without mean, a the rest."""
+    n = layout.n
+    a, b, c = theta[:, :n], theta[:, n : 2 * n], theta[:, 2 * n :]
+    pos = torch.arange(n, dtype=torch.float64, device=theta.device)
+    wj = layout.count_j
+    jc = pos - _weighted_mean(pos, wj)
+    var_j = _weighted_mean(jc**2, wj)
+    g = _weighted_mean(c * jc, wj) / var_j if var_j > 0 else torch.zeros_like(mean)
+    g = g[:, None]
+    a, b, c = a - g * pos, b + g * pos, c - g * pos  # the null-space trend
+    cm = _weighted_mean(c, wj)[:, None]
+    bm = _weighted_mean(b, layout.count_i)[:, None]
+    a, b, c = a + cm + bm + mean[:, None], b - bm, c - cm
+    var = [
+        _weighted_mean(t**2, w) - _weighted_mean(t, w) ** 2
+        for t, w in ((a, layout.count_d), (b, layout.count_i), (c, wj))
+    ]
+    total = var[0] + var[1] + var[2]
+    shares = [v / total for v in var]
+    nan = torch.tensor(float("nan"), dtype=theta.dtype, device=theta.device)
+    a, b, c = (
+        torch.where(w > 0, t, nan) for t, w in ((a, layout.count_d), (b, layout.count_i), (c, wj))
+    )
+    return a, b, c, shares
+
+
+def fitted_map(fits: HeadFits, head: int, layout: FitLayout) -> torch.Tensor:
+    """a[i−j] + b[i] + c[j] of one head as [n, n] float64, NaN outside the fitted entries."""
+    n = layout.n
+    i = torch.arange(n, device=fits.a.device)
+    dist = (i[:, None] - i[None, :]).clamp(min=0)
+    out = fits.a[head][dist] + fits.b[head][:, None] + fits.c[head][None, :]
+    return torch.where(layout.mask.to(out.device), out, float("nan"))
+
+
+def reference_fit(logits: np.ndarray, mask: np.ndarray, two_axis: bool = False) -> dict:
+    """Reference: sparse least squares with scipy ``lsqr`` at tight tolerance (slow, for tests).
+
+    ``logits`` [n, n], ``mask`` [n, n] bool. Returns r (Pearson, fitted vs actual), the
+    row-centred r and the fitted values over the mask entries (row-major order).
+    """
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import lsqr
+
+    n = mask.shape[0]
+    i, j = np.nonzero(mask)
+    w = logits[i, j].astype(np.float64)
+    cols = [i - j, 2 * n + j] if two_axis else [i - j, n + i, 2 * n + j]
+    x = sp.csr_matrix(
+        (
+            np.ones(len(i) * len(cols)),
+            (np.repeat(np.arange(len(i)), len(cols)), np.stack(cols, 1).ravel()),
+        ),
+        shape=(len(i), 3 * n),
+    )
+    sol = lsqr(x, w, atol=1e-15, btol=1e-15, conlim=1e12, iter_lim=200_000)[0]
+    fitted = x @ sol
+    row_mean = lambda v: np.bincount(i, v, n)[i] / np.bincount(i, None, n)[i]  # noqa: E731
+    return {
+        "r": float(np.corrcoef(fitted, w)[0, 1]),
+        "r_row_centred": float(np.corrcoef(fitted - row_mean(fitted), w - row_mean(w))[0, 1]),
+        "fitted": fitted,
+    }

@@ -1,0 +1,111 @@
+"""Capture from the model's own forward: softmax of the captured logits = the model's own
+attention probabilities, on tiny models of every RoPE family and on the embedded model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from posgen.harness.attention_capture import CAPTURE_NAME, capture_attention
+from tiny_models import ROPE_ARCHS, build_model
+
+
+def _check_probabilities(model, ids: torch.Tensor, atol: float = 1e-6) -> dict[int, tuple]:
+    """Capture, compare with output_attentions under eager; returns layer -> (shape, attended)."""
+    model.set_attn_implementation("eager")
+    seen: dict[int, tuple] = {}
+
+    def consumer(cap) -> None:
+        assert cap.logits.dtype == torch.float32
+        probs = torch.softmax(cap.logits.masked_fill(~cap.attended, float("-inf")), dim=-1)
+        seen[cap.layer] = (tuple(cap.logits.shape), cap.attended[0, 0].clone(), probs.clone())
+
+    with torch.no_grad():
+        ref = model(ids, use_cache=False, output_attentions=True)
+        with capture_attention(model, consumer):
+            out = model(ids, use_cache=False)
+    assert model.config._attn_implementation == "eager"  # restored
+    torch.testing.assert_close(out.logits, ref.logits, rtol=0, atol=1e-6)
+    assert sorted(seen) == list(range(model.config.num_hidden_layers))
+    for layer, (_, _, probs) in seen.items():
+        torch.testing.assert_close(probs, ref.attentions[layer].float(), rtol=0, atol=atol)
+    return seen
+
+
+@pytest.mark.parametrize("arch", ROPE_ARCHS)
+def test_softmax_of_captured_logits_equals_model_attention(arch):
+    model = build_model(arch, seed=0)
+    ids = torch.randint(3, 384, (2, 20), generator=torch.Generator().manual_seed(0))
+    seen = _check_probabilities(model, ids)
+    heads = model.config.num_attention_heads
+    for shape, attended, _ in seen.values():
+        assert shape == (2, heads, 20, 20)  # grouped KV heads expanded
+        assert not attended.triu(1).any()  # causal
+
+
+@pytest.mark.parametrize("arch", ["gemma2", "gemma3_text"])
+def test_sliding_window_layers_pass_their_window(arch):
+    model = build_model(arch, seed=0)
+    seen = _check_probabilities(model, torch.randint(3, 384, (1, 24)))
+    window = model.config.sliding_window
+    i = torch.arange(24)
+    dist = i[:, None] - i[None, :]
+    assert torch.equal(seen[0][1], (dist >= 0) & (dist < window))  # sliding layer
+    assert torch.equal(seen[1][1], dist >= 0)  # full layer
+
+
+def test_capture_is_undone_after_an_error_and_refuses_outside_use():
+    model = build_model("llama", seed=0)
+    model.set_attn_implementation("sdpa")
+
+    def failing(cap) -> None:
+        raise KeyError("boom")
+
+    with pytest.raises(KeyError, match="boom"), capture_attention(model, failing):
+        model(torch.randint(3, 384, (1, 8)), use_cache=False)
+    assert model.config._attn_implementation == "sdpa"
+    model.set_attn_implementation(CAPTURE_NAME)
+    with pytest.raises(RuntimeError, match="only valid inside"):
+        model(torch.randint(3, 384, (1, 8)), use_cache=False)
+
+
+def test_unrotate_recovers_position_free_keys():
+    """Layer 0 keys of one repeated token are identical before RoPE: undoing the model's
+    own rotation must make them equal at every position (and differ after it)."""
+    model = build_model("llama", seed=0)
+    kept = {}
+
+    def consumer(cap) -> None:
+        if cap.layer == 0:
+            kept["post"], kept["pre"] = cap.key.clone(), cap.unrotate(cap.key)
+            kept["again"] = cap.rotate(kept["pre"])
+
+    with torch.no_grad(), capture_attention(model, consumer):
+        model(torch.full((1, 16), 7), use_cache=False)
+    pre, post = kept["pre"][0], kept["post"][0]
+    torch.testing.assert_close(pre, pre[:, :1].expand_as(pre), rtol=0, atol=1e-5)
+    assert (post - post[:, :1]).abs().max() > 1e-2
+    torch.testing.assert_close(kept["again"], kept["post"], rtol=0, atol=1e-5)
+
+
+def test_non_rope_model_gives_a_clear_error():
+    model = build_model("gpt2", seed=0)
+
+    def consumer(cap) -> None:
+        cap.unrotate(cap.key)
+
+    with (
+        pytest.raises(ValueError, match="needs a RoPE model"),
+        torch.no_grad(),
+        capture_attention(model, consumer),
+    ):
+        model(torch.randint(3, 384, (1, 8)), use_cache=False)
+
+
+@pytest.mark.slow
+def test_embedded_model_capture_matches_its_attention(embedded_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(embedded_model_dir, dtype=torch.float32).eval()
+    ids = torch.randint(100, 40000, (1, 64), generator=torch.Generator().manual_seed(0))
+    seen = _check_probabilities(model, ids, atol=1e-5)
+    assert len(seen) == 30 and seen[0][0] == (1, 9, 64, 64)
