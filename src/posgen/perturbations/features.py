@@ -37,7 +37,7 @@ class FeaturePerturbation(Perturbation):
     kind: ClassVar[str] = "feature"
     short_param: ClassVar[str] = "sigma"
     nested_param: ClassVar[str] = "sigma"
-    sigma: float = 0.0
+    sigma: float
 
     def validate(self) -> None:
         check_nonnegative(self.name, "sigma", self.sigma)
