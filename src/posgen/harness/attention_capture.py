@@ -42,6 +42,7 @@ class LayerCapture:
     module: torch.nn.Module = field(repr=False)
     position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = field(repr=False)
     scaling: float = 1.0
+    kv_heads: int = 0  # KV heads before expansion: query head h reads KV head h // (H / kv_heads)
 
     def unrotate(self, x: torch.Tensor) -> torch.Tensor:
         """Undo RoPE on ``x`` [B, H, n, head_dim] with the model's own rotation and (cos, −sin).
@@ -133,6 +134,7 @@ def capture_attention_forward(module, query, key, value, attention_mask, *args, 
                 module=module,
                 position_embeddings=state.position_embeddings.get(id(module)),
                 scaling=scaling,
+                kv_heads=key.shape[1],
             )
         )
     return _eager_function(module)(module, query, key, value, attention_mask, *args, **kwargs)

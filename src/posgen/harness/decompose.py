@@ -70,7 +70,7 @@ class _LayerFitter:
         import torch
 
         from posgen.results.logit_fit import fit_heads, head_sums
-        from posgen.results.qk_pattern import distance_key_r, distance_map
+        from posgen.results.qk_pattern import distance_key_r
 
         if cap.logits.shape[0] != 1:
             raise ValueError("decompose fits one document per forward (batch size 1)")
@@ -79,11 +79,7 @@ class _LayerFitter:
         layout = self.layouts.get(self.options.apply(attended), logits.device)
         sums = head_sums(logits, layout)
         fits = fit_heads(logits, layout, sums)
-        key_pre = cap.unrotate(cap.key)  # [1, H, n, d]
-        used = (layout.count_j > 0).to(key_pre.dtype)
-        mean_key = (key_pre * used[:, None]).sum(-2, keepdim=True) / used.sum()
-        rotated = cap.rotate(mean_key.expand_as(key_pre).contiguous())
-        r_dk = distance_key_r(sums, distance_map(cap.query[0], rotated[0], cap.scaling), layout)
+        r_dk = distance_key_r(sums, _distance_axis(cap, layout), layout)
         window = bool((~attended & torch.ones_like(attended).tril()).any())  # e.g. sliding
         self._append(cap.layer, fits, r_dk, layout, window)
 
@@ -114,6 +110,22 @@ class _LayerFitter:
                     "restricted_mask": window,
                 }
             )
+
+
+def _distance_axis(cap, layout):
+    """D[h, i, j] = s·q_i·R(j)k̄ (``posgen.results.qk_pattern``): k̄ is the mean pre-RoPE key
+    of each KV head over the fitted key positions, un-rotated and rotated by the model's own
+    RoPE; computed per KV head and matched to its query heads."""
+    from posgen.results.qk_pattern import distance_map
+
+    groups = cap.query.shape[1] // cap.kv_heads
+    keys = cap.key[:, ::groups]  # [1, KV, n, d]: the expanded heads repeat each KV head
+    key_pre = cap.unrotate(keys)
+    used = (layout.count_j > 0).to(key_pre.dtype)
+    mean_key = (key_pre * used[:, None]).sum(-2, keepdim=True) / used.sum()
+    rotated = cap.rotate(mean_key.expand_as(key_pre).contiguous())[0]  # [KV, n, d]
+    rotated = rotated.repeat_interleave(groups, dim=0)
+    return distance_map(cap.query[0], rotated, cap.scaling)
 
 
 def decompose_model(

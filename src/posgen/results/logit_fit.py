@@ -22,13 +22,16 @@ the Gram matrix G = XᵀX depending only on F (so only on n, the mask and the op
 G is singular. Its null space holds the two additive constants (a += α, b −= α and
 a += β, c −= β), the linear trend (a[d] += g·d, b[i] −= g·i, c[j] += g·j, because
 (i−j) − i + j = 0), and every parameter no fitted entry touches (e.g. c[j] for sink
-keys). The fitted values X θ are unique; posgen takes θ = G⁺ s (pseudo-inverse computed
-once per layout in float64 and reused for every head, layer and document) and then states
-a normalisation for per-term values: c has zero weighted mean and zero weighted linear
-trend in j (a linear trend is attributed to distance), b has zero weighted mean, a carries
-the constant (weights = entry counts of each diagonal, row or column).
+keys). The fitted values X θ are unique; posgen takes θ = G⁻ s (a generalised inverse from
+a pivoted Cholesky factorisation, computed once per layout in float64 and reused for every
+head, layer and document; any solution of the normal equations gives the same fitted
+values) and then states a normalisation for per-term values: c has zero weighted mean
+and zero weighted linear trend in j (a linear trend is attributed to distance), b has zero
+weighted mean, a carries the constant (weights = entry counts of each diagonal, row or column). A mask with extra
+degeneracies beyond these (rare: e.g. a distance seen by a single entry next to excluded
+sinks) leaves per-term values one basic solution; fitted values and every r stay exact.
 
-Everything per head is O(n²) sums plus an O(n²) product with G⁺ (shared by all heads,
+Everything per head is O(n²) sums plus an O(n²) product with G⁻ (shared by all heads,
 batched as one matrix product), because for OLS with an intercept in the column space:
 
     r² = ESS / TSS,  ESS = θᵀ s_c,  TSS = Σ_F (W − W̄)²,  RSS = TSS − ESS
@@ -73,15 +76,23 @@ class FitOptions:
 def diagonal_sums(x: torch.Tensor) -> torch.Tensor:
     """s[..., d] = Σ_i x[..., i, i−d] for d = 0..n−1; ``x`` [..., n, n] must be lower triangular.
 
-    Strided view of the flattened matrix padded with n zeros in front: entry (i, e) with
-    e = n−1−d sits at flat index 1 + i(n+1) + e; out-of-range reads land on the (zero)
-    strict upper triangle. O(n²), one copy.
+    O(n²), one copy (into the padded buffer of ``_padded_diagonal_sums``).
     """
     n = x.shape[-1]
-    lead = x.shape[:-2]
     flat = torch.nn.functional.pad(x.reshape(-1, n * n), (n, 0)).contiguous()
-    view = flat.as_strided((flat.shape[0], n, n), (n * n + n, n + 1, 1), storage_offset=1)
-    return view.sum(-2).flip(-1).reshape(*lead, n)
+    return _padded_diagonal_sums(flat, n).reshape(*x.shape[:-2], n)
+
+
+def _padded_diagonal_sums(flat: torch.Tensor, n: int) -> torch.Tensor:
+    """Diagonal sums from ``flat`` [p, n + n²] = (n zeros, lower-triangular x row-major).
+
+    Entry (i, e) with e = n−1−d sits at flat index 1 + i(n+1) + e: a strided view, no copy;
+    out-of-range reads land on the zero padding or the (zero) strict upper triangle.
+    """
+    view = flat.as_strided(
+        (flat.shape[0], n, n), (flat.stride(0), n + 1, 1), storage_offset=flat.storage_offset() + 1
+    )
+    return view.sum(-2).flip(-1)
 
 
 @dataclass
@@ -94,8 +105,8 @@ class FitLayout:
     count_i: torch.Tensor  # [n] float64, entries per query row
     count_j: torch.Tensor  # [n] float64, entries per key column
     c_dc: torch.Tensor  # [n, n] float64, C_dc[d, j] = 1[(j+d, j) ∈ F]
-    pinv3: torch.Tensor  # [3n, 3n] float64, G⁺ of the three-axis model
-    pinv2: torch.Tensor  # [2n, 2n] float64, G⁺ of the two-axis model (a, c)
+    pinv3: torch.Tensor  # [3n, 3n] float64, G⁻ of the three-axis model
+    pinv2: torch.Tensor  # [2n, 2n] float64, G⁻ of the two-axis model (a, c)
     rank3: int
     rank2: int
     extra: dict = field(default_factory=dict)
@@ -135,8 +146,8 @@ class FitLayout:
         gram3[:n, 2 * n :], gram3[2 * n :, :n] = c_dc, c_dc.T
         gram3[n : 2 * n, 2 * n :], gram3[2 * n :, n : 2 * n] = mf, mf.T
         keep2 = torch.cat([torch.arange(n), torch.arange(2 * n, 3 * n)])
-        pinv3, rank3 = _pinv_psd(gram3)
-        pinv2, rank2 = _pinv_psd(gram3[keep2][:, keep2])
+        pinv3, rank3 = _generalised_inverse(gram3)
+        pinv2, rank2 = _generalised_inverse(gram3[keep2][:, keep2])
         dev = torch.device(device) if device is not None else mask.device
         return cls(
             mask=m.to(dev),
@@ -175,12 +186,25 @@ def _distance_by_column(m: torch.Tensor) -> torch.Tensor:
     return _gather_mask(m, j + torch.arange(n)[:, None], j)
 
 
-def _pinv_psd(gram: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Pseudo-inverse and rank of a symmetric positive semi-definite matrix (float64)."""
-    evals, evecs = torch.linalg.eigh(gram)
-    keep = evals > _RANK_TOL * evals.max()
-    inv = (evecs[:, keep] / evals[keep]) @ evecs[:, keep].T
-    return (inv + inv.T) / 2, int(keep.sum())
+def _generalised_inverse(gram: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """A symmetric generalised inverse G⁻ of a PSD matrix (float64) and its rank.
+
+    Pivoted Cholesky (LAPACK ``dpstrf``) picks ``rank`` independent parameters B; G⁻ holds
+    G_BB⁻¹ on B × B and zeros elsewhere. For s in the range of G (s = Xᵀw always is),
+    θ = G⁻s solves Gθ = s, so fitted values and θᵀs (the explained sum of squares) equal
+    those of the Moore–Penrose solution; per-term values are then normalised (module doc).
+    """
+    from scipy.linalg.lapack import dpstrf
+
+    g = gram.numpy()
+    factor, piv, rank, info = dpstrf(g, tol=_RANK_TOL * float(np.max(np.diag(g))), lower=0)
+    if info < 0:
+        raise RuntimeError(f"pivoted Cholesky failed (LAPACK info {info})")
+    keep = torch.from_numpy(piv[:rank].astype(np.int64) - 1)
+    upper = torch.from_numpy(np.triu(factor[:rank, :rank]))  # G_BB = UᵀU
+    inv = torch.zeros_like(gram)
+    inv[keep[:, None], keep[None, :]] = torch.cholesky_inverse(upper, upper=True)
+    return inv, int(rank)
 
 
 def mask_digest(mask: torch.Tensor) -> str:
@@ -221,17 +245,24 @@ class HeadSums:
     tss_row_centred: torch.Tensor  # [P], Σ_F (W[i, j] − W̄[i, ·])²
 
 
-def head_sums(logits: torch.Tensor, layout: FitLayout, chunk: int | None = None) -> HeadSums:
-    """Sums of ``logits`` [P, n, n] over the layout's entries, in float64, O(P n²).
+def head_sums(
+    logits: torch.Tensor,
+    layout: FitLayout,
+    chunk: int | None = None,
+    dtype: torch.dtype = torch.float64,
+) -> HeadSums:
+    """Sums of ``logits`` [P, n, n] over the layout's entries, O(P n²); results in float64.
 
-    Heads are processed ``chunk`` at a time (default ⌈P/4⌉) so the float64 temporaries stay
-    near one float32 copy of the input.
+    The O(n²) reductions run in ``dtype`` (float64 by default: exact to ~1e-12 in r;
+    float32 halves the cost, rows of n values are summed pairwise). Heads are processed
+    ``chunk`` at a time (default ⌈P/4⌉) so the temporaries stay near one float32 copy of
+    the input.
     """
     p, n = logits.shape[0], layout.n
     if logits.shape[-2:] != (n, n):
         raise ValueError(f"logits are {tuple(logits.shape)}, the layout is for n={n}")
     chunk = chunk or max(1, -(-p // 4))
-    parts = [_raw_sums(logits[k : k + chunk], layout.mask) for k in range(0, p, chunk)]
+    parts = [_raw_sums(logits[k : k + chunk], layout.mask, dtype) for k in range(0, p, chunk)]
     diag, rows, cols, sumsq = (torch.cat(t) for t in zip(*parts, strict=True))
     n_e = layout.n_entries
     mean = rows.sum(-1) / n_e
@@ -247,11 +278,23 @@ def head_sums(logits: torch.Tensor, layout: FitLayout, chunk: int | None = None)
     )
 
 
-def _raw_sums(logits: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    x = torch.where(mask, logits.to(torch.float64), 0.0)  # [p, n, n]
-    flat = x.reshape(x.shape[0], 1, -1)
-    sumsq = torch.bmm(flat, flat.transpose(1, 2)).reshape(-1)
-    return diagonal_sums(x), x.sum(-1), x.sum(-2), sumsq
+def _raw_sums(logits: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype):
+    """Diagonal, row and column sums and the sum of squares of ``logits`` [p, n, n] over F.
+
+    One copy: the masked values go into a buffer led by n zeros, so the diagonal sums read
+    it through a strided view; row and column sums are matrix-vector products.
+    """
+    p, n = logits.shape[0], logits.shape[-1]
+    buf = torch.empty(p, n * n + n, dtype=dtype, device=logits.device)
+    buf[:, :n].zero_()
+    x = buf[:, n:].view(p, n, n)
+    x.copy_(logits).mul_(mask)  # zero outside F
+    ones = torch.ones(n, 1, dtype=dtype, device=logits.device)
+    rows = torch.matmul(x, ones)[..., 0]
+    cols = torch.matmul(ones.T, x)[..., 0, :]
+    sumsq = (torch.linalg.vector_norm(x, dim=-1).double() ** 2).sum(-1)
+    f64 = torch.float64
+    return _padded_diagonal_sums(buf, n).to(f64), rows.to(f64), cols.to(f64), sumsq
 
 
 @dataclass

@@ -32,7 +32,7 @@ def distance_map(
 
 def distance_key_r(w_sums: HeadSums, d_map: torch.Tensor, layout: FitLayout) -> torch.Tensor:
     """Pearson r of W against â[i−j] + ĉ[j] (module docstring), [P] float64, O(P n²)."""
-    ds = head_sums(d_map, layout)
+    ds = head_sums(d_map, layout, dtype=torch.float32)
     cnt_d, cnt_j, n_e = layout.count_d, layout.count_j, layout.n_entries
     d_diag = ds.diag + ds.mean[:, None] * cnt_d  # raw sums of D
     d_cols = ds.cols + ds.mean[:, None] * cnt_j
