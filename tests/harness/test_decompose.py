@@ -38,10 +38,16 @@ def test_table_shape_bounds_and_orderings(tok):
     shares = table[["share_distance", "share_query", "share_key"]].sum(axis=1)
     np.testing.assert_allclose(shares, 1.0, atol=1e-9)
     np.testing.assert_allclose(table["r2"], table["r_3axis"] ** 2)
+    # RSS = (1 − r²)·TSS
+    np.testing.assert_allclose(
+        table["residual_std"] ** 2, (1 - table["r2"]) * table["logit_std"] ** 2, rtol=1e-6
+    )
     assert (table["n_entries"] == 40 * 41 // 2).all() and not table["restricted_mask"].any()
     summary = summarize(table)
     assert len(summary) == 1 and summary["heads"].item() == 8
     assert summary["r_3axis_mean"].item() == pytest.approx(table["r_3axis"].mean())
+    dominated = (table["share_distance"] > 0.5).mean()
+    assert summary["share_distance_dominated"].item() == pytest.approx(dominated)
     assert len(layer_means(table)) == 2
 
 

@@ -91,6 +91,7 @@ class _LayerFitter:
             "r_row_centred": fits.r_row_centred,
             "r2": fits.r2,
             "residual_std": fits.residual_std,
+            "logit_std": fits.logit_std,
             "share_distance": fits.share_distance,
             "share_query": fits.share_query,
             "share_key": fits.share_key,
@@ -146,7 +147,7 @@ def decompose_model(
     ``model``: a name/path (``embedded`` = SmolLM2-135M) or a loaded model (then pass its
     ``tokenizer``). With ``random_init`` the weights are replaced by a seeded random-init
     twin of the same architecture. Columns: model, random_init, seed, doc, layer, head, n,
-    n_entries, r_3axis, r_2axis, r_distance_key, r_row_centred, r2, residual_std,
+    n_entries, r_3axis, r_2axis, r_distance_key, r_row_centred, r2, residual_std, logit_std,
     share_distance, share_query, share_key, chance_r, chance_r_2axis, restricted_mask,
     include_diagonal, sink_keys.
     """
@@ -193,7 +194,9 @@ def summarize(table: pd.DataFrame) -> pd.DataFrame:
     """Model-level summary: one row per (model, random_init, n) over all (doc, layer, head).
 
     Mean, median and 10th percentile of each r, share of rows with r > 0.9, mean term
-    shares and the chance level.
+    shares, the chance level, the median logit std and the share of distance-dominated
+    rows (share_distance > 0.5). The last two make position-only, collapsed heads (as in
+    deep random-init layers) visible: they can fit as well as trained heads.
     """
     import pandas as pd
 
@@ -208,6 +211,8 @@ def summarize(table: pd.DataFrame) -> pd.DataFrame:
             row[f"{col}_share_gt_{R_HIGH}"] = (g[col] > R_HIGH).mean()
         for col in ("share_distance", "share_query", "share_key", "chance_r", "chance_r_2axis"):
             row[f"{col}_mean"] = g[col].mean()
+        row["logit_std_median"] = g["logit_std"].median()
+        row["share_distance_dominated"] = (g["share_distance"] > 0.5).mean()
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -222,6 +227,7 @@ def layer_means(table: pd.DataFrame) -> pd.DataFrame:
         "share_distance",
         "share_query",
         "share_key",
+        "logit_std",
     ]
     return (
         table.groupby(["model", "random_init", "n", "layer"], sort=False)[cols].mean().reset_index()

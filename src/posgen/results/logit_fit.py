@@ -288,7 +288,7 @@ def _raw_sums(logits: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype):
     buf = torch.empty(p, n * n + n, dtype=dtype, device=logits.device)
     buf[:, :n].zero_()
     x = buf[:, n:].view(p, n, n)
-    x.copy_(logits).mul_(mask)  # zero outside F
+    torch.mul(logits, mask, out=x)  # zero outside F; one pass, cast into ``dtype``
     ones = torch.ones(n, 1, dtype=dtype, device=logits.device)
     rows = torch.matmul(x, ones)[..., 0]
     cols = torch.matmul(ones.T, x)[..., 0, :]
@@ -305,6 +305,7 @@ class HeadFits:
     r_2axis: torch.Tensor  # [P] same, a[i−j] + c[j]
     r_row_centred: torch.Tensor  # [P] both sides minus each query row's mean
     residual_std: torch.Tensor  # [P] root mean square residual of the three-axis fit
+    logit_std: torch.Tensor  # [P] standard deviation of W over F (a collapsed head is ~0)
     share_distance: torch.Tensor  # [P] var(a[i−j]) / (var a + var b + var c) over F
     share_query: torch.Tensor  # [P]
     share_key: torch.Tensor  # [P]
@@ -339,6 +340,7 @@ def fit_heads(logits: torch.Tensor, layout: FitLayout, sums: HeadSums | None = N
         r_2axis=r2ax,
         r_row_centred=r_rc,
         residual_std=(rss / layout.n_entries).sqrt(),
+        logit_std=(tss.clamp(min=0.0) / layout.n_entries).sqrt(),
         share_distance=shares[0],
         share_query=shares[1],
         share_key=shares[2],
