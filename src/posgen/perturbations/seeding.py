@@ -20,8 +20,8 @@ _PERSON = b"posgen-rng-v1"
 
 
 def content_key(text: str) -> bytes:
-    """The key of a text item: SHA-256 of its UTF-8 bytes."""
-    return hashlib.sha256(text.encode("utf-8")).digest()
+    """The key of a text item: SHA-256 of its UTF-8 bytes (lone surrogates passed through)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
 
 
 def token_key(token_ids: np.ndarray | list[int]) -> bytes:

@@ -1,6 +1,6 @@
 """The shipped task family and its lm-eval YAML files.
 
-The YAML files in ``posgen/tasks/lm_eval_yaml/`` are generated from :data:`FAMILY` by
+The YAML files in ``posgen/tasks/lm_eval_yaml/`` are generated from :func:`shipped_perturbations` by
 :func:`yaml_files` (``python -m posgen.tasks.family --write``; ``--check`` compares) and
 installed by the wheel under ``lm_eval/tasks/posgen/``, where lm-eval's default task scan
 finds them: ``lm_eval --tasks perm_swap_5pct`` needs no flag, and ``lm-eval ls tasks``
@@ -107,7 +107,7 @@ def shipped_names() -> dict[str, list[str]]:
     return {"tasks": tasks, "groups": groups}
 
 
-def _yaml(cfg: dict[str, Any]) -> str:
+def yaml_text(cfg: dict[str, Any]) -> str:
     """One ``key: value`` line per key; values as JSON (valid YAML), ``Fn`` as ``!function``."""
     lines = [_HEADER]
     for key, value in cfg.items():
@@ -129,13 +129,13 @@ def perturbed_yaml(p: TextPerturbation, base: str, seed: int = DEFAULT_SEED) -> 
 
 def yaml_files() -> dict[str, str]:
     """File name -> content of every shipped YAML file."""
-    files = {f"{name}.yaml": _yaml(cfg) for name, cfg in BASE_TASKS.items()}
+    files = {f"{name}.yaml": yaml_text(cfg) for name, cfg in BASE_TASKS.items()}
     for p in shipped_perturbations():
         group = format_name(p, None)
         for base in offline.SUITE_TASKS:
             cfg = perturbed_yaml(p, base)
-            files[f"{cfg['task']}.yaml"] = _yaml(cfg)
-        files[f"{group}.yaml"] = _yaml(
+            files[f"{cfg['task']}.yaml"] = yaml_text(cfg)
+        files[f"{group}.yaml"] = yaml_text(
             {
                 "group": group,
                 "task": group_members(p),

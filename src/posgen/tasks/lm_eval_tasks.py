@@ -75,6 +75,14 @@ class PosgenTaskManager(_original_task_manager):  # type: ignore[misc,valid-type
                 matched.add(name)
         return sorted(matched)
 
+    def task_config(self, name: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The full config of one task (base or perturbed) with ``overrides`` applied,
+        e.g. local ``dataset_kwargs`` in place of the hub; ``load([cfg])`` builds it."""
+        entry = self._entry(name)
+        if entry is None or entry.kind not in (Kind.TASK, Kind.PY_TASK):
+            raise KeyError(f"{name!r} is not a single lm-eval task")
+        return {**self._factory._load_full_config(entry, None), **(overrides or {})}
+
     # ------------------------------------------------------------------ resolution
     def _add(self, entry: Entry) -> Entry:
         self._index[entry.name] = entry

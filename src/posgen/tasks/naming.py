@@ -25,6 +25,11 @@ from posgen.perturbations import PerturbationError, registry
 from posgen.perturbations.text import TextPerturbation
 
 DEFAULT_SEED = 1234
+GRAMMAR = (
+    "perm_<scheme>_<level>[_seed<S>][_<task>]   level: <R>pct for swap and adjacent "
+    "(0.5% -> 0p5pct), w<K> for local_shuffle, all for shuffle; no _<task>: the group "
+    f"over the offline suite; default seed {1234}"
+)
 PREFIX = "perm_"
 _RATE = re.compile(r"^(\d+)(?:p(\d+))?pct$")
 _SEED = re.compile(r"^seed(\d+)$")

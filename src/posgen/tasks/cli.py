@@ -1,0 +1,129 @@
+"""``posgen tasks``: list the perturbed task family, or write a perturbed task config.
+
+    posgen tasks list                     the shipped groups, the suite, the name grammar
+    posgen tasks name hellaswag --scheme swap --rate 0.05 --seed 7
+    posgen tasks write hellaswag --scheme swap --rate 0.05 [--seed S] [--fields a,b]
+                      [--perturb-fewshot] [--output-dir DIR]
+
+``write`` produces one YAML file that includes the base task's own YAML, so it runs
+with ``lm_eval --include_path DIR --tasks <name>`` even where posgen's start-up hook is
+off; it pins the content fields (needed for tasks posgen does not know).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+_SCHEMES = ("swap", "adjacent", "local_shuffle", "shuffle")
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="tasks_command", metavar="ACTION", required=True)
+    sub.add_parser("list", help="the shipped task family, the offline suite, the name grammar")
+    for name, text in (
+        ("name", "print the task name of a perturbation"),
+        ("write", "write a perturbed task YAML for an lm-eval task"),
+    ):
+        p = sub.add_parser(name, help=text, description=text)
+        p.add_argument("task", help="lm-eval task name, e.g. hellaswag, posgen_cloze")
+        p.add_argument("--scheme", choices=_SCHEMES, default="swap")
+        p.add_argument("--rate", type=float, help="fraction of words moved (swap, adjacent)")
+        p.add_argument("--window", type=int, help="window in words (local_shuffle)")
+        p.add_argument("--seed", type=int, default=None, help="perturbation seed (default 1234)")
+        if name == "write":
+            p.add_argument("--fields", help="comma-separated content fields (default: known)")
+            p.add_argument(
+                "--perturb-fewshot", action="store_true", help="perturb the few-shot examples too"
+            )
+            p.add_argument("--output-dir", type=Path, default=Path("posgen_tasks"))
+
+
+def _perturbation(args: argparse.Namespace) -> Any:
+    from posgen.perturbations import PerturbationError, parse
+
+    value = {"swap": args.rate, "adjacent": args.rate, "local_shuffle": args.window}.get(
+        args.scheme
+    )
+    needs = {"swap": "--rate", "adjacent": "--rate", "local_shuffle": "--window"}.get(args.scheme)
+    if needs and value is None:
+        raise SystemExit(f"posgen tasks: --scheme {args.scheme} needs {needs}")
+    try:
+        return parse("text", args.scheme if value is None else f"{args.scheme}:{value!r}")
+    except PerturbationError as exc:
+        raise SystemExit(f"posgen tasks: {exc}") from None
+
+
+def _list() -> int:
+    from posgen.tasks import family, naming, offline
+    from posgen.tasks.content_fields import KNOWN_FIELDS
+
+    print("Offline suite (primary metric):")
+    for task in offline.SUITE_TASKS:
+        print(f"  {task:<14} {offline.PRIMARY_METRICS[task]}")
+    print("\nShipped groups (each over the offline suite):")
+    for p in family.shipped_perturbations():
+        print(f"  {naming.format_name(p, None):<26} {p.spec.to_string()}")
+    print(f"\nAny task, rate or seed resolves by name:\n  {naming.GRAMMAR}")
+    print(f"\nTasks with known content fields: {', '.join(sorted(KNOWN_FIELDS))}")
+    return 0
+
+
+def _write(args: argparse.Namespace, p: Any, name: str) -> int:
+    import json
+
+    from posgen.tasks.content_fields import UnknownContentFields, resolve_fields
+    from posgen.tasks.family import Fn, yaml_text
+    from posgen.tasks.lm_eval_tasks import task_manager
+    from posgen.tasks.naming import DEFAULT_SEED
+    from posgen.tasks.perturbed_task import TaskPerturbation
+
+    tm = task_manager()
+    entry = tm.task_index.get(args.task)
+    if entry is None or entry.yaml_path is None or "class" in (entry.cfg or {}):
+        raise SystemExit(
+            f"posgen tasks write: {args.task!r} is not a YAML task of lm-eval; "
+            f"use the name {name} with lm_eval directly"
+        )
+    fields_arg = args.fields.split(",") if args.fields else None
+    try:
+        fields = resolve_fields(args.task, tm.task_config(args.task), fields_arg)
+    except UnknownContentFields as exc:
+        raise SystemExit(f"posgen tasks write: {exc}") from None
+    seed = DEFAULT_SEED if args.seed is None else args.seed
+    tp = TaskPerturbation(p, seed, args.task, fields, args.perturb_fewshot)
+    text = yaml_text(
+        {
+            "include": str(Path(entry.yaml_path).resolve()),
+            "task": name,
+            "tag": [],
+            "class": Fn("posgen.tasks.perturbed_task.PerturbedTask"),
+            "posgen_perturbation": tp.to_dict(),
+        }
+    )
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    path = args.output_dir / f"{name}.yaml"
+    tmp = path.with_suffix(".yaml.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    print(f"wrote {path}\nrun: lm_eval --include_path {args.output_dir} --tasks {name} ...")
+    print(json.dumps(tp.to_dict()), file=sys.stderr)
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.tasks_command == "list":
+        return _list()
+    p = _perturbation(args)
+    from posgen.tasks.naming import DEFAULT_SEED, format_name
+
+    seed = DEFAULT_SEED if args.seed is None else args.seed
+    if seed < 0:
+        raise SystemExit("posgen tasks: --seed must be >= 0")
+    name = format_name(p, args.task, seed)
+    if args.tasks_command == "name":
+        print(name)
+        return 0
+    return _write(args, p, name)

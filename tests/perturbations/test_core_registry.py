@@ -1,0 +1,87 @@
+"""The perturbation registry and specs (unit tier)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pytest
+
+from posgen.perturbations import PerturbationError, PerturbationSpec, parse, registry
+from posgen.perturbations.base import Registry
+from posgen.perturbations.text import TextPerturbation, WordSwap
+
+
+def test_unknown_names_fail_with_close_matches() -> None:
+    with pytest.raises(PerturbationError, match=r"Did you mean 'swap'\?") as err:
+        registry.get("text", "swapp")
+    assert "local_shuffle:WINDOW" in str(err.value)  # lists what is accepted
+    with pytest.raises(PerturbationError, match="Did you mean 'local_shuffle'"):
+        parse("text", "local_shufle:3")
+    with pytest.raises(PerturbationError, match="unknown perturbation kind 'txt'"):
+        registry.get("txt", "swap")
+
+
+def test_a_duplicate_name_is_refused() -> None:
+    reg = Registry()
+
+    @dataclass(frozen=True)
+    class First(TextPerturbation):
+        name: ClassVar[str] = "dup"
+
+    @dataclass(frozen=True)
+    class Second(TextPerturbation):
+        name: ClassVar[str] = "dup"
+
+    reg.register(First)
+    reg.register(First)  # the same class again is harmless
+    with pytest.raises(PerturbationError, match="already registered by"):
+        reg.register(Second)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("swap:0.05", WordSwap(0.05)), (" swap : 0.5 ", WordSwap(0.5)), ("swap", WordSwap())],
+)
+def test_short_forms_parse(text: str, expected) -> None:
+    assert parse("text", text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("swap:abc", "is not a number"),
+        ("shuffle:3", "takes no value"),
+        ("swap:2", "rate must be a number in"),
+        ("local_shuffle:1", "window must be"),
+    ],
+)
+def test_bad_short_forms_say_what_to_write(text: str, message: str) -> None:
+    with pytest.raises(PerturbationError, match=message):
+        parse("text", text)
+
+
+def test_spec_round_trips_and_refuses_other_versions() -> None:
+    p = parse("text", "adjacent:0.2")
+    spec = p.spec
+    assert spec.to_dict() == {
+        "kind": "text",
+        "name": "adjacent",
+        "version": 1,
+        "params": {"rate": 0.2},
+    }
+    assert registry.from_spec(spec.to_dict()) == p
+    assert PerturbationSpec.from_dict(spec.to_dict()).to_string() == "adjacent:0.2"
+    assert spec.to_json() == '{"kind":"text","name":"adjacent","params":{"rate":0.2},"version":1}'
+    with pytest.raises(PerturbationError, match="version 9 was recorded"):
+        registry.from_spec({**spec.to_dict(), "version": 9})
+    with pytest.raises(PerturbationError, match="has no parameter"):
+        registry.from_spec({**spec.to_dict(), "params": {"ratio": 0.2}})
+
+
+def test_the_rate_does_not_change_the_random_stream() -> None:
+    assert WordSwap(0.1).stream_name() == WordSwap(0.9).stream_name()
+    assert (
+        parse("text", "local_shuffle:3").stream_name()
+        != parse("text", "local_shuffle:4").stream_name()
+    )

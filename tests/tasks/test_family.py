@@ -1,0 +1,53 @@
+"""The shipped task family: YAML up to date, installed, and found by plain lm-eval."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from posgen.tasks import family, offline
+from posgen.tasks.lm_eval_tasks import installed_yaml_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_shipped_yaml_is_generated_from_the_family() -> None:
+    present = {p.name: p.read_text(encoding="utf-8") for p in family.YAML_DIR.glob("*.yaml")}
+    assert present == family.yaml_files(), "run: python -m posgen.tasks.family --write"
+
+
+def test_the_wheel_installs_the_yaml_under_lm_eval_tasks() -> None:
+    build = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"]
+    force = build["targets"]["wheel"]["force-include"]
+    assert force["src/posgen/tasks/lm_eval_yaml"] == f"lm_eval/tasks/{family.INSTALLED_SUBDIR}"
+    installed = {p.name: p.read_text(encoding="utf-8") for p in installed_yaml_dir().glob("*")}
+    assert installed == family.yaml_files(), "stale install: run pip install --no-deps -e ."
+
+
+@pytest.fixture(scope="module")
+def plain_tm():
+    """lm-eval's own TaskManager: what lm_eval sees without posgen's start-up hook."""
+    from posgen.tasks.lm_eval_tasks import _original_task_manager
+
+    return _original_task_manager()
+
+
+def test_plain_lm_eval_lists_every_shipped_task(plain_tm) -> None:
+    """A YAML file that fails to parse silently disappears from lm-eval: check each."""
+    names = family.shipped_names()
+    assert set(names["tasks"]) <= set(plain_tm.all_subtasks)
+    assert set(names["groups"]) <= set(plain_tm.all_groups)
+    assert len(names["groups"]) == 16 and len(names["tasks"]) == 34
+
+
+def test_plain_lm_eval_builds_a_shipped_group(plain_tm) -> None:
+    loaded = plain_tm.load(["perm_swap_10pct"])
+    assert loaded["group_map"] == {
+        "perm_swap_10pct": family.group_members(family.shipped_perturbations()[4])
+    }
+    for base in offline.SUITE_TASKS:
+        task = loaded["tasks"][f"perm_swap_10pct_{base}"]
+        assert task.config.metadata["posgen"]["spec"]["params"] == {"rate": 0.1}
+        assert task.eval_docs[0]["posgen_doc_id"] == task.eval_docs[0]["doc_id"]

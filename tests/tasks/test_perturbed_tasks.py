@@ -1,0 +1,139 @@
+"""Perturbed lm-eval tasks: content moves, scaffold stays (integration tier, no model)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hub_fixtures import ARC_DOCS, HELLASWAG_DOCS
+
+from posgen.perturbations import parse
+from posgen.tasks.content_fields import KNOWN_FIELDS, UnknownContentFields
+from posgen.tasks.perturbed_task import TaskPerturbation, perturb_docs
+
+
+def build(tm, name: str, overrides=None):
+    return tm.load([tm.task_config(name, overrides)])["tasks"][name]
+
+
+def test_hellaswag_perturbs_the_context_after_its_own_process_docs(posgen_tm, local_data):
+    base = build(posgen_tm, "hellaswag", local_data["hellaswag"])
+    pert = build(posgen_tm, "perm_shuffle_all_hellaswag", local_data["hellaswag"])
+    changed = 0
+    for b, p in zip(base.eval_docs, pert.eval_docs, strict=True):
+        label = b["query"].split(": ", 1)[0] + ": "
+        assert p["query"].startswith(label)  # the activity label stays in front
+        assert Counter(p["query"].split()) == Counter(b["query"].split())
+        assert p["choices"] == b["choices"] and p["gold"] == b["gold"]  # built by process_docs
+        assert pert.doc_to_target(p) == base.doc_to_target(b)
+        assert pert.doc_to_choice(p) == base.doc_to_choice(b)
+        assert pert.doc_to_text(p) == p["query"]
+        changed += p["query"] != b["query"]
+    assert changed == len(HELLASWAG_DOCS)
+    assert [d["posgen_doc_id"] for d in pert.eval_docs] == [str(d["ind"]) for d in HELLASWAG_DOCS]
+    meta = pert.config.metadata["posgen"]
+    assert meta["spec"]["name"] == "shuffle" and meta["seed"] == 1234
+    assert meta["base_task"] == "hellaswag" and meta["order_stats"]["n_docs"] == 5
+
+
+def test_arc_question_moves_but_template_choices_and_fewshot_do_not(posgen_tm, local_data):
+    base = build(posgen_tm, "arc_easy", local_data["arc_easy"])
+    pert = build(posgen_tm, "perm_swap_50pct_arc_easy", local_data["arc_easy"])
+    originals = {d["question"] for d in ARC_DOCS}
+    for doc, orig, bdoc in zip(pert.eval_docs, ARC_DOCS, base.eval_docs, strict=True):
+        assert doc["question"] != orig["question"]
+        assert Counter(doc["question"].split()) == Counter(orig["question"].split())
+        assert doc["choices"] == orig["choices"] and doc["answerKey"] == orig["answerKey"]
+        base.set_fewshot_seed(1234)
+        pert.set_fewshot_seed(1234)
+        shots, query = pert.fewshot_context(doc, num_fewshot=2).rsplit("\n\n", 1)
+        assert query == f"Question: {doc['question']}\nAnswer:"
+        assert shots == base.fewshot_context(bdoc, num_fewshot=2).rsplit("\n\n", 1)[0]
+        fewshot_questions = [
+            s.split("\n")[0].removeprefix("Question: ") for s in shots.split("\n\n")
+        ]
+        assert len(fewshot_questions) == 2 and set(fewshot_questions) <= originals
+        assert doc["posgen_doc_id"] == orig["id"] and doc["posgen_fraction_moved"] > 0
+
+
+def test_the_eval_doc_is_still_excluded_from_its_own_few_shots(posgen_tm, local_data):
+    """HellaSwag draws few-shots from the eval split: lm-eval drops the eval doc from
+    them by equality, which must still hold for the perturbed doc."""
+    pert = build(posgen_tm, "perm_shuffle_all_hellaswag", local_data["hellaswag"])
+    base = build(posgen_tm, "hellaswag", local_data["hellaswag"])
+    for seed in range(5):
+        pert.set_fewshot_seed(seed)
+        for doc, bdoc in zip(pert.eval_docs, base.eval_docs, strict=True):
+            shots = pert.fewshot_context(doc, num_fewshot=4).rsplit("\n\n", 1)[0]
+            assert bdoc["query"] not in shots
+
+
+def test_fields_with_protected_parts() -> None:
+    lam = [{"text": "the cat sat on the warm mat and then the cat slept"}]
+    wino = [
+        {
+            "sentence": "Sarah was a much better surgeon than Maria so _ always got the "
+            "harder cases.",
+            "option1": "Sarah",
+            "option2": "Maria",
+            "answer": "1",
+        }
+    ]
+    p = parse("text", "shuffle")
+    for task, docs, fixed in (
+        ("lambada_openai", lam, lambda d: d["text"].split()[-1]),
+        ("winogrande", wino, lambda d: d["sentence"].split("_", 1)[1]),
+    ):
+        tp = TaskPerturbation(p, 5, task, KNOWN_FIELDS[task])
+        out, _ = perturb_docs(docs, tp, "test")
+        assert fixed(out[0]) == fixed(docs[0])
+        field = KNOWN_FIELDS[task][0].name
+        assert out[0][field] != docs[0][field] and out[0]["posgen_doc_id"] == "test:0"
+
+
+def test_unknown_task_names_its_fields_and_how_to_choose(posgen_tm, monkeypatch) -> None:
+    with pytest.raises(UnknownContentFields) as err:
+        posgen_tm.match_tasks(["perm_swap_5pct_sciq"])
+    msg = str(err.value)
+    assert "question, support" in msg and "posgen_fields" in msg and "posgen tasks write" in msg
+    monkeypatch.setattr(posgen_tm, "metadata", {"posgen_fields": {"sciq": ["question"]}})
+    cfg = posgen_tm.task_config("perm_swap_5pct_sciq")
+    assert cfg["posgen_perturbation"]["fields"] == [{"name": "question"}]
+
+
+def test_bad_names_fail_clearly(posgen_tm) -> None:
+    with pytest.raises(ValueError, match="Did you mean 'swap'"):
+        posgen_tm.match_tasks(["perm_swp_5pct_hellaswag"])
+    with pytest.raises(ValueError, match="is not a rate"):
+        posgen_tm.match_tasks(["perm_swap_5percent_hellaswag"])
+    with pytest.raises(ValueError, match="not an lm-eval task"):
+        posgen_tm.match_tasks(["perm_swap_5pct_no_such_task"])
+    with pytest.raises(ValueError, match="cannot be perturbed again"):
+        posgen_tm.match_tasks(["perm_swap_5pct_perm_swap_5pct_posgen_cloze"])
+
+
+def test_groups_and_tags_of_any_task_resolve(posgen_tm) -> None:
+    assert posgen_tm.match_tasks(["perm_swap_5pct_ai2_arc"]) == ["perm_swap_5pct_ai2_arc"]
+    tag = posgen_tm.task_index["perm_swap_5pct_ai2_arc"]
+    assert tag.tags == {"perm_swap_5pct_arc_easy", "perm_swap_5pct_arc_challenge"}
+    group = posgen_tm.load(["perm_swap_0p5pct_seed9"])
+    assert group["group_map"] == {
+        "perm_swap_0p5pct_seed9": [
+            "perm_swap_0p5pct_seed9_posgen_prose",
+            "perm_swap_0p5pct_seed9_posgen_cloze",
+        ]
+    }
+    task = group["tasks"]["perm_swap_0p5pct_seed9_posgen_cloze"]
+    assert task.config.metadata["posgen"]["seed"] == 9
+    assert task.config.metadata["posgen"]["spec"]["params"] == {"rate": 0.005}
+
+
+def test_suite_docs_carry_their_ids_and_stats(posgen_tm) -> None:
+    tasks = posgen_tm.load(["perm_swap_20pct"])["tasks"]
+    cloze = tasks["perm_swap_20pct_posgen_cloze"]
+    docs = cloze.eval_docs
+    assert [d["posgen_doc_id"] for d in docs] == [d["doc_id"] for d in docs]
+    assert len(set(docs["posgen_doc_id"])) == len(docs) == 96
+    stats = cloze.config.metadata["posgen"]["order_stats"]
+    assert stats["n_docs"] == 96 and stats["n_too_short"] == 0
+    assert 0.1 < stats["mean_fraction_moved"] <= 0.2

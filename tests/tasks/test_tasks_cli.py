@@ -1,0 +1,89 @@
+"""``posgen tasks`` (unit tier, except ``write``, which reads lm-eval's task index)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+from hub_fixtures import HELLASWAG_DOCS
+
+from posgen.harness.cli import main
+
+
+def test_list_shows_the_family_and_the_grammar(capsys) -> None:
+    assert main(["tasks", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "perm_swap_5pct" in out and "posgen_cloze   acc" in out and "0p5pct" in out
+
+
+def test_name(capsys) -> None:
+    assert main(["tasks", "name", "hellaswag", "--rate", "0.005", "--seed", "7"]) == 0
+    assert capsys.readouterr().out.strip() == "perm_swap_0p5pct_seed7_hellaswag"
+    assert main(["tasks", "name", "piqa", "--scheme", "local_shuffle", "--window", "4"]) == 0
+    assert capsys.readouterr().out.strip() == "perm_local_shuffle_w4_piqa"
+
+
+_CHILD = """
+import sys
+from posgen.harness.cli import main
+try:
+    main(["tasks", "write", "hellaswag", "--rate", "1.5"])
+except SystemExit as exc:
+    print(exc)
+print(sorted(m for m in ("lm_eval", "posgen.tasks.lm_eval_tasks") if m in sys.modules))
+"""
+
+
+def test_bad_input_is_refused_before_anything_loads() -> None:
+    proc = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-2:] == [
+        "posgen tasks: swap: rate must be a number in [0, 1], got 1.5",
+        "[]",
+    ]
+    with pytest.raises(SystemExit, match="needs --rate"):
+        main(["tasks", "name", "hellaswag", "--scheme", "adjacent"])
+
+
+def test_write_gives_a_config_lm_eval_runs(
+    posgen_tm, local_data, tmp_path, monkeypatch, capsys
+) -> None:
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    import posgen.tasks.lm_eval_tasks as lm_eval_tasks
+
+    monkeypatch.setattr(lm_eval_tasks, "task_manager", lambda: posgen_tm)
+    assert (
+        main(
+            [
+                "tasks",
+                "write",
+                "hellaswag",
+                "--scheme",
+                "shuffle",
+                "--fields",
+                "query",
+                "--seed",
+                "3",
+                "--output-dir",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
+    path = tmp_path / "perm_shuffle_all_seed3_hellaswag.yaml"
+    assert str(path) in capsys.readouterr().out
+    cfg = {**load_yaml(path, resolve_func=True), **local_data["hellaswag"]}
+    assert cfg["tag"] == [] and cfg["process_docs"].__module__.endswith("hellaswag.utils")
+    task = posgen_tm.load([cfg])["tasks"]["perm_shuffle_all_seed3_hellaswag"]
+    base = posgen_tm.load([posgen_tm.task_config("hellaswag", local_data["hellaswag"])])
+    base_docs = base["tasks"]["hellaswag"].eval_docs
+    for doc, orig in zip(task.eval_docs, base_docs, strict=True):
+        assert doc["query"] != orig["query"]
+        assert Counter(doc["query"].split()) == Counter(orig["query"].split())
+    assert len(task.eval_docs) == len(HELLASWAG_DOCS)
+    assert task.config.metadata["posgen"]["fields"] == [{"name": "query"}]
+    with pytest.raises(SystemExit, match="posgen does not know which doc fields"):
+        main(["tasks", "write", "sciq", "--rate", "0.1", "--output-dir", str(tmp_path)])
