@@ -59,6 +59,7 @@ def test_reorderings_are_permutations_and_deterministic(text):
     a = p.apply(IDS, seed=7).values
     assert sorted(a.tolist()) == list(range(IDS.size))
     assert np.array_equal(a, p.apply(IDS.tolist(), seed=7).values)
+    assert np.array_equal(a, p.position_values(IDS, seed=7))  # the fast path the model uses
     assert not np.array_equal(a, np.arange(IDS.size))
     assert not np.array_equal(a, p.apply(IDS, seed=8).values)
     assert not np.array_equal(a, p.apply(IDS + 1, seed=7).values)  # keyed by content

@@ -107,7 +107,7 @@ def _position_table(
     for b, row in enumerate(rows):
         n = row.size
         if positions is not None:
-            values = positions.apply(row, seed).values
+            values = positions.position_values(row, seed)
             integral = integral and values.dtype.kind in "iu"
             table[b, :n] = values
         if rope_noise is not None:

@@ -100,8 +100,8 @@ def _make_forward(base: str) -> Callable[..., Any]:
 def standard_normal(shape: tuple[int, ...], seed: int) -> torch.Tensor:
     """Standard normal draws (float32, CPU) by Box–Muller from a seeded generator."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    u = torch.rand((2, *shape), generator=gen, dtype=torch.float64)
-    return (torch.sqrt(-2.0 * torch.log1p(-u[0])) * torch.cos(2.0 * math.pi * u[1])).float()
+    u = torch.rand((2, *shape), generator=gen, dtype=torch.float32)
+    return torch.sqrt(-2.0 * torch.log1p(-u[0])) * torch.cos(2.0 * math.pi * u[1])
 
 
 def perturb(x: torch.Tensor, plan: BatchPlan, layer: int, tensor: str) -> torch.Tensor:

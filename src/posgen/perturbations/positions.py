@@ -52,22 +52,27 @@ class PositionPerturbation(Perturbation):
         """Position values for n tokens and how many tokens the scheme selected to move."""
         raise NotImplementedError
 
+    def position_values(self, token_ids: np.ndarray | list[int], seed: int) -> np.ndarray:
+        """Position values for one sequence of real tokens (no padding), shape ``[n]``."""
+        return self._values(np.asarray(token_ids, dtype=np.int64), seed)[0]
+
     def apply(self, token_ids: np.ndarray | list[int], seed: int) -> PositionResult:
-        """Positions for one sequence of real tokens (no padding), shape ``[n]``."""
-        ids = np.asarray(token_ids, dtype=np.int64)
+        """Position values and order statistics for one sequence of real tokens."""
+        values, n_selected = self._values(np.asarray(token_ids, dtype=np.int64), seed)
+        # Read in position order, slot s holds token order[s]: the text-equivalent reordering.
+        order = np.argsort(values, kind="stable")
+        return PositionResult(values, order_stats(order, n_selected))
+
+    def _values(self, ids: np.ndarray, seed: int) -> tuple[np.ndarray, int]:
         if ids.ndim != 1:
             raise ValueError(
                 f"{self.name}: expected the 1-D token ids of one sequence, got shape {ids.shape}"
             )
         n = int(ids.size)
         if self.is_identity or n == 0:
-            ident = np.arange(n, dtype=np.int64)
-            return PositionResult(ident, order_stats(ident, 0))
+            return np.arange(n, dtype=np.int64), 0
         rng = item_rng(seed, self.stream_name(), token_key(ids)) if self.uses_rng else None
-        values, n_selected = self.values(n, rng)
-        # Read in position order, slot s holds token order[s]: the text-equivalent reordering.
-        order = np.argsort(values, kind="stable")
-        return PositionResult(values, order_stats(order, n_selected))
+        return self.values(n, rng)
 
 
 class _RateScheme(PositionPerturbation):
