@@ -14,6 +14,28 @@ from typing import Any
 from posgen import __version__
 from posgen.results.store import RunStore, atomic_write_parquet, slug
 
+_ENV_INFO: dict[str, Any] = {}
+
+
+@contextlib.contextmanager
+def _env_info_once():
+    """lm-eval adds torch's environment report to every result (seconds of subprocesses
+    each time); collect it once per process and reuse it, unchanged."""
+    import lm_eval.evaluator
+
+    original = lm_eval.evaluator.add_env_info
+
+    def cached(storage: dict[str, Any]) -> None:
+        if not _ENV_INFO:
+            original(_ENV_INFO)
+        storage.update(_ENV_INFO)
+
+    lm_eval.evaluator.add_env_info = cached
+    try:
+        yield
+    finally:
+        lm_eval.evaluator.add_env_info = original
+
 
 class ModelSession:
     """``with ModelSession(store, model_entry) as s: s.evaluate(cell); s.decompose()``.
@@ -91,7 +113,7 @@ class ModelSession:
             positions=args["positions"], features=args["features"], seed=cell["seed"]
         )
         task = cell["lm_eval_task"]
-        with self._quiet():
+        with self._quiet(), _env_info_once():
             out = lm_eval.simple_evaluate(
                 model=self.lm,
                 tasks=[task],
@@ -104,6 +126,11 @@ class ModelSession:
                 numpy_random_seed=cfg["seed"],
                 torch_random_seed=cfg["seed"],
                 fewshot_random_seed=cfg["seed"],
+            )
+        if out is None:  # a non-zero rank of a data-parallel launch gets no results
+            raise RuntimeError(
+                "posgen run is one process; for several GPUs run lm-eval's "
+                "data-parallel path (docs/running.md: accelerate launch)"
             )
         task_cfg = out["configs"].get(task, {})
         split = task_cfg.get("test_split") or task_cfg.get("validation_split") or "test"

@@ -85,24 +85,22 @@ def _ylabel(metric: str) -> str:
 
 
 def fit_heatmap(decomp, model: str, column: str = "r_3axis") -> bytes:
-    """Mean over documents of ``column`` per (layer, head): layers down, heads across."""
-    plt = _pyplot()
-    grid = decomp.groupby(["layer", "head"])[column].mean().unstack("head").sort_index()
-    fig, ax = plt.subplots(
-        figsize=(min(2 + 0.5 * grid.shape[1], 10), min(1.5 + 0.22 * grid.shape[0], 9))
-    )
-    im = ax.imshow(
-        grid.to_numpy(), aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest"
-    )
-    ax.set_xlabel("head")
-    ax.set_ylabel("layer")
-    ax.set_xticks(range(grid.shape[1]), [str(c) for c in grid.columns])
-    step = max(1, grid.shape[0] // 15)
-    ax.set_yticks(range(0, grid.shape[0], step), [str(i) for i in grid.index[::step]])
-    fig.colorbar(im, ax=ax, label=f"mean {column}")
-    ax.set_title(f"Fit quality per head ({column}): {model}", fontsize=10)
-    fig.tight_layout()
-    return _png(fig)
+    """Layer × head heatmap of ``column`` averaged over documents, drawn by the
+    decomposition's own plot function (posgen.results.decomposition_plots)."""
+    import tempfile
+    from pathlib import Path
+
+    from posgen.results.decomposition_plots import plot_r_heatmap
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "heatmap.png"
+        plot_r_heatmap(
+            decomp,
+            path,
+            column=column,
+            title=f"Fit quality per head ({column}, mean over documents): {model}",
+        )
+        return path.read_bytes()
 
 
 def fit_vs_tolerance(summary: Mapping[str, Mapping[str, Any]], y: str = "auc") -> bytes:

@@ -10,18 +10,14 @@ seeded bootstrap, so a regenerated report is identical.
 from __future__ import annotations
 
 import argparse
-import base64
-import html
 import math
 import sys
 from pathlib import Path
 from typing import Any
 
+from posgen.results.render import Block, render_html, render_markdown
 from posgen.results.schema import METRIC_RULES
 from posgen.results.scoring import FIT_COLUMNS
-
-Block = tuple  # ("h", level, text) | ("p", text) | ("ul", items) | ("table", header, rows)
-#              | ("img", title, png_bytes)
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -147,12 +143,13 @@ def build_blocks(store, scores: dict[str, Any]) -> list[Block]:
     blocks += [("h", 2, "Fit quality vs tolerance across models")]
     blocks += correlation_blocks(scores)
     metrics = {
-        t: primary_metric(sorted(set(g["metric"])))
+        t: m
         for t, g in scores["degradation"].groupby("task")
+        if (m := primary_metric(sorted(set(g["metric"])))) is not None
     }
     blocks += [("h", 2, "Figures")]
     thresholds = {m: scoring_config(cfg).threshold(m) for m in metrics.values()}
-    for m in cfg_models(cfg):
+    for m in cfg_models(cfg) if metrics else []:
         blocks.append(
             (
                 "img",
@@ -308,7 +305,7 @@ def correlation_blocks(scores: dict[str, Any]) -> list[Block]:
         ]
     rows = []
     for c in corr:
-        cells = [c["reason"], ""]
+        cells = [c.get("reason", ""), ""]
         if c["estimable"]:
             cells = [
                 f"{c[k]['r']:.2f} [{c[k]['ci_lo']:.2f}, {c[k]['ci_hi']:.2f}]"
@@ -361,73 +358,3 @@ def not_shown_blocks(cfg: dict[str, Any], scores: dict[str, Any]) -> list[Block]
     if len(cfg_models(cfg)) < 3:
         items.append("Cross-model correlations need at least 3 models and are not estimated.")
     return [("h", 2, "What is not shown"), ("ul", items)]
-
-
-# --- rendering ----------------------------------------------------------------------------
-def render_markdown(blocks: list[Block], images: dict[int, str]) -> str:
-    out = []
-    for b in blocks:
-        if b[0] == "h":
-            out.append("#" * b[1] + " " + b[2])
-        elif b[0] == "p":
-            out.append(b[1])
-        elif b[0] == "ul":
-            out.append("\n".join(f"- {i}" for i in b[1]))
-        elif b[0] == "table":
-            header, rows = b[1], b[2]
-            out.append(
-                "\n".join(
-                    [
-                        "| " + " | ".join(header) + " |",
-                        "|" + "---|" * len(header),
-                        *("| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows),
-                    ]
-                )
-            )
-        elif b[0] == "img":
-            out.append(f"![{b[1]}]({images[id(b)]})")
-    return "\n\n".join(out) + "\n"
-
-
-def _md_cell(text: str) -> str:
-    return str(text).replace("|", "\\|")
-
-
-CSS = (
-    "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;"
-    "color:#222}table{border-collapse:collapse;margin:1em 0;font-size:13px}"
-    "th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#f2f2f2}"
-    "img{max-width:100%;border:1px solid #eee}figure{margin:1.5em 0}"
-    "figcaption{font-size:13px;color:#555}"
-)
-
-
-def render_html(blocks: list[Block], title: str) -> str:
-    body = []
-    for b in blocks:
-        if b[0] == "h":
-            body.append(f"<h{b[1]}>{html.escape(b[2])}</h{b[1]}>")
-        elif b[0] == "p":
-            body.append(f"<p>{html.escape(b[1])}</p>")
-        elif b[0] == "ul":
-            body.append("<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in b[1]) + "</ul>")
-        elif b[0] == "table":
-            head = "".join(f"<th>{html.escape(h)}</th>" for h in b[1])
-            rows = "".join(
-                "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>"
-                for r in b[2]
-            )
-            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
-        elif b[0] == "img":
-            data = base64.b64encode(b[2]).decode("ascii")
-            body.append(
-                f'<figure><img alt="{html.escape(b[1])}" '
-                f'src="data:image/png;base64,{data}"><figcaption>'
-                f"{html.escape(b[1])}</figcaption></figure>"
-            )
-    return (
-        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>'
-        f"{html.escape(title)}</title><style>{CSS}</style></head><body>\n"
-        + "\n".join(body)
-        + "\n</body></html>\n"
-    )

@@ -1,0 +1,114 @@
+"""``posgen run`` and the gate on the real embedded model (slow tier)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "results"))
+from synthetic_run import cli
+
+pytestmark = pytest.mark.slow
+
+GATE_ARGS = [
+    "--suite",
+    "posgen_prose",
+    "--rates",
+    "0,0.05",
+    "--sigmas",
+    "0,1",
+    "--limit",
+    "6",
+    "--no-progress",
+]
+
+
+@pytest.mark.timeout(600)
+def test_posgen_run_quick_end_to_end(embedded_model_dir, tmp_path):
+    out = tmp_path / "quick"
+    start = time.monotonic()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "posgen.harness.cli",
+            "run",
+            "--quick",
+            "--no-progress",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "report in" in proc.stdout
+    print(f"posgen run --quick: {elapsed:.0f} s")
+    html = (out / "report.html").read_text()
+    assert "data:image/png;base64," in html and "dequantized" in html
+    degr = pd.read_parquet(out / "degradation.parquet")
+    prose = degr[(degr["metric"] == "word_perplexity") & (degr["rate"] == 0.5)]
+    # the trained model depends on order: half the words or positions moved hurts, clearly
+    for kind in ("text", "position"):
+        row = prose[prose["kind"] == kind].iloc[0]
+        assert row["ci_lo"] > 0.10, row
+    scores = json.loads((out / "scores.json").read_text())
+    assert 0 < scores["fit"]["embedded"]["r_3axis"] <= 1
+
+
+def _noisier_positions():
+    """hf-posgen whose positions are twice as noisy as asked: a weakened model."""
+    from posgen.harness.lm_eval_model import HFPosgenLM
+
+    class NoisierPositions(HFPosgenLM):
+        def set_perturbation(self, positions=None, features=None, seed=1234):
+            double = {"positions": positions, "features": features}
+            for key, spec in double.items():
+                if spec:
+                    name, _, value = spec.partition(":")
+                    double[key] = (
+                        f"{name}:{min(2 * float(value), 1.0 if key == 'positions' else 1e9)!r}"
+                    )
+            return super().set_perturbation(seed=seed, **double)
+
+    return NoisierPositions
+
+
+@pytest.mark.timeout(600)
+def test_gate_passes_on_another_seed_and_fails_a_weakened_model(
+    embedded_model_dir, tmp_path, monkeypatch, capsys
+):
+    run = ["run", "--model", "embedded", *GATE_ARGS]
+    assert cli([*run, "--out", str(tmp_path / "base"), "--seed", "1"]) == 0
+    assert cli(["baseline", str(tmp_path / "base"), "-o", str(tmp_path / "b.json")]) == 0
+    assert cli([*run, "--out", str(tmp_path / "seed2"), "--seed", "2"]) == 0
+    capsys.readouterr()
+    assert cli(["check", str(tmp_path / "seed2"), "--baseline", str(tmp_path / "b.json")]) == 0, (
+        capsys.readouterr().out
+    )
+    import posgen.harness.lm_eval_model as lm_eval_model
+
+    monkeypatch.setattr(lm_eval_model, "HFPosgenLM", _noisier_positions())
+    assert cli([*run, "--out", str(tmp_path / "weak"), "--seed", "2"]) == 0
+    capsys.readouterr()
+    code = cli(
+        [
+            "check",
+            str(tmp_path / "weak"),
+            "--baseline",
+            str(tmp_path / "b.json"),
+            "--junit-xml",
+            str(tmp_path / "gate.xml"),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 1, out
+    failed = [line for line in out.splitlines() if line.endswith("FAIL")]
+    assert failed and all(" text/" not in line for line in failed)  # text cells unchanged
