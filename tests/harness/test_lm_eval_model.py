@@ -236,3 +236,13 @@ def test_register_resolves_through_lm_eval(llama):
         f"pretrained={llama},positions=shift:2", {"device": "cpu", "batch_size": 2}
     )
     assert lm.perturbation.positions.to_string() == "shift:2"
+
+
+def test_pyproject_declares_the_upstream_model_entry_point():
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    eps = tomllib.loads(pyproject.read_text())["project"]["entry-points"]["lm_eval.models"]
+    module, _, attr = eps["hf-posgen"].partition(":")
+    assert getattr(__import__(module, fromlist=[attr]), attr) is HFPosgenLM

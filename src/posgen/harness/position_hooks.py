@@ -7,6 +7,10 @@ and masks alone and changes only what the rotary embedding module sees: a forwar
 pre-hook replaces its ``position_ids`` argument by the perturbed positions. For identity
 positions the module computes exactly the same (cos, sin), so logits are bit-identical.
 
+Only the rotary angles move: masks are built from token order, so Gemma2/Gemma3
+sliding-window layers still attend to the ``sliding_window`` most recent tokens in input
+order whatever positions they are given (the tokens themselves never move).
+
 Everything about one forward is prepared up front in a :class:`BatchPlan` from the
 batch's real tokens (right padding excluded), so each sequence gets the same positions
 and noise at any batch size.
