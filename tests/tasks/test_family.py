@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import tomllib
 
 from posgen.tasks import family, offline
 from posgen.tasks.lm_eval_tasks import installed_yaml_dir
@@ -19,6 +18,7 @@ def test_shipped_yaml_is_generated_from_the_family() -> None:
 
 
 def test_the_wheel_installs_the_yaml_under_lm_eval_tasks() -> None:
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
     build = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"]
     force = build["targets"]["wheel"]["force-include"]
     assert force["src/posgen/tasks/lm_eval_yaml"] == f"lm_eval/tasks/{family.INSTALLED_SUBDIR}"

@@ -36,7 +36,7 @@ def test_manifest_checksums_match_and_are_checked(monkeypatch, tmp_path) -> None
 
 def test_prose_documents() -> None:
     rows = offline.load_rows("posgen_prose.jsonl")
-    assert len(rows) == sum(offline.PROSE_QUOTA.values()) == 20
+    assert len(rows) == sum(offline.PROSE_QUOTA.values()) == 12
     assert len({r["doc_id"] for r in rows}) == len(rows)
     assert {r["source"] for r in rows} == set(corpora.SOURCES)
     lo, hi = offline.PROSE_WORDS
@@ -47,7 +47,7 @@ def test_prose_documents() -> None:
 def test_cloze_items_follow_their_construction() -> None:
     rows = offline.load_rows("posgen_cloze.jsonl")
     prose = " ".join(r["text"] for r in offline.load_rows("posgen_prose.jsonl"))
-    assert len(rows) == sum(offline.CLOZE_QUOTA.values()) == 96
+    assert len(rows) == sum(offline.CLOZE_QUOTA.values()) == 64
     assert len({r["doc_id"] for r in rows}) == len(rows)
     for r in rows:
         words = r["context"].split()
@@ -59,7 +59,7 @@ def test_cloze_items_follow_their_construction() -> None:
 
 def test_loaders_give_lm_eval_datasets() -> None:
     ds = offline.cloze_dataset(version=1, anything="ignored")
-    assert list(ds) == ["test"] and len(ds["test"]) == 96
+    assert list(ds) == ["test"] and len(ds["test"]) == 64
     assert set(ds["test"].column_names) >= {"doc_id", "context", "target"}
     assert offline.PRIMARY_METRICS == {"posgen_prose": "word_perplexity", "posgen_cloze": "acc"}
     assert offline.SUITE_TASKS == ("posgen_prose", "posgen_cloze")

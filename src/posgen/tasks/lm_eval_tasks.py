@@ -99,6 +99,8 @@ class PosgenTaskManager(_original_task_manager):  # type: ignore[misc,valid-type
         """The entry of a perturbed name, created on first use; None if not that form."""
         if name in self._index:
             return self._index[name]
+        if name.endswith(".yaml"):  # a config file path, not a name
+            return None
         try:
             parsed = naming.parse_name(name)
         except PerturbationError as exc:
