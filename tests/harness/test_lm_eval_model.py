@@ -117,6 +117,13 @@ def test_loglikelihood_requests_are_batch_size_invariant(llama):
     assert max_rel(many, one) < 1e-5
 
 
+def test_auto_batch_size_probes_do_not_disturb_the_length_queue(llama):
+    common = dict(pretrained=llama, device="cpu", positions="swap:0.3", max_length=256)
+    auto = HFPosgenLM(batch_size="auto:2", max_batch_size=4, **common)
+    fixed = HFPosgenLM(batch_size=1, **common)
+    assert max_rel(pairs(auto), pairs(fixed)) < 1e-5
+
+
 def test_set_perturbation_matches_a_fresh_model(llama):
     fresh = HFPosgenLM(
         pretrained=llama,

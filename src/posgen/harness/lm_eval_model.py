@@ -194,6 +194,15 @@ class HFPosgenLM(HFLM):
             finally:
                 self._row_lengths = None
 
+    def _detect_batch_size(self, requests: Any = None, pos: int = 0) -> int:
+        # Probing batches (all rows full length) are not padded by HFLM; batch_size=auto:N
+        # probes from inside _loglikelihood_tokens, so step out of the length queue.
+        queue, self._row_lengths = self._row_lengths, None
+        try:
+            return super()._detect_batch_size(requests, pos)
+        finally:
+            self._row_lengths = queue
+
     def _model_call(
         self,
         inps: torch.Tensor,

@@ -35,6 +35,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from posgen.harness.position_hooks import BatchPlan
 
 _PREFIX = "posgen_qk_noise_"
+_REGISTERED: set[str] = set()
 _ACTIVE: ContextVar[BatchPlan | None] = ContextVar("posgen_qk_noise_plan", default=None)
 
 
@@ -60,8 +61,10 @@ def register(base: str) -> str:
             "for it; load the model with attn_implementation='sdpa' or 'eager'"
         )
     name = attention_name(base)
-    AttentionInterface.register(name, _make_forward(base))
-    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[base])
+    if name not in _REGISTERED:
+        AttentionInterface.register(name, _make_forward(base))
+        AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[base])
+        _REGISTERED.add(name)
     return name
 
 
