@@ -162,3 +162,17 @@ def test_embedded_model_decomposes_above_chance(embedded_model_dir):
     assert len(table) == 30 * 9
     assert (table["r_3axis"] > table["chance_r"]).mean() > 0.9
     assert torch.isfinite(torch.tensor(table["r_distance_key"].to_numpy())).all()
+
+
+def test_cli_modules_import_light():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, posgen.harness.decompose, posgen.harness.decompose_experiments, "
+        "posgen.results.decomposition_plots; "
+        "print(sorted(m for m in ('torch', 'transformers', 'pandas', 'matplotlib') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -117,7 +117,7 @@ def _distance_axis(cap, layout):
     """D[h, i, j] = s·q_i·R(j)k̄ (``posgen.results.qk_pattern``): k̄ is the mean pre-RoPE key
     of each KV head over the fitted key positions, un-rotated and rotated by the model's own
     RoPE; computed per KV head and matched to its query heads."""
-    from posgen.results.qk_pattern import distance_map
+    from posgen.results.qk_pattern import DistanceMap
 
     groups = cap.query.shape[1] // cap.kv_heads
     keys = cap.key[:, ::groups]  # [1, KV, n, d]: the expanded heads repeat each KV head
@@ -126,7 +126,7 @@ def _distance_axis(cap, layout):
     mean_key = (key_pre * used[:, None]).sum(-2, keepdim=True) / used.sum()
     rotated = cap.rotate(mean_key.expand_as(key_pre).contiguous())[0]  # [KV, n, d]
     rotated = rotated.repeat_interleave(groups, dim=0)
-    return distance_map(cap.query[0], rotated, cap.scaling)
+    return DistanceMap(cap.query[0], rotated, cap.scaling)
 
 
 def decompose_model(

@@ -23,14 +23,27 @@ import torch
 from posgen.results.logit_fit import FitLayout, HeadSums, head_sums
 
 
-def distance_map(
-    query: torch.Tensor, rotated_mean_key: torch.Tensor, scaling: float
+class DistanceMap:
+    """D[p, i, j] = s·q_i·R(j)k̄, computed lazily per slice of heads, so that the full
+    [P, n, n] map is never held (``head_sums`` reads it a chunk of heads at a time).
+
+    ``query`` [P, n, d] post-RoPE; ``rotated_mean_key`` [P, n, d] = R(j)k̄ per position.
+    """
+
+    def __init__(self, query: torch.Tensor, rotated_mean_key: torch.Tensor, scaling: float):
+        self.query, self.keys, self.scaling = query, rotated_mean_key, scaling
+        n = query.shape[-2]
+        self.shape = (query.shape[0], n, rotated_mean_key.shape[-2])
+        self.device = query.device
+
+    def __getitem__(self, heads: slice) -> torch.Tensor:
+        q, k = self.query[heads].float(), self.keys[heads].float()
+        return torch.matmul(q, k.transpose(-1, -2)) * self.scaling
+
+
+def distance_key_r(
+    w_sums: HeadSums, d_map: DistanceMap | torch.Tensor, layout: FitLayout
 ) -> torch.Tensor:
-    """D[p, i, j] = s·q_i·R(j)k̄ from ``query`` [P, n, d] and ``rotated_mean_key`` [P, n, d]."""
-    return torch.matmul(query.float(), rotated_mean_key.float().transpose(-1, -2)) * scaling
-
-
-def distance_key_r(w_sums: HeadSums, d_map: torch.Tensor, layout: FitLayout) -> torch.Tensor:
     """Pearson r of W against â[i−j] + ĉ[j] (module docstring), [P] float64, O(P n²)."""
     ds = head_sums(d_map, layout, dtype=torch.float32)
     cnt_d, cnt_j, n_e = layout.count_d, layout.count_j, layout.n_entries
