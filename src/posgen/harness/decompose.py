@@ -351,8 +351,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out",
         type=Path,
-        default=Path("posgen-out/decompose"),
-        help="output folder (default posgen-out/decompose)",
+        default=Path("posgen-runs/decompose"),
+        help="output folder (default posgen-runs/decompose)",
     )
 
 
