@@ -59,7 +59,13 @@ def _hash(x) -> str:
     return hashlib.sha256(json.dumps(x, sort_keys=True).encode()).hexdigest()
 
 
-def prose_output(name: str, nll: np.ndarray, words: np.ndarray):
+def _doc(i: int, perturbed: bool, **fields) -> dict:
+    """A logged doc: the source id as ``doc_id``; a perturbed task adds ``posgen_doc_id``."""
+    doc = {"doc_id": f"src-{i:03d}", **fields}
+    return {**doc, "posgen_doc_id": doc["doc_id"]} if perturbed else doc
+
+
+def prose_output(name: str, nll: np.ndarray, words: np.ndarray, perturbed: bool = False):
     samples, ll = [], -nll * words
     for i, (lli, w) in enumerate(zip(ll.tolist(), words.tolist(), strict=True)):
         text = " ".join(["word"] * int(w))
@@ -67,7 +73,7 @@ def prose_output(name: str, nll: np.ndarray, words: np.ndarray):
         samples.append(
             {
                 "doc_id": i,
-                "doc": {"text": text, "source_doc_id": f"doc{i}"},
+                "doc": _doc(i, perturbed, text=text),
                 "target": text,
                 "arguments": [[text]],
                 "resps": [[lli]],
@@ -95,11 +101,11 @@ def prose_output(name: str, nll: np.ndarray, words: np.ndarray):
     return {name: res}, {name: samples}
 
 
-def cloze_output(name: str, acc: np.ndarray):
+def cloze_output(name: str, acc: np.ndarray, perturbed: bool = False):
     samples = [
         {
             "doc_id": i,
-            "doc": {"context": f"c{i}", "source_doc_id": f"doc{i}"},
+            "doc": _doc(i, perturbed, context=f"c{i}"),
             "target": 0,
             "arguments": [["c", " a"], ["c", " b"]],
             "resps": [[[-1.0, True]], [[-2.0, False]]],
@@ -150,10 +156,10 @@ def planted_cells(sensitivity: float, seed: int):
                 else json.dumps({"kind": kind, "name": scheme, "version": 1, "params": {}}),
             }
             if task == "posgen_prose":
-                out = prose_output(lm_task, nll + sensitivity * x * factor, words)
+                out = prose_output(lm_task, nll + sensitivity * x * factor, words, kind == "text")
             else:
                 flip = noise.random(60) < sensitivity * x
-                out = cloze_output(lm_task, np.where(flip, 0.0, acc))
+                out = cloze_output(lm_task, np.where(flip, 0.0, acc), kind == "text")
             yield cell, *out
 
 

@@ -111,3 +111,8 @@ def test_tables_round_trip(tmp_path):
 def test_slug_is_file_safe_and_distinguishes_paths():
     a, b = store_mod.slug("/models/a b/x"), store_mod.slug("/models/a_b/x")
     assert a != b and "/" not in a and " " not in a
+
+
+def test_written_files_get_the_usual_mode(tmp_path):
+    atomic_write_text(tmp_path / "f.txt", "x")
+    assert (tmp_path / "f.txt").stat().st_mode & 0o777 == 0o666 & ~store_mod._UMASK

@@ -40,6 +40,8 @@ from posgen.results.schema import (
 )
 
 CONFIG_FILE = "config.json"
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 
 
 class RunConflictError(RuntimeError):
@@ -52,6 +54,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the usual file mode
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -25,29 +25,37 @@ from posgen.results.schema import (
     frame,
 )
 
-# Fields of a logged document that carry its stable source id (perturbed documents keep
-# the id of the document they came from), tried in order before lm-eval's doc_id.
-DOC_KEY_FIELDS = ("source_doc_id", "source_id", "doc_key", "posgen_doc_id")
+# How a logged document is paired across cells. Perturbed tasks add ``posgen_doc_id`` (the
+# source id of the document they perturbed); an unperturbed document gets the same id by
+# the same rule as posgen.tasks.perturbed_task.stable_ids: the first of ID_KEYS whose
+# values are unique, else "<split>:<index>".
+PERTURBED_ID = "posgen_doc_id"
+ID_KEYS = ("doc_id", "id", "ind", "idx")
 STDERR_BOOTSTRAP = 500
 
 
-def doc_key(sample: Mapping[str, Any]) -> str:
-    """The pairing key of a logged sample: its document's source id, else lm-eval's doc_id."""
-    doc = sample.get("doc")
-    if isinstance(doc, Mapping):
-        for field in DOC_KEY_FIELDS:
-            if doc.get(field) is not None:
-                return str(doc[field])
-    if "doc_id" not in sample:
+def doc_keys(samples: list[Mapping[str, Any]], split: str) -> list[str]:
+    """The pairing key of every logged sample of one cell (see ``ID_KEYS``)."""
+    docs = [s.get("doc") if isinstance(s.get("doc"), Mapping) else {} for s in samples]
+    if docs and all(d.get(PERTURBED_ID) is not None for d in docs):
+        return [str(d[PERTURBED_ID]) for d in docs]
+    for key in ID_KEYS:
+        if docs and all(key in d for d in docs):
+            ids = [str(d[key]) for d in docs]
+            if len(set(ids)) == len(ids):
+                return ids
+    if any("doc_id" not in s for s in samples):
         raise SchemaError("a logged sample has neither a source doc id nor lm-eval's doc_id")
-    return str(sample["doc_id"])
+    return [f"{split}:{s['doc_id']}" for s in samples]
 
 
-def extract_docs(samples: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, list]]:
-    """Per metric: ``{"keys": [...], "num": [...], "den": [...]}`` from logged samples."""
+def extract_docs(samples: Iterable[Mapping[str, Any]], split: str = "test") -> dict[str, dict]:
+    """Per metric: ``{"keys": [...], "num": [...], "den": [...]}`` from logged samples;
+    ``split`` is the split lm-eval evaluated (for documents without an id field)."""
+    samples = list(samples)
+    keys = doc_keys(samples, split)
     out: dict[str, dict[str, list]] = {}
-    for sample in samples:
-        key = doc_key(sample)
+    for key, sample in zip(keys, samples, strict=True):
         for metric, rule in METRIC_RULES.items():
             if metric not in sample:
                 continue
@@ -56,12 +64,10 @@ def extract_docs(samples: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, li
             slot["keys"].append(key)
             slot["num"].append(num)
             slot["den"].append(den)
-    for metric, slot in out.items():
-        if len(set(slot["keys"])) != len(slot["keys"]):
-            raise SchemaError(
-                f"{metric}: duplicate document keys in the logged samples; "
-                "documents cannot be paired"
-            )
+    if len(set(keys)) != len(keys):
+        raise SchemaError(
+            "duplicate document keys in the logged samples; documents cannot be paired"
+        )
     return out
 
 
@@ -245,7 +251,8 @@ def cell_record(
             f"lm-eval returned no results or samples for {name!r} "
             f"(got {sorted(results)}); was log_samples on?"
         )
-    docs = extract_docs(samples[name])
+    split = cell.get("split") or "test"
+    docs = extract_docs(samples[name], split)
     if not docs:
         raise SchemaError(
             f"{name}: the logged samples carry none of the metrics posgen "
