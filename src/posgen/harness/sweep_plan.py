@@ -28,7 +28,7 @@ SCHEMES = {"text": ("swap",), "position": ("swap",), "feature": ("rope_noise",)}
 # Documents per task, chosen so the default run of the embedded model fits in 10 minutes
 # and --quick in 2 on two CPU cores (see the README for the measured times).
 LIMITS = {
-    "default": {"posgen_prose": 20, "posgen_cloze": 48},
+    "default": {"posgen_prose": 12, "posgen_cloze": 48},
     "quick": {"posgen_prose": 6, "posgen_cloze": 24},
 }
 OTHER_TASK_LIMIT = {"default": 100, "quick": 20}
