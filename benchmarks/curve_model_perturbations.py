@@ -103,6 +103,11 @@ def main() -> None:
             bootstrap_iters=0,
         )
         table[label] = per_doc(res["samples"][task])
+        if set(table[label]) != set(next(iter(table.values()))):
+            raise SystemExit(f"{label}: documents differ from the first cell; not paired")
+        if args.out:  # after every cell, so an interrupted run keeps what it measured
+            with open(args.out + ".cells.json", "w") as f:
+                json.dump({k: {d: list(v) for d, v in t.items()} for k, t in table.items()}, f)
         ppl = res["results"][task]["word_perplexity,none"]
         print(
             f"{label:24s} {task:32s} word_ppl={ppl:10.4f} ({time.perf_counter() - start:.0f}s)",
