@@ -27,8 +27,9 @@ The JSONL files ship in ``posgen/tasks/data/`` with ``MANIFEST.json`` (suite ver
 sha256 of each file and of each source). ``python -m posgen.tasks.offline --check``
 rebuilds them and compares bytes; ``--write`` rewrites them. Every doc carries a stable
 ``doc_id`` (e.g. ``prose-britannica-012``), so per-document results pair across runs.
-Sizes are chosen so one pass over the suite (about 7k SmolLM2 tokens) takes about 15 s
-on SmolLM2-135M on two idle CPU cores. Version 1 (20 documents, 96 items) was twice that.
+Sizes: one pass over the suite is about 8.4k SmolLM2 tokens; on SmolLM2-135M it took
+40 CPU-seconds on one thread (prose 24.7 s, cloze 15.8 s, batch 8, fp32), so about
+20-25 s on two idle cores. Version 1 (20 documents, 96 items) was 1.6 times that.
 """
 
 from __future__ import annotations
