@@ -35,7 +35,8 @@ def _vm(field: str) -> int:
 
 
 def bench_reference(n: int, heads: int, device: str, repeats: int) -> dict:
-    from posgen.results.logit_fit import FitOptions, LayoutCache, fit_heads, reference_fit
+    from posgen.results.logit_fit import FitOptions, LayoutCache, fit_heads
+    from posgen.results.logit_fit_reference import reference_fit
 
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(heads, n, n, generator=gen).to(device)

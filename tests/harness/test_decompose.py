@@ -18,7 +18,7 @@ from posgen.harness.decompose_experiments import (
     qk_pattern_table,
 )
 from posgen.harness.decompose_io import probe_token_windows
-from posgen.results.logit_fit import reference_fit
+from posgen.results.logit_fit_reference import reference_fit
 from tiny_models import build_model, build_tokenizer
 
 

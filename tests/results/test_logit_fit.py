@@ -13,8 +13,8 @@ from posgen.results.logit_fit import (
     diagonal_sums,
     fit_heads,
     fitted_map,
-    reference_fit,
 )
+from posgen.results.logit_fit_reference import reference_fit
 
 
 def _causal(n: int) -> torch.Tensor:
