@@ -107,6 +107,8 @@ def fit_vs_tolerance(summary: Mapping[str, Mapping[str, Any]], y: str = "auc") -
     """Scatter across models: fit quality (mean r_3axis) against the degradation AUC, one
     panel per task and kind."""
     plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
     groups = sorted(summary)
     ncols = min(3, len(groups)) or 1
     nrows = max(1, -(-len(groups) // ncols))
@@ -119,6 +121,8 @@ def fit_vs_tolerance(summary: Mapping[str, Mapping[str, Any]], y: str = "auc") -
             if np.isfinite(x) and np.isfinite(yy):
                 ax.scatter([x], [yy], color=color, marker=marker)
                 ax.annotate(model, (x, yy), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.margins(x=0.35, y=0.2)  # room for the model labels
+        ax.xaxis.set_major_locator(MaxNLocator(4))
         ax.set_xlabel("fit quality: mean r (3-axis)")
         ax.set_ylabel("mean degradation (AUC)" if y == "auc" else y)
         ax.set_title(f"{task} / {kind}", fontsize=10)
