@@ -188,3 +188,36 @@ def test_cross_model_recovers_a_planted_monotone_relation():
     assert res["pearson"]["ci_lo"] <= res["pearson"]["r"] <= res["pearson"]["ci_hi"]
     anti = {k: {"x": v["x"], "y": -v["y"]} for k, v in per_model.items()}
     assert cross_model(anti, "x", "y", iters=200)["spearman"]["r"] == pytest.approx(-1.0)
+
+
+def test_an_accuracy_curve_from_a_zero_accuracy_baseline_is_not_measurable():
+    import pandas as pd
+
+    from posgen.results.scoring import model_summary, tolerance_table
+
+    rows = []
+    for model, base in (("trained", 0.6), ("chance-free", 0.0)):
+        for rate, degr in ((0.05, 0.01), (0.5, 0.2 if base else 0.0)):
+            rows.append(
+                dict(
+                    model=model,
+                    task="t",
+                    metric="acc",
+                    kind="text",
+                    scheme="swap",
+                    seed=1,
+                    rate=rate,
+                    degradation=degr,
+                    ci_lo=degr,
+                    ci_hi=degr,
+                    stderr=0.0,
+                    n=10,
+                    baseline=base,
+                )
+            )
+    tol = tolerance_table(pd.DataFrame(rows)).set_index("model")
+    assert bool(tol.loc["trained", "measurable"]) and tol.loc["trained", "tolerance"] == 0.05
+    # a model that scores 0 cannot drop: its flat curve says nothing about tolerance
+    assert not bool(tol.loc["chance-free", "measurable"])
+    summary = model_summary(tol.reset_index(), {})
+    assert set(summary["t|text"]) == {"trained"}

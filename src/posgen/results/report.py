@@ -236,7 +236,9 @@ def summary_table(scores: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                     _fmt(base.get((model, task, metric))),
                     f"{r.kind} {r.scheme}",
                     _thr(metric, r.threshold),
-                    f"{r.tolerance:g} [{r.tolerance_lo:g}, {r.tolerance_hi:g}]",
+                    f"{r.tolerance:g} [{r.tolerance_lo:g}, {r.tolerance_hi:g}]"
+                    if getattr(r, "measurable", True)
+                    else "not measurable: baseline at or below the threshold",
                     "none on grid" if _missing(r.crossing) else f"{r.crossing:.3g}",
                     _fmt(r.auc),
                 ]

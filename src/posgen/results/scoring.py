@@ -118,8 +118,10 @@ def degradation_table(perdoc, cfg: ScoringConfig = ScoringConfig()):
             seed=cfg.seed,
             key=key,
         )
-        rows.append({**rec, **stats})
-    cols = [*GROUP, "rate", "degradation", "ci_lo", "ci_hi", "stderr", "n"]
+        rule = METRIC_RULES[rec["metric"]]
+        base = aggregate(rule, g["base_num"].to_numpy(float), g["base_den"].to_numpy(float))
+        rows.append({**rec, **stats, "baseline": float(base)})
+    cols = [*GROUP, "rate", "degradation", "ci_lo", "ci_hi", "stderr", "n", "baseline"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -149,10 +151,17 @@ def tolerance(rates: Sequence[float], values: Sequence[float], threshold: float)
     return {"tolerance": tol, "crossing": crossing, "auc": auc, "max_rate": float(r[-1])}
 
 
+def measurable(metric: str, baseline: float, threshold: float) -> bool:
+    """Whether a degradation beyond ``threshold`` is possible at all: an accuracy drop
+    cannot exceed the baseline accuracy, so a model at (or near) zero accuracy shows
+    no degradation whatever the perturbation does; its tolerance would be meaningless."""
+    return METRIC_RULES[metric] == "perplexity" or baseline > threshold
+
+
 def tolerance_table(degr, cfg: ScoringConfig = ScoringConfig()):
     """Per (model, task, metric, kind, scheme, seed): tolerance, its range over the CI
     (``tolerance_lo`` from the upper CI bound, ``tolerance_hi`` from the lower), crossing
-    and AUC."""
+    and AUC, the baseline value, and ``measurable`` (see :func:`measurable`)."""
     import pandas as pd
 
     rows = []
@@ -167,6 +176,8 @@ def tolerance_table(degr, cfg: ScoringConfig = ScoringConfig()):
                 "threshold": thr,
                 "tolerance_lo": tolerance(g["rate"], g["ci_hi"], thr)["tolerance"],
                 "tolerance_hi": tolerance(g["rate"], g["ci_lo"], thr)["tolerance"],
+                "baseline": float(g["baseline"].iloc[0]),
+                "measurable": measurable(rec["metric"], float(g["baseline"].iloc[0]), thr),
             }
         )
     cols = [
@@ -178,6 +189,8 @@ def tolerance_table(degr, cfg: ScoringConfig = ScoringConfig()):
         "crossing",
         "auc",
         "max_rate",
+        "baseline",
+        "measurable",
     ]
     return pd.DataFrame(rows, columns=cols)
 
@@ -274,6 +287,8 @@ def model_summary(tol, fits: Mapping[str, Mapping[str, float]]) -> dict[str, dic
             continue
         per_model = {}
         for row in g[g["metric"] == metric].itertuples(index=False):
+            if not row.measurable:  # no tolerance to relate to fit quality (see measurable)
+                continue
             interp = (
                 row.crossing
                 if row.crossing is not None and np.isfinite(row.crossing)
