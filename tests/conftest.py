@@ -13,7 +13,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from tiny_models import save_tiny  # noqa: E402
+from tiny_models import save_tiny
 
 
 @pytest.fixture(scope="session")

@@ -137,6 +137,30 @@ def check_rate(name: str, value: float) -> None:
         raise PerturbationError(f"{name}: rate must be a number in [0, 1], got {value!r}")
 
 
+def check_window(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+        raise PerturbationError(f"{name}: window must be an int >= 2, got {value!r}")
+
+
+class RateMixin:
+    """Shared parts of the rate-parameterised, nested reorderings (text and position
+    ``swap`` and ``adjacent``): ``rate`` ∈ [0, 1] is the short form's value, it does not
+    select the random stream (nesting), and rate 0 is the identity. Put it first among
+    the bases so that its ``validate`` and ``is_identity`` win."""
+
+    short_param: ClassVar[str] = "rate"
+    nested_param: ClassVar[str] = "rate"
+    name: ClassVar[str]
+    rate: float
+
+    def validate(self) -> None:
+        check_rate(self.name, self.rate)
+
+    @property
+    def is_identity(self) -> bool:
+        return self.rate == 0
+
+
 def check_nonnegative(name: str, field: str, value: float) -> None:
     if (
         isinstance(value, bool)

@@ -23,7 +23,8 @@ from posgen.perturbations import orderings
 from posgen.perturbations.base import (
     Perturbation,
     PerturbationError,
-    check_rate,
+    RateMixin,
+    check_window,
     registry,
 )
 from posgen.perturbations.order_stats import OrderStats, order_stats
@@ -75,18 +76,8 @@ class PositionPerturbation(Perturbation):
         return self.values(n, rng)
 
 
-class _RateScheme(PositionPerturbation):
-    """Shared parts of the rate-parameterised, nested reorderings."""
-
-    short_param: ClassVar[str] = "rate"
-    nested_param: ClassVar[str] = "rate"
-
-    def validate(self) -> None:
-        check_rate(self.name, self.rate)  # type: ignore[attr-defined]
-
-    @property
-    def is_identity(self) -> bool:
-        return self.rate == 0  # type: ignore[attr-defined]
+class _RateScheme(RateMixin, PositionPerturbation):
+    """Position reorderings parameterised by a nested rate."""
 
 
 @registry.register
@@ -125,10 +116,7 @@ class PositionLocalShuffle(PositionPerturbation):
     window: int = 3
 
     def validate(self) -> None:
-        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 2:
-            raise PerturbationError(
-                f"local_shuffle: window must be an int >= 2, got {self.window!r}"
-            )
+        check_window(self.name, self.window)
 
     def values(self, n: int, rng: np.random.Generator | None) -> tuple[np.ndarray, int]:
         assert rng is not None

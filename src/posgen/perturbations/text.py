@@ -18,7 +18,8 @@ from posgen.perturbations import orderings
 from posgen.perturbations.base import (
     Perturbation,
     PerturbationError,
-    check_rate,
+    RateMixin,
+    check_window,
     registry,
 )
 from posgen.perturbations.order_stats import OrderStats, order_stats
@@ -91,20 +92,11 @@ class TextPerturbation(Perturbation):
 
 @registry.register
 @dataclass(frozen=True)
-class WordSwap(TextPerturbation):
+class WordSwap(RateMixin, TextPerturbation):
     """Swap ⌊rate·n/2⌋ random disjoint pairs of words (nested across rates)."""
 
     name: ClassVar[str] = "swap"
-    short_param: ClassVar[str] = "rate"
-    nested_param: ClassVar[str] = "rate"
     rate: float = 0.05
-
-    def validate(self) -> None:
-        check_rate(self.name, self.rate)
-
-    @property
-    def is_identity(self) -> bool:
-        return self.rate == 0
 
     def reorder(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, int]:
         return orderings.swap_pairs(n, self.rate, rng)
@@ -112,20 +104,11 @@ class WordSwap(TextPerturbation):
 
 @registry.register
 @dataclass(frozen=True)
-class AdjacentSwap(TextPerturbation):
+class AdjacentSwap(RateMixin, TextPerturbation):
     """Swap ⌊rate·n/2⌋ disjoint pairs of neighbouring words (nested across rates)."""
 
     name: ClassVar[str] = "adjacent"
-    short_param: ClassVar[str] = "rate"
-    nested_param: ClassVar[str] = "rate"
     rate: float = 0.05
-
-    def validate(self) -> None:
-        check_rate(self.name, self.rate)
-
-    @property
-    def is_identity(self) -> bool:
-        return self.rate == 0
 
     def reorder(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, int]:
         return orderings.adjacent_pairs(n, self.rate, rng)
@@ -141,10 +124,7 @@ class LocalShuffle(TextPerturbation):
     window: int = 3
 
     def validate(self) -> None:
-        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 2:
-            raise PerturbationError(
-                f"local_shuffle: window must be an int >= 2, got {self.window!r}"
-            )
+        check_window(self.name, self.window)
 
     def reorder(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, int]:
         return orderings.local_shuffle(n, self.window, rng)
