@@ -80,6 +80,19 @@ class _CaptureState:
     consumer: Consumer
     layer_of: dict[int, int]  # id(module) -> layer index
     position_embeddings: dict[int, tuple | None] = field(default_factory=dict)
+    _last: tuple | None = None  # (mask, key length, attended) of the last layer
+
+    def attended(self, attention_mask: torch.Tensor, keys: int) -> torch.Tensor:
+        """Where the layer may attend, [B, 1, n, keys] bool. Layers that get the same mask
+        object (most models build one per forward) share one ``attended`` tensor, so that
+        consumers can reuse what they derive from it (identity check)."""
+        last = self._last
+        if last is not None and last[0] is attention_mask and last[1] == keys:
+            return last[2]
+        mask = attention_mask[:, :, :, :keys]
+        attended = mask if mask.dtype == torch.bool else mask == 0
+        self._last = (attention_mask, keys, attended)  # holds the mask: its id stays unique
+        return attended
 
 
 def _expand_kv(module: torch.nn.Module, key: torch.Tensor, heads: int) -> torch.Tensor:
@@ -122,8 +135,7 @@ def capture_attention_forward(module, query, key, value, attention_mask, *args, 
         softcap = kwargs.get("softcap")
         if softcap is not None:
             logits = torch.tanh(logits / softcap) * softcap
-        mask = attention_mask[:, :, :, : key_full.shape[-2]]
-        attended = mask if mask.dtype == torch.bool else mask == 0
+        attended = state.attended(attention_mask, key_full.shape[-2])
         state.consumer(
             LayerCapture(
                 layer=state.layer_of[id(module)],
