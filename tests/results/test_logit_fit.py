@@ -9,10 +9,13 @@ import torch
 from posgen.results.logit_fit import (
     FitLayout,
     FitOptions,
+    HeadSums,
     LayoutCache,
     diagonal_sums,
     fit_heads,
+    fit_sums,
     fitted_map,
+    head_sums,
 )
 from posgen.results.logit_fit_reference import reference_fit
 
@@ -52,21 +55,54 @@ def test_diagonal_sums_match_brute_force():
         (FitOptions(include_diagonal=False, sink_keys=2), "window"),
     ],
 )
-def test_agrees_with_scipy_lsqr_reference(options, mask_kind):
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_agrees_with_scipy_lsqr_reference(options, mask_kind, dtype):
     n = 40
     mask = options.apply(_causal(n) if mask_kind == "causal" else _window(n, 9))
     gen = torch.Generator().manual_seed(7)
     logits = torch.randn(3, n, n, generator=gen) * 2 + 5  # offset: tests the centring
     logits += 0.5 * _planted(n, gen).float()
-    fits = fit_heads(logits, FitLayout.from_mask(mask))
+    layout = FitLayout.from_mask(mask)
+    fits = fit_sums(head_sums(logits, layout, dtype=dtype), layout)
     for p in range(3):
         ref = reference_fit(logits[p].numpy(), mask.numpy())
         ref2 = reference_fit(logits[p].numpy(), mask.numpy(), two_axis=True)
         assert abs(fits.r_3axis[p].item() - ref["r"]) < 1e-6
         assert abs(fits.r_row_centred[p].item() - ref["r_row_centred"]) < 1e-6
         assert abs(fits.r_2axis[p].item() - ref2["r"]) < 1e-6
-        fitted = fitted_map(fits, p, FitLayout.from_mask(mask))[mask].numpy()
-        np.testing.assert_allclose(fitted, ref["fitted"], atol=1e-6)
+        fitted = fitted_map(fits, p, layout)[mask].numpy()
+        if dtype == torch.float64:
+            np.testing.assert_allclose(fitted, ref["fitted"], atol=1e-6)
+        else:  # float32 sums: fitted values to ~1e-6 relative
+            np.testing.assert_allclose(fitted, ref["fitted"], rtol=1e-5, atol=1e-5)
+
+
+def test_float32_sums_survive_a_large_offset():
+    """W − rough mean is what float32 sums: an offset of 1000 std costs no digits of r."""
+    n = 128
+    gen = torch.Generator().manual_seed(11)
+    i = torch.arange(n, dtype=torch.float32)
+    w = torch.randn(4, n, n, generator=gen) + 0.02 * i[:, None] + 0.5 * _planted(n, gen).float()
+    layout = FitLayout.from_mask(_causal(n))
+    for offset in (0.0, 50.0, 1000.0):
+        x = w + offset
+        f64 = fit_sums(head_sums(x, layout, dtype=torch.float64), layout)
+        f32 = fit_sums(head_sums(x, layout, dtype=torch.float32), layout)
+        for name in ("r_3axis", "r_2axis", "r_row_centred", "logit_std"):
+            diff = (getattr(f32, name) - getattr(f64, name)).abs().max().item()
+            assert diff < 1e-6, (offset, name, diff)
+
+
+def test_fits_of_concatenated_sums_equal_separate_fits():
+    n = 48
+    gen = torch.Generator().manual_seed(5)
+    layout = FitLayout.from_mask(FitOptions(sink_keys=2).apply(_causal(n)))
+    x, y = torch.randn(3, n, n, generator=gen), torch.randn(2, n, n, generator=gen) + 3
+    both = fit_sums(HeadSums.cat([head_sums(x, layout), head_sums(y, layout)]), layout)
+    alone = [fit_heads(x, layout), fit_heads(y, layout)]
+    for name in ("r_3axis", "r_2axis", "r_row_centred", "share_key", "a", "b", "c"):
+        joined = torch.cat([getattr(f, name) for f in alone])
+        torch.testing.assert_close(getattr(both, name), joined, equal_nan=True)
 
 
 def test_planted_structure_is_recovered_exactly():

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -27,6 +27,9 @@ from posgen.harness.decompose_io import (  # light: stdlib + lazily imported pan
 DEFAULT_DOCS = 8
 DEFAULT_TOKENS = 256
 R_HIGH = 0.9  # summary: share of heads with r above this
+# dtype of the O(n²) sums while streaming: float32 halves the fit's cost and moves r by
+# ~1e-8 (logit_fit.head_sums); the plotted single-head maps use float64
+SUM_DTYPE = "float32"
 
 
 def load_model(model: str, *, random_init: bool = False, seed: int = 0, device=None):
@@ -58,32 +61,88 @@ def random_init_twin(config, *, seed: int, name: str) -> PreTrainedModel:
         return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
 
 
+class _LayerSums(NamedTuple):
+    """What ``_LayerFitter`` keeps of one layer until ``finish()``: O(P n), not the logits."""
+
+    layer: int
+    layout: Any  # logit_fit.FitLayout
+    sums: Any  # logit_fit.HeadSums of W
+    d_sums: tuple  # (diagonal, column) sums of the distance map D
+    restricted: bool  # the layer attends to fewer entries than causal (e.g. sliding window)
+
+
 class _LayerFitter:
-    """Consumer of ``LayerCapture``s: fits every head of each layer, appends tidy rows."""
+    """Consumer of ``LayerCapture``s. During the forward it reduces each layer's logits to
+    their O(P n) sums (``head_sums``, ``distance_sums``) and lets the logits go; ``finish()``
+    after the forward solves all layers that share a layout in one batched product and
+    appends the tidy rows of document ``doc``."""
 
     def __init__(self, options, layouts) -> None:
         self.options, self.layouts = options, layouts
         self.rows: list[dict[str, Any]] = []
         self.doc = 0
+        self._pending: list[_LayerSums] = []
+        self._last: tuple | None = None  # (attended tensor, layout, restricted)
 
     def __call__(self, cap) -> None:
         import torch
 
-        from posgen.results.logit_fit import fit_heads, head_sums
-        from posgen.results.qk_pattern import distance_key_r
+        from posgen.results.logit_fit import head_sums
+        from posgen.results.qk_pattern import distance_sums
 
         if cap.logits.shape[0] != 1:
             raise ValueError("decompose fits one document per forward (batch size 1)")
         logits = cap.logits[0]  # [H, n, n]
-        attended = cap.attended[0, 0]
-        layout = self.layouts.get(self.options.apply(attended), logits.device)
-        sums = head_sums(logits, layout)
-        fits = fit_heads(logits, layout, sums)
-        r_dk = distance_key_r(sums, _distance_axis(cap, layout), layout)
-        window = bool((~attended & torch.ones_like(attended).tril()).any())  # e.g. sliding
-        self._append(cap.layer, fits, r_dk, layout, window)
+        layout, window = self._layout(cap.attended)
+        sums = head_sums(logits, layout, dtype=getattr(torch, SUM_DTYPE))
+        d_sums = distance_sums(_distance_axis(cap, layout), layout)
+        self._pending.append(_LayerSums(cap.layer, layout, sums, d_sums, window))
 
-    def _append(self, layer, fits, r_dk, layout, window) -> None:
+    def _layout(self, attended_bhnn):
+        """(layout, restricted) for ``cap.attended``; layers sharing one mask share the work."""
+        import torch
+
+        if self._last is not None and self._last[0] is attended_bhnn:
+            return self._last[1:]
+        attended = attended_bhnn[0, 0]
+        layout = self.layouts.get(self.options.apply(attended), attended.device)
+        window = bool((~attended & torch.ones_like(attended).tril()).any())  # e.g. sliding
+        self._last = (attended_bhnn, layout, window)
+        return layout, window
+
+    def finish(self) -> None:
+        """Fit the layers captured since the last ``finish`` and append their rows."""
+        import torch
+
+        from posgen.results.logit_fit import HeadSums, fit_sums
+        from posgen.results.qk_pattern import distance_key_r
+
+        pending, self._pending, self._last = self._pending, [], None
+        groups: dict[int, list[_LayerSums]] = {}
+        for item in pending:
+            groups.setdefault(id(item.layout), []).append(item)
+        by_layer = {}
+        for items in groups.values():
+            layout = items[0].layout
+            sums = HeadSums.cat([it.sums for it in items])
+            d_sums = tuple(torch.cat([it.d_sums[k] for it in items]) for k in (0, 1))
+            fits = fit_sums(sums, layout)
+            values = self._values(fits, distance_key_r(sums, d_sums, layout))
+            start = 0
+            for it in items:
+                heads = it.sums.mean.shape[0]
+                by_layer[it.layer] = self._rows(
+                    it.layer,
+                    {k: v[start : start + heads] for k, v in values.items()},
+                    fits,
+                    it.restricted,
+                )
+                start += heads
+        for layer in sorted(by_layer):
+            self.rows.extend(by_layer[layer])
+
+    @staticmethod
+    def _values(fits, r_dk) -> dict[str, list[float]]:
         cols = {
             "r_3axis": fits.r_3axis,
             "r_2axis": fits.r_2axis,
@@ -96,21 +155,23 @@ class _LayerFitter:
             "share_query": fits.share_query,
             "share_key": fits.share_key,
         }
-        values = {k: v.double().cpu().tolist() for k, v in cols.items()}
-        for head in range(len(values["r_3axis"])):
-            self.rows.append(
-                {
-                    "doc": self.doc,
-                    "layer": layer,
-                    "head": head,
-                    "n": layout.n,
-                    "n_entries": fits.n_entries,
-                    **{k: v[head] for k, v in values.items()},
-                    "chance_r": fits.chance_r,
-                    "chance_r_2axis": fits.chance_r_2axis,
-                    "restricted_mask": window,
-                }
-            )
+        return {k: v.double().cpu().tolist() for k, v in cols.items()}
+
+    def _rows(self, layer, values, fits, window) -> list[dict[str, Any]]:
+        return [
+            {
+                "doc": self.doc,
+                "layer": layer,
+                "head": head,
+                "n": fits.a.shape[-1],
+                "n_entries": fits.n_entries,
+                **{k: v[head] for k, v in values.items()},
+                "chance_r": fits.chance_r,
+                "chance_r_2axis": fits.chance_r_2axis,
+                "restricted_mask": window,
+            }
+            for head in range(len(values["r_3axis"]))
+        ]
 
 
 def _distance_axis(cap, layout):
@@ -170,6 +231,7 @@ def decompose_model(
                 attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=dev),
                 use_cache=False,
             )
+            fitter.finish()
     table = pd.DataFrame(fitter.rows)
     table.insert(0, "seed", seed)
     table.insert(0, "random_init", random_init)

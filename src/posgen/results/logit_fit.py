@@ -31,8 +31,9 @@ weighted mean, a carries the constant (weights = entry counts of each diagonal, 
 degeneracies beyond these (rare: e.g. a distance seen by a single entry next to excluded
 sinks) leaves per-term values one basic solution; fitted values and every r stay exact.
 
-Everything per head is O(n²) sums plus an O(n²) product with G⁻ (shared by all heads,
-batched as one matrix product), because for OLS with an intercept in the column space:
+Everything per head is O(n²) sums (``head_sums``: the only pass over the logits) plus an O(n²) product with G⁻ (``fit_sums``: shared by all
+heads, batched as one matrix product over any number of heads, e.g. all layers of a
+forward), because for OLS with an intercept in the column space:
 
     r² = ESS / TSS,  ESS = θᵀ s_c,  TSS = Σ_F (W − W̄)²,  RSS = TSS − ESS
     r_row_centred² = 1 − RSS / Σ_F (W[i, j] − W̄[i, ·])²   (row indicators are in X, so the
@@ -44,7 +45,9 @@ Chance level: for pure noise E[r²] ≈ (rank(G) − 1) / (|F| − 1), reported 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -114,6 +117,15 @@ class FitLayout:
     @property
     def n(self) -> int:
         return int(self.mask.shape[-1])
+
+    def workspace(self, heads: int, dtype: torch.dtype) -> torch.Tensor:
+        """A reusable [heads, n + n²] summing buffer (kept with the layout: allocating and
+        faulting in megabytes per layer costs more than the sums themselves)."""
+        key = ("workspace", heads, dtype)
+        if key not in self.extra:
+            n = self.n
+            self.extra[key] = torch.empty(heads, n * n + n, dtype=dtype, device=self.mask.device)
+        return self.extra[key]
 
     @property
     def chance_r(self) -> float:
@@ -244,6 +256,11 @@ class HeadSums:
     tss: torch.Tensor  # [P], Σ_F (W − W̄)²
     tss_row_centred: torch.Tensor  # [P], Σ_F (W[i, j] − W̄[i, ·])²
 
+    @classmethod
+    def cat(cls, parts: list[HeadSums]) -> HeadSums:
+        """The heads of several ``HeadSums`` of one layout, in order (e.g. several layers)."""
+        return cls(*(torch.cat([getattr(p, f.name) for p in parts]) for f in fields(cls)))
+
 
 def head_sums(
     logits: torch.Tensor,
@@ -253,23 +270,34 @@ def head_sums(
 ) -> HeadSums:
     """Sums of ``logits`` [P, n, n] over the layout's entries, O(P n²); results in float64.
 
-    The O(n²) reductions run in ``dtype`` (float64 by default: exact to ~1e-12 in r;
-    float32 halves the cost, rows of n values are summed pairwise). Heads are processed
-    ``chunk`` at a time (default ⌈P/4⌉) so the temporaries stay near one float32 copy of
-    the input.
+    The O(n²) reductions run in ``dtype`` on W minus a rough per-head mean, so that a large
+    common offset cancels no digits. float64 (default) is exact to ~1e-12 in r and ~1e-12
+    in fitted values. float32 (what ``posgen decompose`` streams with) costs about half as
+    much; with torch's cascaded summation r stays within ~1e-7 of float64 (2.7e-8 over all
+    SmolLM2-135M heads at n = 512, printed by benchmarks/bench_logit_fit.py; the tests hold
+    it to 1e-6 against lsqr), fitted values within ~1e-6 relative. Heads are processed
+    ``chunk`` at a time (default: all at once; the one buffer then holds one copy of the
+    input in ``dtype``, and fewer, larger reductions are faster on CPU).
     """
     p, n = logits.shape[0], layout.n
     if logits.shape[-2:] != (n, n):
         raise ValueError(f"logits are {tuple(logits.shape)}, the layout is for n={n}")
-    chunk = chunk or max(1, -(-p // 4))
-    parts = [_raw_sums(logits[k : k + chunk], layout.mask, dtype) for k in range(0, p, chunk)]
+    chunk = chunk or p
+    # summing W − shift (a value representable in ``dtype``) keeps float32 sums exact enough
+    shift = _rough_mean(logits, layout).to(dtype).double()
+
+    def fill(out: torch.Tensor, heads: slice) -> None:
+        torch.sub(logits[heads], shift[heads].to(dtype)[:, None, None], out=out)
+        out.mul_(layout.mask)
+
+    parts = [_raw_sums(fill, slice(k, k + chunk), p, layout, dtype) for k in range(0, p, chunk)]
     diag, rows, cols, sumsq = (torch.cat(t) for t in zip(*parts, strict=True))
     n_e = layout.n_entries
-    mean = rows.sum(-1) / n_e
+    mean = rows.sum(-1) / n_e  # of W − shift: the centred sums below do not depend on shift
     used_i = layout.count_i > 0
     row_sq = torch.where(used_i, rows**2 / layout.count_i.clamp(min=1), 0.0).sum(-1)
     return HeadSums(
-        mean=mean,
+        mean=mean + shift,
         diag=diag - mean[:, None] * layout.count_d,
         rows=rows - mean[:, None] * layout.count_i,
         cols=cols - mean[:, None] * layout.count_j,
@@ -278,23 +306,88 @@ def head_sums(
     )
 
 
-def _raw_sums(logits: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype):
-    """Diagonal, row and column sums and the sum of squares of ``logits`` [p, n, n] over F.
+def diagonal_and_column_sums(
+    x: torch.Tensor | MapSource,
+    layout: FitLayout,
+    dtype: torch.dtype = torch.float32,
+    chunk: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Raw (uncentred) sums of ``x`` [P, n, n] over F along each distance and key column.
 
-    One copy: the masked values go into a buffer led by n zeros, so the diagonal sums read
-    it through a strided view; row and column sums are matrix-vector products.
+    ``x`` may also be a ``MapSource`` (e.g. ``qk_pattern.DistanceMap``) that writes its
+    values for a slice of heads straight into the summing buffer, ``chunk`` heads at a time
+    (default all). Results [P, n] float64; the reductions run in ``dtype``.
     """
-    p, n = logits.shape[0], logits.shape[-1]
-    buf = torch.empty(p, n * n + n, dtype=dtype, device=logits.device)
+    p = x.shape[0]
+    chunk = chunk or p
+    if isinstance(x, torch.Tensor):
+
+        def fill(out: torch.Tensor, heads: slice) -> None:
+            torch.mul(x[heads], layout.mask, out=out)
+
+    else:
+
+        def fill(out: torch.Tensor, heads: slice) -> None:
+            x.fill(out, heads)
+            out.mul_(layout.mask)
+
+    parts = [
+        _raw_sums(fill, slice(k, k + chunk), p, layout, dtype, rows_and_squares=False)
+        for k in range(0, p, chunk)
+    ]
+    diag, cols = (torch.cat(t) for t in zip(*parts, strict=True))
+    return diag, cols
+
+
+class MapSource(Protocol):
+    """A [P, n, n] map computed on demand, a slice of heads at a time."""
+
+    shape: tuple[int, int, int]
+
+    def fill(self, out: torch.Tensor, heads: slice) -> None:
+        """Write the values of ``heads`` into ``out`` [len(heads), n, n] (any strides)."""
+
+
+def _rough_mean(logits: torch.Tensor, layout: FitLayout, rows: int = 16) -> torch.Tensor:
+    """[P] float64 mean of ``logits`` over the fitted entries of about ``rows`` query rows.
+
+    O(P n · rows). Subtracted before the O(n²) sums, it keeps a large common offset
+    (|W̄| ≫ std W) from cancelling digits in TSS = Σ W² − |F| W̄² in float32.
+    """
+    used = torch.nonzero(layout.count_i > 0)[:, 0]
+    spots = torch.linspace(0, len(used) - 1, min(rows, len(used)), device=used.device)
+    pick = used[spots.round().long()]
+    sub_mask = layout.mask[pick]  # [rows, n]
+    sub = torch.where(sub_mask, logits[:, pick].double(), 0.0)
+    return sub.sum((-1, -2)) / sub_mask.sum()
+
+
+def _raw_sums(
+    fill: Callable[[torch.Tensor, slice], None],
+    heads: slice,
+    p: int,
+    layout: FitLayout,
+    dtype: torch.dtype,
+    rows_and_squares: bool = True,
+):
+    """Diagonal, row and column sums and the sum of squares over F of the values that
+    ``fill(out, heads)`` writes (zero outside F) for ``heads`` of ``p``.
+
+    One buffer: the values go into rows led by n zeros, so the diagonal sums read it
+    through a strided view. Without ``rows_and_squares``: (diagonal, column) sums only.
+    """
+    n, count = layout.n, len(range(p)[heads])
+    buf = layout.workspace(count, dtype)
     buf[:, :n].zero_()
-    x = buf[:, n:].view(p, n, n)
-    torch.mul(logits, mask, out=x)  # zero outside F; one pass, cast into ``dtype``
-    ones = torch.ones(n, 1, dtype=dtype, device=logits.device)
-    rows = torch.matmul(x, ones)[..., 0]
-    cols = torch.matmul(ones.T, x)[..., 0, :]
-    sumsq = (torch.linalg.vector_norm(x, dim=-1).double() ** 2).sum(-1)
+    x = buf[:, n:].view(count, n, n)
+    fill(x, heads)
     f64 = torch.float64
-    return _padded_diagonal_sums(buf, n).to(f64), rows.to(f64), cols.to(f64), sumsq
+    diag, cols = _padded_diagonal_sums(buf, n).to(f64), x.sum(-2).to(f64)
+    if not rows_and_squares:
+        return diag, cols
+    rows = x.sum(-1).to(f64)
+    sumsq = (torch.linalg.vector_norm(x, dim=-1).double() ** 2).sum(-1)
+    return diag, rows, cols, sumsq
 
 
 @dataclass
@@ -323,7 +416,12 @@ class HeadFits:
 
 def fit_heads(logits: torch.Tensor, layout: FitLayout, sums: HeadSums | None = None) -> HeadFits:
     """Fit W ≈ a[i−j] + b[i] + c[j] and W ≈ a[i−j] + c[j] for ``logits`` [P, n, n] at once."""
-    s = sums if sums is not None else head_sums(logits, layout)
+    return fit_sums(sums if sums is not None else head_sums(logits, layout), layout)
+
+
+def fit_sums(s: HeadSums, layout: FitLayout) -> HeadFits:
+    """The fits from the heads' sums alone: O(P n) per head beside one [P, 3n] × [3n, 3n]
+    product, so heads of several layers (``HeadSums.cat``) are best solved in one call."""
     s3 = torch.cat([s.diag, s.rows, s.cols], dim=-1)  # [P, 3n]
     theta = s3 @ layout.pinv3
     ess = (theta * s3).sum(-1)

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import torch
 
-from posgen.results.logit_fit import FitLayout, HeadSums, head_sums
+from posgen.results.logit_fit import FitLayout, HeadSums, diagonal_and_column_sums
 
 
 class DistanceMap:
-    """D[p, i, j] = s·q_i·R(j)k̄, computed lazily per slice of heads, so that the full
-    [P, n, n] map is never held (``head_sums`` reads it a chunk of heads at a time).
+    """D[p, i, j] = s·q_i·R(j)k̄, computed on demand per slice of heads straight into the
+    summing buffer (a ``logit_fit.MapSource``), so that the full [P, n, n] map is never held.
 
     ``query`` [P, n, d] post-RoPE; ``rotated_mean_key`` [P, n, d] = R(j)k̄ per position.
     """
@@ -36,19 +36,30 @@ class DistanceMap:
         self.shape = (query.shape[0], n, rotated_mean_key.shape[-2])
         self.device = query.device
 
+    def fill(self, out: torch.Tensor, heads: slice) -> None:
+        q = self.query[heads].to(out.dtype) * self.scaling
+        torch.bmm(q, self.keys[heads].to(out.dtype).transpose(-1, -2), out=out)
+
     def __getitem__(self, heads: slice) -> torch.Tensor:
         q, k = self.query[heads].float(), self.keys[heads].float()
         return torch.matmul(q, k.transpose(-1, -2)) * self.scaling
 
 
+def distance_sums(d_map: DistanceMap | torch.Tensor, layout: FitLayout):
+    """(diagonal, column) raw sums of D [P, n, n] over the fitted entries, [P, n] float64."""
+    return diagonal_and_column_sums(d_map, layout, dtype=torch.float32)
+
+
 def distance_key_r(
-    w_sums: HeadSums, d_map: DistanceMap | torch.Tensor, layout: FitLayout
+    w_sums: HeadSums, d_sums: tuple[torch.Tensor, torch.Tensor], layout: FitLayout
 ) -> torch.Tensor:
-    """Pearson r of W against â[i−j] + ĉ[j] (module docstring), [P] float64, O(P n²)."""
-    ds = head_sums(d_map, layout, dtype=torch.float32)
+    """Pearson r of W against â[i−j] + ĉ[j] (module docstring), [P] float64, O(P n).
+
+    ``w_sums`` from ``logit_fit.head_sums`` and ``d_sums`` from ``distance_sums`` for the
+    same heads (possibly several layers' heads concatenated).
+    """
+    d_diag, d_cols = d_sums
     cnt_d, cnt_j, n_e = layout.count_d, layout.count_j, layout.n_entries
-    d_diag = ds.diag + ds.mean[:, None] * cnt_d  # raw sums of D
-    d_cols = ds.cols + ds.mean[:, None] * cnt_j
     w_cols = w_sums.cols + w_sums.mean[:, None] * cnt_j
     a_hat = torch.where(cnt_d > 0, d_diag / cnt_d.clamp(min=1), 0.0)
     c_hat = torch.where(cnt_j > 0, (w_cols - d_cols) / cnt_j.clamp(min=1), 0.0)
