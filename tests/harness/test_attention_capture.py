@@ -55,6 +55,27 @@ def test_sliding_window_layers_pass_their_window(arch):
     assert torch.equal(seen[1][1], dist >= 0)  # full layer
 
 
+def test_layers_with_one_mask_share_one_attended_tensor():
+    model = build_model("llama", seed=0)
+    ids = torch.randint(3, 384, (1, 12), generator=torch.Generator().manual_seed(0))
+    seen: list[list[torch.Tensor]] = []
+
+    def consumer(cap) -> None:
+        seen[-1].append(cap.attended)
+
+    with torch.no_grad(), capture_attention(model, consumer):
+        for pad in (0, 3):  # second forward: left padding changes the mask
+            seen.append([])
+            mask = torch.ones_like(ids)
+            mask[:, :pad] = 0
+            model(ids, attention_mask=mask, use_cache=False)
+    first, second = seen
+    assert len(first) == model.config.num_hidden_layers
+    assert all(t is first[0] for t in first) and all(t is second[0] for t in second)
+    assert not torch.equal(first[0], second[0])
+    assert not second[0][0, 0, :, :3].any() and first[0][0, 0, -1].all()
+
+
 def test_capture_is_undone_after_an_error_and_refuses_outside_use():
     model = build_model("llama", seed=0)
     model.set_attn_implementation("sdpa")
