@@ -32,7 +32,8 @@ LIMITS = {
     "quick": {"posgen_prose": 6, "posgen_cloze": 24},
 }
 OTHER_TASK_LIMIT = {"default": 100, "quick": 20}
-DECOMPOSE = {"default": {"docs": 2, "tokens": 128}, "quick": {"docs": 1, "tokens": 64}}
+# default: the same probe windows as ``posgen decompose`` (8 of 256 tokens, ~6 s per model)
+DECOMPOSE = {"default": {"docs": 8, "tokens": 256}, "quick": {"docs": 2, "tokens": 128}}
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
