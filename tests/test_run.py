@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -151,3 +152,24 @@ def test_bad_input_is_refused_before_any_model_loads(tmp_path, monkeypatch, caps
     assert cli(["run", *args, "--out", str(tmp_path / "out")]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_lm_eval_env_and_git_info_are_collected_once_and_quietly(tmp_path, monkeypatch, capfd):
+    import lm_eval.evaluator
+
+    from posgen.harness import sweep_cells
+
+    monkeypatch.chdir(tmp_path)  # not a git repository: git describe fails there
+    monkeypatch.setattr(sweep_cells, "_GIT_HASH", [])
+    original = lm_eval.evaluator.get_git_commit_hash
+    with sweep_cells._env_info_once():
+        assert lm_eval.evaluator.get_git_commit_hash is not original
+        first = lm_eval.evaluator.get_git_commit_hash()
+        assert lm_eval.evaluator.get_git_commit_hash() == first
+    assert lm_eval.evaluator.get_git_commit_hash is original
+    cached = sweep_cells._GIT_HASH
+    assert cached == [first]
+    assert "fatal" not in capfd.readouterr().err
+    if shutil.which("git"):  # lm-eval's own call, outside posgen's context, does complain
+        original()
+        assert "not a git repository" in capfd.readouterr().err

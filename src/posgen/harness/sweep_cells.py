@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import io
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,26 +16,50 @@ from posgen import __version__
 from posgen.results.store import RunStore, atomic_write_parquet, slug
 
 _ENV_INFO: dict[str, Any] = {}
+_GIT_HASH: list[Any] = []
 
 
 @contextlib.contextmanager
 def _env_info_once():
-    """lm-eval adds torch's environment report to every result (seconds of subprocesses
-    each time); collect it once per process and reuse it, unchanged."""
+    """lm-eval adds torch's environment report and ``git describe`` of the working folder
+    to every result (subprocesses each time; git prints "fatal: not a git repository" on
+    the terminal outside one). Collect both once per process, git's stderr silenced, and
+    reuse them, unchanged."""
     import lm_eval.evaluator
 
-    original = lm_eval.evaluator.add_env_info
+    original, original_git = lm_eval.evaluator.add_env_info, lm_eval.evaluator.get_git_commit_hash
 
     def cached(storage: dict[str, Any]) -> None:
         if not _ENV_INFO:
             original(_ENV_INFO)
         storage.update(_ENV_INFO)
 
+    def cached_git():
+        if not _GIT_HASH:
+            with _stderr_fd_to_devnull():
+                _GIT_HASH.append(original_git())
+        return _GIT_HASH[0]
+
     lm_eval.evaluator.add_env_info = cached
+    lm_eval.evaluator.get_git_commit_hash = cached_git
     try:
         yield
     finally:
         lm_eval.evaluator.add_env_info = original
+        lm_eval.evaluator.get_git_commit_hash = original_git
+
+
+@contextlib.contextmanager
+def _stderr_fd_to_devnull():
+    """File descriptor 2 to /dev/null (subprocesses inherit it; sys.stderr alone would not do)."""
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 class ModelSession:
