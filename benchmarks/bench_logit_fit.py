@@ -7,7 +7,7 @@
    fit time is the consumer's time inside the forward (each layer reduced to its sums,
    three-axis, two-axis and distance+key) plus the batched solve of all layers after it.
 3. Extra peak memory of fitting one layer vs two layers' float32 logits (goal ≤ 1), the
-   summing buffer included; the layout (G⁻ etc.), built once per (n, mask) and shared by
+   summing buffer included; the layout (S⁻ etc.), built once per (n, mask) and shared by
    every head, layer and document, is printed beside it:
    CUDA: max_memory_allocated; CPU: peak resident set (VmHWM, reset through clear_refs),
    measured in a child process whose glibc mmap threshold is lowered so that freed blocks
@@ -189,8 +189,7 @@ def bench_memory(tokens: int, device: str) -> dict:
         (layout,) = fitter.layouts._layouts.values()
         for key in [k for k in layout.extra if k[0] == "workspace"]:
             del layout.extra[key]
-        held = [layout.mask, layout.count_d, layout.count_i, layout.count_j, layout.c_dc]
-        return sum(t.numel() * t.element_size() for t in [*held, layout.pinv3, layout.pinv2])
+        return layout.held_bytes
 
     fit_layer()  # builds the layout (kept, like the model's weights, for every layer and doc)
     layout_bytes = drop_workspaces()

@@ -22,18 +22,27 @@ the Gram matrix G = XᵀX depending only on F (so only on n, the mask and the op
 G is singular. Its null space holds the two additive constants (a += α, b −= α and
 a += β, c −= β), the linear trend (a[d] += g·d, b[i] −= g·i, c[j] += g·j, because
 (i−j) − i + j = 0), and every parameter no fitted entry touches (e.g. c[j] for sink
-keys). The fitted values X θ are unique; posgen takes θ = G⁻ s (a generalised inverse from
-a pivoted Cholesky factorisation, computed once per layout in float64 and reused for every
-head, layer and document; any solution of the normal equations gives the same fitted
-values) and then states a normalisation for per-term values: c has zero weighted mean
-and zero weighted linear trend in j (a linear trend is attributed to distance), b has zero
-weighted mean, a carries the constant (weights = entry counts of each diagonal, row or column). A mask with extra
-degeneracies beyond these (rare: e.g. a distance seen by a single entry next to excluded
-sinks) leaves per-term values one basic solution; fitted values and every r stay exact.
+keys). The fitted values X θ are unique; posgen solves G θ = s by eliminating the
+diagonal distance block: with C = (C_db | C_dc) and B the (row, column) block,
 
-Everything per head is O(n²) sums (``head_sums``: the only pass over the logits) plus an O(n²) product with G⁻ (``fit_sums``: shared by all
-heads, batched as one matrix product over any number of heads, e.g. all layers of a
-forward), because for OLS with an intercept in the column space:
+    θ_x = S⁻ (s_x − Cᵀ diag(1/n_d) s_d),   θ_d = diag(1/n_d) (s_d − C θ_x),
+    S = B − Cᵀ diag(1/n_d) C   ((2n)×(2n) for three axes, n×n for two),
+
+where S⁻ is a generalised inverse of the Schur complement from a pivoted Cholesky
+factorisation, computed once per layout in float64 and reused for every head, layer and
+document (s = Xᵀw is always in the range of G, so this θ solves the normal equations, and
+any solution gives the same fitted values), and rank(G) = #{d: n_d > 0} + rank(S). Then a
+normalisation is stated for per-term values: c has zero weighted mean and zero weighted
+linear trend in j (a linear trend is attributed to distance), b has zero weighted mean,
+a carries the constant (weights = entry counts of each diagonal, row or column). A mask
+with extra degeneracies beyond these (rare: e.g. a distance seen by a single entry next to
+excluded sinks) leaves per-term values one basic solution; fitted values and every r stay
+exact.
+
+Everything per head is O(n²) sums (``head_sums``: the only pass over the logits) plus
+O(n²) products with C and S⁻ (``fit_sums``: shared by all heads, batched as matrix
+products over any number of heads, e.g. all layers of a forward), because for OLS with an
+intercept in the column space:
 
     r² = ESS / TSS,  ESS = θᵀ s_c,  TSS = Σ_F (W − W̄)²,  RSS = TSS − ESS
     r_row_centred² = 1 − RSS / Σ_F (W[i, j] − W̄[i, ·])²   (row indicators are in X, so the
@@ -100,19 +109,35 @@ def _padded_diagonal_sums(flat: torch.Tensor, n: int) -> torch.Tensor:
 
 @dataclass
 class FitLayout:
-    """What depends only on the fitted entries F [n, n]: counts, Gram pseudo-inverses, ranks."""
+    """What depends only on the fitted entries F [n, n]: counts, the distance cross block,
+    generalised inverses of the Schur complements, ranks."""
 
     mask: torch.Tensor  # [n, n] bool, F
     n_entries: int
     count_d: torch.Tensor  # [n] float64, entries per distance
     count_i: torch.Tensor  # [n] float64, entries per query row
     count_j: torch.Tensor  # [n] float64, entries per key column
-    c_dc: torch.Tensor  # [n, n] float64, C_dc[d, j] = 1[(j+d, j) ∈ F]
-    pinv3: torch.Tensor  # [3n, 3n] float64, G⁻ of the three-axis model
-    pinv2: torch.Tensor  # [2n, 2n] float64, G⁻ of the two-axis model (a, c)
+    cross: torch.Tensor  # [n, 2n] float64, (C_db | C_dc): distance against (row, column)
+    inv_d: torch.Tensor  # [n] float64, 1 / n_d (0 for a distance without entries)
+    schur3: torch.Tensor  # [2n, 2n] float64, S⁻ of the three-axis model's (b, c) block
+    schur2: torch.Tensor  # [n, n] float64, S⁻ of the two-axis model's c block
+    null3: torch.Tensor  # [3n, k3] float64, orthonormal basis of G's null space (3 axes)
+    null2: torch.Tensor  # [2n, k2] float64, the same for the two-axis model (a, c)
     rank3: int
     rank2: int
     extra: dict = field(default_factory=dict)
+
+    @property
+    def c_dc(self) -> torch.Tensor:
+        """[n, n] float64, C_dc[d, j] = 1[(j+d, j) ∈ F]."""
+        return self.cross[:, self.n :]
+
+    @property
+    def held_bytes(self) -> int:
+        """Memory the layout holds (workspaces excluded)."""
+        held = (self.mask, self.count_d, self.count_i, self.count_j, self.cross, self.inv_d)
+        solve = (self.schur3, self.schur2, self.null3, self.null2)
+        return sum(t.numel() * t.element_size() for t in (*held, *solve))
 
     @property
     def n(self) -> int:
@@ -150,16 +175,17 @@ class FitLayout:
         mf = m.double()
         c_db, c_dc = _distance_by_row(m), _distance_by_column(m)  # [n(d), n(i)], [n(d), n(j)]
         count_d, count_i, count_j = c_dc.sum(1), mf.sum(1), mf.sum(0)
-        gram3 = torch.zeros(3 * n, 3 * n, dtype=torch.float64)
-        gram3[:n, :n] = torch.diag(count_d)
-        gram3[n : 2 * n, n : 2 * n] = torch.diag(count_i)
-        gram3[2 * n :, 2 * n :] = torch.diag(count_j)
-        gram3[:n, n : 2 * n], gram3[n : 2 * n, :n] = c_db, c_db.T
-        gram3[:n, 2 * n :], gram3[2 * n :, :n] = c_dc, c_dc.T
-        gram3[n : 2 * n, 2 * n :], gram3[2 * n :, n : 2 * n] = mf, mf.T
-        keep2 = torch.cat([torch.arange(n), torch.arange(2 * n, 3 * n)])
-        pinv3, rank3 = _generalised_inverse(gram3)
-        pinv2, rank2 = _generalised_inverse(gram3[keep2][:, keep2])
+        inv_d = torch.where(count_d > 0, 1.0 / count_d.clamp(min=1), 0.0)
+        cross = torch.cat([c_db, c_dc], dim=1)  # [n, 2n]
+        # Schur complements of the diagonal distance block: S = B − Cᵀ diag(1/n_d) C
+        block = torch.zeros(2 * n, 2 * n, dtype=torch.float64)
+        block[:n, :n], block[n:, n:] = torch.diag(count_i), torch.diag(count_j)
+        block[:n, n:], block[n:, :n] = mf, mf.T
+        schur3, rank_s3, null3 = _generalised_inverse(block - cross.T @ (inv_d[:, None] * cross))
+        schur2, rank_s2, null2 = _generalised_inverse(
+            torch.diag(count_j) - c_dc.T @ (inv_d[:, None] * c_dc)
+        )
+        used_d = int((count_d > 0).sum())  # rank(G) = rank(diagonal block) + rank(S)
         dev = torch.device(device) if device is not None else mask.device
         return cls(
             mask=m.to(dev),
@@ -167,11 +193,14 @@ class FitLayout:
             count_d=count_d.to(dev),
             count_i=count_i.to(dev),
             count_j=count_j.to(dev),
-            c_dc=c_dc.to(dev),
-            pinv3=pinv3.to(dev),
-            pinv2=pinv2.to(dev),
-            rank3=rank3,
-            rank2=rank2,
+            cross=cross.to(dev),
+            inv_d=inv_d.to(dev),
+            schur3=schur3.to(dev),
+            schur2=schur2.to(dev),
+            null3=_gram_null_space(null3, cross, inv_d).to(dev),
+            null2=_gram_null_space(null2, c_dc, inv_d).to(dev),
+            rank3=used_d + rank_s3,
+            rank2=used_d + rank_s2,
         )
 
 
@@ -198,25 +227,44 @@ def _distance_by_column(m: torch.Tensor) -> torch.Tensor:
     return _gather_mask(m, j + torch.arange(n)[:, None], j)
 
 
-def _generalised_inverse(gram: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """A symmetric generalised inverse G⁻ of a PSD matrix (float64) and its rank.
+def _generalised_inverse(gram: torch.Tensor) -> tuple[torch.Tensor, int, torch.Tensor]:
+    """A symmetric generalised inverse G⁻ of a PSD matrix G (float64), its rank, and an
+    orthonormal basis [m, m − rank] of its null space.
 
-    Pivoted Cholesky (LAPACK ``dpstrf``) picks ``rank`` independent parameters B; G⁻ holds
-    G_BB⁻¹ on B × B and zeros elsewhere. For s in the range of G (s = Xᵀw always is),
-    θ = G⁻s solves Gθ = s, so fitted values and θᵀs (the explained sum of squares) equal
-    those of the Moore–Penrose solution; per-term values are then normalised (module doc).
+    Pivoted Cholesky (LAPACK ``dpstrf``) picks ``rank`` independent parameters B:
+    Pᵀ G P = Uᵀ U with U = [U₁₁ U₁₂] on its first ``rank`` rows. G⁻ holds G_BB⁻¹ on B × B
+    and zeros elsewhere; for s in the range of G, θ = G⁻s solves Gθ = s. The null space is
+    spanned by P [−U₁₁⁻¹U₁₂; I]. Used on the Schur complements S (module doc).
     """
     from scipy.linalg.lapack import dpstrf
 
     g = gram.numpy()
+    m = g.shape[0]
     factor, piv, rank, info = dpstrf(g, tol=_RANK_TOL * float(np.max(np.diag(g))), lower=0)
     if info < 0:
         raise RuntimeError(f"pivoted Cholesky failed (LAPACK info {info})")
-    keep = torch.from_numpy(piv[:rank].astype(np.int64) - 1)
-    upper = torch.from_numpy(np.triu(factor[:rank, :rank]))  # G_BB = UᵀU
+    order = torch.from_numpy(piv.astype(np.int64) - 1)
+    keep = order[:rank]
+    u = torch.from_numpy(np.triu(factor[:rank]))  # [rank, m] in pivoted order
+    upper = u[:, :rank]  # G_BB = UᵀU
     inv = torch.zeros_like(gram)
     inv[keep[:, None], keep[None, :]] = torch.cholesky_inverse(upper, upper=True)
-    return inv, int(rank)
+    basis = torch.zeros(m, m - rank, dtype=torch.float64)
+    if m > rank:
+        basis[order[:rank]] = -torch.linalg.solve_triangular(upper, u[:, rank:], upper=True)
+        basis[order[rank:]] = torch.eye(m - rank, dtype=torch.float64)
+        basis = torch.linalg.qr(basis).Q
+    return inv, int(rank), basis
+
+
+def _gram_null_space(null_s: torch.Tensor, cross: torch.Tensor, inv_d: torch.Tensor):
+    """Orthonormal basis of G's null space from S's: G (θ_d, θ_x) = 0 exactly when
+    S θ_x = 0 and θ_d = −C θ_x / n_d (distances without entries: their unit vectors, on
+    which every s is exactly 0, are left out)."""
+    if null_s.shape[1] == 0:
+        return torch.zeros(cross.shape[0] + null_s.shape[0], 0, dtype=torch.float64)
+    full = torch.cat([-(cross @ null_s) * inv_d[:, None], null_s], dim=0)
+    return torch.linalg.qr(full).Q
 
 
 def mask_digest(mask: torch.Tensor) -> str:
@@ -420,13 +468,11 @@ def fit_heads(logits: torch.Tensor, layout: FitLayout, sums: HeadSums | None = N
 
 
 def fit_sums(s: HeadSums, layout: FitLayout) -> HeadFits:
-    """The fits from the heads' sums alone: O(P n) per head beside one [P, 3n] × [3n, 3n]
-    product, so heads of several layers (``HeadSums.cat``) are best solved in one call."""
-    s3 = torch.cat([s.diag, s.rows, s.cols], dim=-1)  # [P, 3n]
-    theta = s3 @ layout.pinv3
-    ess = (theta * s3).sum(-1)
-    s2 = torch.cat([s.diag, s.cols], dim=-1)
-    ess2 = ((s2 @ layout.pinv2) * s2).sum(-1)
+    """The fits from the heads' sums alone: O(P n) per head beside a few [P, 2n] × [2n, 2n]
+    products, so heads of several layers (``HeadSums.cat``) are best solved in one call."""
+    n = layout.n
+    theta, ess = _solve(s.diag, torch.cat([s.rows, s.cols], dim=-1), layout.cross, layout)
+    ess2 = _solve(s.diag, s.cols, layout.cross[:, n:], layout, two_axis=True)[1]
     tss = s.tss
     rss = (tss - ess).clamp(min=0.0)
     r3 = (ess / tss).clamp(0.0, 1.0).sqrt()
@@ -449,6 +495,28 @@ def fit_sums(s: HeadSums, layout: FitLayout) -> HeadFits:
         chance_r_2axis=layout.chance_r_2axis,
         n_entries=layout.n_entries,
     )
+
+
+def _solve(s_d, s_x, cross, layout: FitLayout, two_axis: bool = False):
+    """θ and ESS = θᵀs of G θ = s by block elimination of the diagonal distance block.
+
+    With G = [[diag(n_d), C], [Cᵀ, B]] and s = (s_d, s_x): θ_x = S⁻ t with
+    t = s_x − Cᵀ s_d / n_d, θ_d = (s_d − C θ_x) / n_d. Exact sums lie in the range of G;
+    rounded ones lie a little off it, and S⁻ need not ignore that part, so s is first
+    projected orthogonally onto the range of G (G is symmetric: the range is the orthogonal
+    complement of the null space, whose basis the layout holds).
+    Returns θ = (θ_d, θ_x) [P, n + width of s_x] and ESS = θᵀs [P].
+    """
+    schur, null = (layout.schur2, layout.null2) if two_axis else (layout.schur3, layout.null3)
+    inv_d, n = layout.inv_d, layout.n
+    s_all = torch.cat([s_d, s_x], dim=-1)
+    s_all = s_all - (s_all @ null) @ null.T
+    s_d, s_x = s_all[:, :n], s_all[:, n:]
+    t = s_x - (s_d * inv_d) @ cross
+    theta_x = t @ schur
+    theta_d = (s_d - theta_x @ cross.T) * inv_d
+    ess = (theta_d * s_d).sum(-1) + (theta_x * s_x).sum(-1)
+    return torch.cat([theta_d, theta_x], dim=-1), ess
 
 
 def _weighted_mean(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
