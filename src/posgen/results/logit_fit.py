@@ -321,7 +321,7 @@ def head_sums(
     The O(n²) reductions run in ``dtype`` on W minus a rough per-head mean, so that a large
     common offset cancels no digits. float64 (default) is exact to ~1e-12 in r and ~1e-12
     in fitted values. float32 (what ``posgen decompose`` streams with) costs about half as
-    much; with torch's cascaded summation r stays within ~1e-7 of float64 (2.7e-8 over all
+    much; with torch's cascaded summation r stays within ~1e-7 of float64 (2.8e-8 over all
     SmolLM2-135M heads at n = 512, printed by benchmarks/bench_logit_fit.py; the tests hold
     it to 1e-6 against lsqr), fitted values within ~1e-6 relative. Heads are processed
     ``chunk`` at a time (default: all at once; the one buffer then holds one copy of the
@@ -338,7 +338,7 @@ def head_sums(
         torch.sub(logits[heads], shift[heads].to(dtype)[:, None, None], out=out)
         out.mul_(layout.mask)
 
-    parts = [_raw_sums(fill, slice(k, k + chunk), p, layout, dtype) for k in range(0, p, chunk)]
+    parts = [_raw_sums(fill, _heads(k, chunk, p), layout, dtype) for k in range(0, p, chunk)]
     diag, rows, cols, sumsq = (torch.cat(t) for t in zip(*parts, strict=True))
     n_e = layout.n_entries
     mean = rows.sum(-1) / n_e  # of W − shift: the centred sums below do not depend on shift
@@ -380,7 +380,7 @@ def diagonal_and_column_sums(
             out.mul_(layout.mask)
 
     parts = [
-        _raw_sums(fill, slice(k, k + chunk), p, layout, dtype, rows_and_squares=False)
+        _raw_sums(fill, _heads(k, chunk, p), layout, dtype, rows_and_squares=False)
         for k in range(0, p, chunk)
     ]
     diag, cols = (torch.cat(t) for t in zip(*parts, strict=True))
@@ -402,29 +402,35 @@ def _rough_mean(logits: torch.Tensor, layout: FitLayout, rows: int = 16) -> torc
     O(P n · rows). Subtracted before the O(n²) sums, it keeps a large common offset
     (|W̄| ≫ std W) from cancelling digits in TSS = Σ W² − |F| W̄² in float32.
     """
-    used = torch.nonzero(layout.count_i > 0)[:, 0]
-    spots = torch.linspace(0, len(used) - 1, min(rows, len(used)), device=used.device)
-    pick = used[spots.round().long()]
-    sub_mask = layout.mask[pick]  # [rows, n]
+    key = ("sample_rows", rows)
+    if key not in layout.extra:  # depends on the layout only: once, not per layer
+        used = torch.nonzero(layout.count_i > 0)[:, 0]
+        spots = torch.linspace(0, len(used) - 1, min(rows, len(used)), device=used.device)
+        pick = used[spots.round().long()]
+        layout.extra[key] = (pick, layout.mask[pick])  # rows, their [rows, n] mask
+    pick, sub_mask = layout.extra[key]
     sub = torch.where(sub_mask, logits[:, pick].double(), 0.0)
     return sub.sum((-1, -2)) / sub_mask.sum()
+
+
+def _heads(start: int, chunk: int, p: int) -> slice:
+    return slice(start, min(start + chunk, p))
 
 
 def _raw_sums(
     fill: Callable[[torch.Tensor, slice], None],
     heads: slice,
-    p: int,
     layout: FitLayout,
     dtype: torch.dtype,
     rows_and_squares: bool = True,
 ):
     """Diagonal, row and column sums and the sum of squares over F of the values that
-    ``fill(out, heads)`` writes (zero outside F) for ``heads`` of ``p``.
+    ``fill(out, heads)`` writes (zero outside F) for the heads ``heads`` (a bounded slice).
 
     One buffer: the values go into rows led by n zeros, so the diagonal sums read it
     through a strided view. Without ``rows_and_squares``: (diagonal, column) sums only.
     """
-    n, count = layout.n, len(range(p)[heads])
+    n, count = layout.n, heads.stop - heads.start
     buf = layout.workspace(count, dtype)
     buf[:, :n].zero_()
     x = buf[:, n:].view(count, n, n)

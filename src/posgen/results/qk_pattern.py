@@ -40,14 +40,10 @@ class DistanceMap:
         q = self.query[heads].to(out.dtype) * self.scaling
         torch.bmm(q, self.keys[heads].to(out.dtype).transpose(-1, -2), out=out)
 
-    def __getitem__(self, heads: slice) -> torch.Tensor:
-        q, k = self.query[heads].float(), self.keys[heads].float()
-        return torch.matmul(q, k.transpose(-1, -2)) * self.scaling
-
 
 def distance_sums(d_map: DistanceMap | torch.Tensor, layout: FitLayout):
     """(diagonal, column) raw sums of D [P, n, n] over the fitted entries, [P, n] float64."""
-    return diagonal_and_column_sums(d_map, layout, dtype=torch.float32)
+    return diagonal_and_column_sums(d_map, layout)  # float32 reductions
 
 
 def distance_key_r(
