@@ -61,7 +61,7 @@ def main() -> None:
     from lm_eval.models.huggingface import HFLM
 
     from posgen.harness.embedded import resolve_pretrained
-    from posgen.harness.lm_eval_model import HFPosgenLM
+    from posgen.harness.hf_posgen.model import HFPosgenLM
 
     path = resolve_pretrained(args.pretrained)
     requests = build_requests(args.task, args.limit)

@@ -85,7 +85,7 @@ def main() -> None:
 
     import lm_eval
 
-    from posgen.harness.lm_eval_model import HFPosgenLM
+    from posgen.harness.hf_posgen.model import HFPosgenLM
     from posgen.tasks.lm_eval_tasks import task_manager
 
     tm = task_manager()

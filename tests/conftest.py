@@ -1,10 +1,14 @@
-"""Shared fixtures: tiny local models (seconds) and the embedded model (slow tier)."""
+"""Shared fixtures: tiny local models (seconds), the embedded model (slow tier), one posgen
+TaskManager per session, and local JSON docs shaped like the hub datasets of HellaSwag and
+ARC, which tests load in place of the unreachable hub."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from hub_fixtures import ARC_DOCS, HELLASWAG_DOCS
 from tiny_models import save_tiny
 
 
@@ -37,3 +42,36 @@ def embedded_model_dir() -> Path:
     from posgen.harness.embedded import embedded_model_path
 
     return embedded_model_path()
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def posgen_tm():
+    """A PosgenTaskManager (includes the offline suite and resolves perturbed names)."""
+    from posgen.tasks.lm_eval_tasks import task_manager
+
+    return task_manager()
+
+
+@pytest.fixture(scope="session")
+def local_data(tmp_path_factory) -> dict[str, dict[str, Any]]:
+    """lm-eval config overrides that load HellaSwag- and ARC-shaped docs from local JSON."""
+    root = tmp_path_factory.mktemp("hub-fixtures")
+    hs = write_jsonl(root / "hellaswag.jsonl", HELLASWAG_DOCS)
+    arc = write_jsonl(root / "arc.jsonl", ARC_DOCS)
+    return {
+        "hellaswag": {
+            "dataset_path": "json",
+            "dataset_name": None,
+            "dataset_kwargs": {"data_files": {"train": hs, "validation": hs}},
+        },
+        "arc_easy": {
+            "dataset_path": "json",
+            "dataset_name": None,
+            "dataset_kwargs": {"data_files": {"train": arc, "validation": arc, "test": arc}},
+        },
+    }

@@ -16,7 +16,7 @@ def register_all() -> None:
         return
     import lm_eval.models  # noqa: F401  (built-ins first, or `--model hf` stops resolving)
 
-    from posgen.harness import lm_eval_model
+    from posgen.harness.hf_posgen import model as lm_eval_model
 
     lm_eval_model.register()  # first: the model stays usable if the task side fails
     from posgen.tasks import lm_eval_tasks

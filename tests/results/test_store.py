@@ -8,6 +8,7 @@ import os
 import pandas as pd
 import pytest
 
+from posgen import atomic
 from posgen.results import store as store_mod
 from posgen.results.schema import SCHEMA_VERSION, SchemaError, config_hash
 from posgen.results.store import RunConflictError, RunStore, atomic_write_text
@@ -115,4 +116,4 @@ def test_slug_is_file_safe_and_distinguishes_paths():
 
 def test_written_files_get_the_usual_mode(tmp_path):
     atomic_write_text(tmp_path / "f.txt", "x")
-    assert (tmp_path / "f.txt").stat().st_mode & 0o777 == 0o666 & ~store_mod._UMASK
+    assert (tmp_path / "f.txt").stat().st_mode & 0o777 == 0o666 & ~atomic._UMASK

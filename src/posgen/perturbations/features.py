@@ -73,7 +73,7 @@ class QKNoise(FeaturePerturbation):
     def stream_seed(self, seed: int, key: bytes, layer: int, tensor: str) -> int:
         """A 53-bit seed for the noise of one sequence (``key``: its token key), one layer
         and one tensor (``"query"`` or ``"key"``); the draws themselves are made in torch
-        by :mod:`posgen.harness.qk_noise`."""
+        by :mod:`posgen.harness.hf_posgen.qk_noise`."""
         if tensor not in ("query", "key"):
             raise ValueError(f"tensor must be 'query' or 'key', got {tensor!r}")
         stream = f"{self.stream_name()}/layer={int(layer)}/{tensor}"

@@ -1,4 +1,4 @@
-"""``posgen compare RUN_A RUN_B``: print how two runs differ.
+"""How two runs differ (``posgen compare``).
 
 Prints the config keys that differ, then every (model, task, metric, kind, scheme,
 rate) degradation present in either run with both values, the difference B - A and
@@ -8,30 +8,11 @@ present in only one run are listed as such, never dropped silently.
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 KEY = ["model", "task", "metric", "kind", "scheme", "rate"]
-
-
-def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_a", type=Path, metavar="RUN_A")
-    parser.add_argument("run_b", type=Path, metavar="RUN_B")
-
-
-def main(args: argparse.Namespace) -> int:
-    from posgen.results.schema import SchemaError
-
-    try:
-        text = compare_runs(args.run_a, args.run_b)
-    except SchemaError as e:
-        print(f"posgen compare: {e}", file=sys.stderr)
-        return 2
-    print(text)
-    return 0
 
 
 def compare_runs(run_a: Path, run_b: Path) -> str:

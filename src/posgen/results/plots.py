@@ -1,4 +1,8 @@
-"""The report's figures, rendered to PNG bytes with matplotlib's Agg backend."""
+"""The report's figures, rendered to PNG with matplotlib's object API.
+
+Figures are ``matplotlib.figure.Figure`` objects drawn on their own Agg canvas: posgen never
+touches pyplot's global state or switches the user's backend.
+"""
 
 from __future__ import annotations
 
@@ -15,22 +19,37 @@ KIND_STYLE = {
 }
 
 
-def _png(fig) -> bytes:
-    import matplotlib.pyplot as plt
+def new_figure(nrows: int = 1, ncols: int = 1, figsize: tuple[float, float] = (6, 4)):
+    """``(fig, axes[nrows][ncols])``: a standalone figure (no pyplot, no global backend)."""
+    from matplotlib.figure import Figure
 
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(nrows, ncols, squeeze=False)
+
+
+def png_bytes(fig) -> bytes:
+    """The figure as PNG bytes (110 dpi, tight bounding box)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
     return buf.getvalue()
 
 
-def _pyplot():
-    import matplotlib
+def _png(fig) -> bytes:
+    return png_bytes(fig)
 
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
 
-    return plt
+def r_heatmap(table, column: str = "r_3axis", title: str = ""):
+    """Layer × head heatmap figure of ``column`` averaged over documents (rows of a
+    decomposition table: layer, head, ``column``)."""
+    grid = table.groupby(["layer", "head"])[column].mean().unstack("head")
+    fig, axes = new_figure(figsize=(1.2 + 0.45 * grid.shape[1], 1.2 + 0.22 * grid.shape[0]))
+    ax = axes[0][0]
+    im = ax.imshow(grid.to_numpy(), aspect="auto", vmin=0, vmax=1, cmap="viridis", origin="lower")
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_title(title or f"{column} (mean over documents)", fontsize=9)
+    fig.colorbar(im, ax=ax, label=column)
+    return fig
 
 
 def degradation_curves(
@@ -39,9 +58,8 @@ def degradation_curves(
     """One row per task (its primary metric), two panels: rate (text vs position schemes)
     and σ (feature schemes). Lines: degradation; bands: the bootstrap CI; the dotted line
     is the tolerance threshold."""
-    plt = _pyplot()
     tasks = sorted(metrics)
-    fig, axes = plt.subplots(len(tasks), 2, figsize=(10, 3.2 * len(tasks)), squeeze=False)
+    fig, axes = new_figure(len(tasks), 2, figsize=(10, 3.2 * len(tasks)))
     sub = degr[degr["model"] == model]
     for row, task in enumerate(tasks):
         metric = metrics[task]
@@ -85,34 +103,20 @@ def _ylabel(metric: str) -> str:
 
 
 def fit_heatmap(decomp, model: str, column: str = "r_3axis") -> bytes:
-    """Layer × head heatmap of ``column`` averaged over documents, drawn by the
-    decomposition's own plot function (posgen.results.decomposition_plots)."""
-    import tempfile
-    from pathlib import Path
-
-    from posgen.results.decomposition_plots import plot_r_heatmap
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "heatmap.png"
-        plot_r_heatmap(
-            decomp,
-            path,
-            column=column,
-            title=f"Fit quality per head ({column}, mean over documents): {model}",
-        )
-        return path.read_bytes()
+    """Layer × head heatmap of ``column`` averaged over documents (:func:`r_heatmap`)."""
+    title = f"Fit quality per head ({column}, mean over documents): {model}"
+    return _png(r_heatmap(decomp, column=column, title=title))
 
 
 def fit_vs_tolerance(summary: Mapping[str, Mapping[str, Any]], y: str = "auc") -> bytes:
     """Scatter across models: fit quality (mean r_3axis) against the degradation AUC, one
     panel per task and kind."""
-    plt = _pyplot()
     from matplotlib.ticker import MaxNLocator
 
     groups = sorted(summary)
     ncols = min(3, len(groups)) or 1
     nrows = max(1, -(-len(groups) // ncols))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.4 * nrows), squeeze=False)
+    fig, axes = new_figure(nrows, ncols, figsize=(4.2 * ncols, 3.4 * nrows))
     for ax, group in zip(axes.ravel(), groups, strict=False):
         task, kind = group.split("|")
         color, marker = KIND_STYLE.get(kind, ("black", "o"))

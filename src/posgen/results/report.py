@@ -1,4 +1,4 @@
-"""``posgen report RUN...``: rebuild a run's tables, scores and report from its cells.
+"""Rebuild a run's tables, scores and report from its cells.
 
 Writes into the run folder: ``results.parquet``, ``perdoc.parquet``,
 ``degradation.parquet``, ``tolerance.parquet``, ``scores.json``, ``report.md`` (PNG
@@ -9,34 +9,13 @@ seeded bootstrap, so a regenerated report is identical.
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 from posgen.results.render import Block, render_html, render_markdown
 from posgen.results.schema import METRIC_RULES
 from posgen.results.scoring import FIT_COLUMNS
-
-
-def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="run folder(s)")
-
-
-def main(args: argparse.Namespace) -> int:
-    from posgen.results.schema import SchemaError
-
-    status = 0
-    for run in args.runs:
-        try:
-            paths = regenerate(run)
-        except SchemaError as e:
-            print(f"posgen report: {e}", file=sys.stderr)
-            status = 2
-            continue
-        print(f"posgen report: {paths['html']}")
-    return status
 
 
 def scoring_config(config: dict[str, Any]):
@@ -76,7 +55,7 @@ def load_decompositions(store) -> dict[str, Any]:
 
 def regenerate(run_dir: Path | str) -> dict[str, Path]:
     """Rebuild every derived file of a run; returns their paths."""
-    from posgen.results.store import atomic_write_bytes, atomic_write_text
+    from posgen.atomic import atomic_write_bytes, atomic_write_text
 
     store, scores = load_scores(run_dir)
     paths = {

@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from posgen.atomic import atomic_write, atomic_write_text
 from posgen.results.schema import (
     SCHEMA_VERSION,
     SchemaError,
@@ -40,34 +39,10 @@ from posgen.results.schema import (
 )
 
 CONFIG_FILE = "config.json"
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)
 
 
 class RunConflictError(RuntimeError):
     """The run folder holds results of a different config."""
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the usual file mode
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
@@ -76,11 +51,7 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 
 
 def atomic_write_parquet(path: Path, df) -> None:
-    import io
-
-    buf = io.BytesIO()
-    df.to_parquet(buf, index=False)
-    atomic_write_bytes(path, buf.getvalue())
+    atomic_write(path, lambda tmp: df.to_parquet(tmp, index=False))
 
 
 def _default(obj: Any) -> Any:

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from posgen.atomic import atomic_write_text
 from posgen.perturbations import parse
 from posgen.perturbations.text import TextPerturbation
 from posgen.tasks import offline
@@ -165,10 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if old.name not in files:
                 old.unlink()
         for name, text in files.items():
-            fd, tmp = tempfile.mkstemp(dir=YAML_DIR, prefix=name + ".")
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(tmp, YAML_DIR / name)
+            atomic_write_text(YAML_DIR / name, text)
         print(f"wrote {len(files)} files to {YAML_DIR}")
         return 0
     present = {p.name: p.read_text(encoding="utf-8") for p in YAML_DIR.glob("*.yaml")}

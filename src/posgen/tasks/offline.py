@@ -37,14 +37,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import re
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from posgen.atomic import atomic_write_bytes
 from posgen.tasks import corpora
 
 SUITE_VERSION = 2
@@ -244,14 +243,6 @@ def build_files() -> dict[str, bytes]:
     return files
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
-
-
 def read_manifest() -> dict[str, Any]:
     return json.loads((DATA_DIR / MANIFEST).read_text(encoding="utf-8"))
 
@@ -296,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     files = build_files()
     if args.write:
         for name, data in files.items():
-            _write_atomic(DATA_DIR / name, data)
+            atomic_write_bytes(DATA_DIR / name, data)
         print(f"wrote {', '.join(sorted(files))} to {DATA_DIR}")
         return 0
     stale = [

@@ -78,8 +78,8 @@ class ModelSession:
     def __enter__(self) -> ModelSession:
         import torch
 
-        from posgen.harness.lm_eval_model import HFPosgenLM
-        from posgen.harness.sweep_plan import shared_task_manager
+        from posgen.harness.hf_posgen.model import HFPosgenLM
+        from posgen.harness.run.plan import shared_task_manager
         from posgen.lm_eval_plugin import register_all
 
         register_all()
@@ -105,7 +105,7 @@ class ModelSession:
     def _random_init_twin(self):
         from transformers import AutoConfig, AutoTokenizer
 
-        from posgen.harness.decompose import random_init_twin
+        from posgen.harness.decomposition.pipeline import random_init_twin
         from posgen.harness.embedded import resolve_pretrained
 
         path = resolve_pretrained(self.model["path"])
@@ -195,7 +195,7 @@ class ModelSession:
 
     def decompose(self) -> Path:
         """The per-(doc, layer, head) decomposition of the loaded weights."""
-        from posgen.harness.decompose import decompose_model
+        from posgen.harness.decomposition.pipeline import decompose_model
 
         spec = self.store.config["decompose"]
         self.lm.set_perturbation(positions=None, features=None)

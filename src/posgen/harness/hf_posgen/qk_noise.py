@@ -32,7 +32,7 @@ from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from posgen.harness.position_hooks import BatchPlan
+from posgen.harness.hf_posgen.position_hooks import BatchPlan
 
 _PREFIX = "posgen_qk_noise_"
 _REGISTERED: set[str] = set()

@@ -1,4 +1,4 @@
-"""PNG plots of the logit decomposition (matplotlib, Agg backend), written atomically."""
+"""PNG plots of the logit decomposition (matplotlib object API), written atomically."""
 
 from __future__ import annotations
 
@@ -9,44 +9,32 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-
-def _figure():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    from posgen.harness.decomposition.pipeline import HeadMap
 
 
 def _save(fig, path: Path) -> None:
-    from posgen.harness.decompose_io import atomic_write
+    from posgen.atomic import atomic_write
 
     atomic_write(Path(path), lambda p: fig.savefig(p, format="png", dpi=110, bbox_inches="tight"))
-    _figure().close(fig)
 
 
 def plot_r_heatmap(
     table: pd.DataFrame, path: Path, column: str = "r_3axis", title: str = ""
 ) -> None:
-    """Layer × head heatmap of ``column`` averaged over documents."""
-    plt = _figure()
-    grid = table.groupby(["layer", "head"])[column].mean().unstack("head")
-    fig, ax = plt.subplots(figsize=(1.2 + 0.45 * grid.shape[1], 1.2 + 0.22 * grid.shape[0]))
-    im = ax.imshow(grid.to_numpy(), aspect="auto", vmin=0, vmax=1, cmap="viridis", origin="lower")
-    ax.set_xlabel("head")
-    ax.set_ylabel("layer")
-    ax.set_title(title or f"{column} (mean over documents)", fontsize=9)
-    fig.colorbar(im, ax=ax, label=column)
-    _save(fig, path)
+    """Layer × head heatmap of ``column`` averaged over documents (the report's figure)."""
+    from posgen.results.plots import r_heatmap
+
+    _save(r_heatmap(table, column=column, title=title), path)
 
 
 def plot_head_map(actual: np.ndarray, fitted: np.ndarray, path: Path, title: str) -> None:
     """One head's actual logits beside a[i−j] + b[i] + c[j] (NaN = not fitted, blank)."""
     import numpy as np
 
-    plt = _figure()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
+    from posgen.results.plots import new_figure
+
+    fig, grid = new_figure(1, 2, figsize=(10, 4.6))
+    axes = grid[0]
     lo, hi = np.nanpercentile(actual, [1, 99])
     for ax, data, name in (
         (axes[0], actual, "actual W[i, j]"),
@@ -71,8 +59,9 @@ def plot_lines(
     logx: bool = False,
 ) -> None:
     """Lines of ``ys`` against ``x`` (one line per ``group`` value and y column)."""
-    plt = _figure()
-    fig, axes = plt.subplots(1, len(ys), figsize=(4.2 * len(ys), 3.4), squeeze=False)
+    from posgen.results.plots import new_figure
+
+    fig, axes = new_figure(1, len(ys), figsize=(4.2 * len(ys), 3.4))
     groups = frame.groupby(group, sort=False) if group else [("", frame)]
     for ax, y in zip(axes[0], ys, strict=True):
         for key, g in groups:
@@ -86,3 +75,20 @@ def plot_lines(
             ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=9)
     _save(fig, path)
+
+
+def write_plots(
+    out: str | Path, table: pd.DataFrame, head_map: HeadMap | None = None
+) -> list[Path]:
+    """heatmap_r_<variant>.png per (random_init, n) and, given ``head_map`` (see
+    :func:`posgen.harness.decomposition.pipeline.median_head_map`), head_map.png: one
+    head's logits beside its fit. Returns the paths."""
+    out, paths = Path(out), []
+    for (rand, n), g in table.groupby(["random_init", "n"]):
+        variant = f"{'random_init' if rand else 'trained'}_n{n}"
+        paths.append(out / f"heatmap_r_{variant}.png")
+        plot_r_heatmap(g, paths[-1], title=f"{g['model'].iloc[0]} {variant}: r_3axis")
+    if head_map is not None:
+        paths.append(out / "head_map.png")
+        plot_head_map(head_map.actual, head_map.fitted, paths[-1], head_map.title)
+    return paths

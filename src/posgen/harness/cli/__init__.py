@@ -17,14 +17,14 @@ from posgen import __version__
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("posgen.harness.sweep", "perturbation sweep + decomposition + scoring + report"),
-    "decompose": ("posgen.harness.decompose", "fit W[i,j] ≈ a[i-j] + b[i] + c[j] per head"),
-    "report": ("posgen.results.report", "regenerate the report of one or more run folders"),
-    "compare": ("posgen.results.compare", "print the differences between two runs"),
+    "run": ("posgen.harness.cli.run", "perturbation sweep + decomposition + scoring + report"),
+    "decompose": ("posgen.harness.cli.decompose", "fit W[i,j] ≈ a[i-j] + b[i] + c[j] per head"),
+    "report": ("posgen.harness.cli.report", "regenerate the report of one or more run folders"),
+    "compare": ("posgen.harness.cli.compare", "print the differences between two runs"),
     "baseline": ("posgen.results.gate", "store a run's tolerance figures as a baseline"),
     "check": ("posgen.results.gate", "CI gate: exit 1 on a real drop against a baseline"),
-    "tasks": ("posgen.tasks.cli", "list or write perturbed lm-eval task configs"),
-    "model": ("posgen.harness.model_cli", "prepare the embedded model and print its path"),
+    "tasks": ("posgen.harness.cli.tasks", "list or write perturbed lm-eval task configs"),
+    "model": ("posgen.harness.cli.model", "prepare the embedded model and print its path"),
 }
 
 

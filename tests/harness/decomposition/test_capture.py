@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from posgen.harness.attention_capture import CAPTURE_NAME, capture_attention
+from posgen.harness.decomposition.capture import CAPTURE_NAME, capture_attention
 from tiny_models import ROPE_ARCHS, build_model
 
 

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "results"))
-from synthetic_run import cli
-
 from posgen.results.schema import RESULT_COLUMNS, SCHEMA_VERSION
+from synthetic_run import cli
 
 TINY_ARGS = [
     "--suite",
@@ -82,7 +79,7 @@ def test_cross_model_with_two_models_is_not_estimable(tiny_run):
 
 
 def test_rerun_with_the_same_config_reuses_every_cell(tiny_run, tiny_model_dir, monkeypatch):
-    from posgen.harness import sweep_cells
+    from posgen.harness.run import cells as sweep_cells
 
     def refuse(*a, **k):
         raise AssertionError("a finished cell was recomputed")
@@ -94,7 +91,7 @@ def test_rerun_with_the_same_config_reuses_every_cell(tiny_run, tiny_model_dir, 
 
 
 def test_an_interrupted_run_resumes_only_the_missing_cells(tiny_model_dir, tmp_path, monkeypatch):
-    from posgen.harness import sweep_cells
+    from posgen.harness.run import cells as sweep_cells
 
     out = tmp_path / "r"
     assert run(tiny_model_dir("llama", 0), out) == 0
@@ -143,7 +140,7 @@ def test_gate_passes_for_the_same_model_with_another_perturbation_seed(
     ],
 )
 def test_bad_input_is_refused_before_any_model_loads(tmp_path, monkeypatch, capsys, args, message):
-    from posgen.harness import sweep_cells
+    from posgen.harness.run import cells as sweep_cells
 
     def refuse(*a, **k):
         raise AssertionError("a model was loaded")
@@ -157,7 +154,7 @@ def test_bad_input_is_refused_before_any_model_loads(tmp_path, monkeypatch, caps
 def test_lm_eval_env_and_git_info_are_collected_once_and_quietly(tmp_path, monkeypatch, capfd):
     import lm_eval.evaluator
 
-    from posgen.harness import sweep_cells
+    from posgen.harness.run import cells as sweep_cells
 
     monkeypatch.chdir(tmp_path)  # not a git repository: git describe fails there
     monkeypatch.setattr(sweep_cells, "_GIT_HASH", [])

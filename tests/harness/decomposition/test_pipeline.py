@@ -9,16 +9,17 @@ import pandas as pd
 import pytest
 import torch
 
-from posgen.harness import decompose
-from posgen.harness.decompose import decompose_model, head_logit_maps, layer_means, summarize
-from posgen.harness.decompose_experiments import (
+from posgen.harness.cli import decompose
+from posgen.harness.decomposition.experiments import (
     controlled_distance_summary,
     controlled_distance_table,
     qk_pattern_summary,
     qk_pattern_table,
 )
-from posgen.harness.decompose_io import probe_token_windows
-from posgen.results.logit_fit_reference import reference_fit
+from posgen.harness.decomposition.logit_fit_reference import reference_fit
+from posgen.harness.decomposition.pipeline import decompose_model, head_logit_maps
+from posgen.harness.decomposition.probe import probe_token_windows
+from posgen.harness.decomposition.tables import layer_means, summarize
 from tiny_models import build_model, build_tokenizer
 
 
@@ -169,8 +170,8 @@ def test_cli_modules_import_light():
     import sys
 
     code = (
-        "import sys, posgen.harness.decompose, posgen.harness.decompose_experiments, "
-        "posgen.results.decomposition_plots; "
+        "import sys, posgen.harness.decomposition.pipeline, posgen.harness.decomposition.experiments, "
+        "posgen.harness.decomposition.plots; "
         "print(sorted(m for m in ('torch', 'transformers', 'pandas', 'matplotlib') "
         "if m in sys.modules))"
     )

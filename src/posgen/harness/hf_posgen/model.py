@@ -33,9 +33,9 @@ from lm_eval.api.model import CacheHook
 from lm_eval.models import huggingface as _hf
 from lm_eval.models.huggingface import HFLM
 
-from posgen.harness import qk_noise
 from posgen.harness.embedded import resolve_pretrained
-from posgen.harness.position_hooks import build_plan, require_rotary, rotary_positions
+from posgen.harness.hf_posgen import qk_noise
+from posgen.harness.hf_posgen.position_hooks import build_plan, require_rotary, rotary_positions
 from posgen.perturbations.base import Perturbation, PerturbationError, registry
 from posgen.perturbations.features import FeaturePerturbation
 from posgen.perturbations.positions import PositionPerturbation

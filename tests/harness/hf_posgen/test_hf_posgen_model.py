@@ -8,8 +8,8 @@ from lm_eval.api.instance import Instance
 from lm_eval.api.model import CachingLM
 from lm_eval.models.huggingface import HFLM
 
-from posgen.harness.lm_eval_model import HFPosgenLM, register
-from posgen.harness.position_hooks import NoRotaryEmbeddingError, rotary_positions
+from posgen.harness.hf_posgen.model import HFPosgenLM, register
+from posgen.harness.hf_posgen.position_hooks import NoRotaryEmbeddingError, rotary_positions
 from posgen.perturbations import PerturbationError
 from tiny_models import ROPE_ARCHS, training_text
 
@@ -249,7 +249,7 @@ def test_pyproject_declares_the_upstream_model_entry_point():
     from pathlib import Path
 
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
-    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    pyproject = Path(__file__).resolve().parents[3] / "pyproject.toml"
     eps = tomllib.loads(pyproject.read_text())["project"]["entry-points"]["lm_eval.models"]
     module, _, attr = eps["hf-posgen"].partition(":")
     assert getattr(__import__(module, fromlist=[attr]), attr) is HFPosgenLM

@@ -120,7 +120,7 @@ def capture_attention_forward(module, query, key, value, attention_mask, *args, 
     if state is None:
         raise RuntimeError(
             f"attention implementation {CAPTURE_NAME!r} is only valid inside "
-            "posgen.harness.attention_capture.capture_attention()"
+            "posgen.harness.decomposition.capture.capture_attention()"
         )
     if attention_mask is None:
         raise RuntimeError(
@@ -211,3 +211,26 @@ def capture_attention(model: torch.nn.Module, consumer: Consumer) -> Iterator[No
             _ACTIVE.pop(id(m), None)
         if model.config._attn_implementation != original:
             model.set_attn_implementation(original)
+
+
+def capture_forward(
+    model: torch.nn.Module,
+    ids: list[int],
+    consumer: Consumer,
+    position_ids: torch.Tensor | None = None,
+) -> None:
+    """One captured forward of a single sequence ``ids`` (batch 1, no cache).
+
+    An explicit all-ones attention mask keeps the causal mask in token order even when
+    ``position_ids`` ([n], optional) are not 0..n-1 (transformers would otherwise read a
+    step other than +1 as the start of a packed sequence).
+    """
+    dev = next(model.parameters()).device
+    kwargs = {} if position_ids is None else {"position_ids": position_ids[None].to(dev)}
+    with torch.no_grad(), capture_attention(model, consumer):
+        model(
+            torch.tensor([ids], device=dev),
+            use_cache=False,
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=dev),
+            **kwargs,
+        )

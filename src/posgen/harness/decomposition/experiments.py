@@ -2,7 +2,7 @@
 
 Both capture from the model's own forward (``attention_capture``) on the embedded probe
 windows, and are meant to be run on a trained model and on its random-init twin
-(``posgen.harness.decompose.random_init_twin``) side by side.
+(``posgen.harness.decomposition.pipeline.random_init_twin``) side by side.
 
 Controlled distance. In a window of n tokens, the query block Q is the last m = n/4
 tokens, the key block K is m tokens starting at token ``SINK`` (past the attention-sink
@@ -29,22 +29,6 @@ if TYPE_CHECKING:
 
 SINK = 4
 DEFAULT_DISTANCES = (1, 4, 16, 64, 128)
-
-
-def _forward(model, ids: list[int], consumer, position_ids=None) -> None:
-    import torch
-
-    from posgen.harness.attention_capture import capture_attention
-
-    dev = next(model.parameters()).device
-    kwargs = {} if position_ids is None else {"position_ids": position_ids[None].to(dev)}
-    with torch.no_grad(), capture_attention(model, consumer):
-        model(
-            torch.tensor([ids], device=dev),
-            use_cache=False,
-            attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=dev),
-            **kwargs,
-        )
 
 
 def _blocks(n: int) -> tuple[slice, slice, slice]:
@@ -90,8 +74,9 @@ def controlled_distance_table(
     import torch
     from tqdm.auto import tqdm
 
-    from posgen.harness.decompose_io import probe_token_windows
-    from posgen.results.logit_fit import FitOptions, LayoutCache, fit_heads
+    from posgen.harness.decomposition.capture import capture_forward
+    from posgen.harness.decomposition.logit_fit import FitOptions, LayoutCache, fit_heads
+    from posgen.harness.decomposition.probe import probe_token_windows
 
     n = tokens
     q, k, _ = _blocks(n)
@@ -111,12 +96,12 @@ def controlled_distance_table(
             layout = layouts.get(full & cap.attended[0, 0].cpu(), cap.logits.device)
             fit_a[cap.layer] = fit_heads(cap.logits[0], layout).a.cpu()
 
-        _forward(model, ids, keep_true, base)
+        capture_forward(model, ids, keep_true, base)
         for d in (*distances, true_distance):
             pos = base.clone()
             pos[k] = base[q.start] - d - (k.stop - k.start - 1) + torch.arange(k.stop - k.start)
             stats: dict[int, dict] = {}
-            _forward(
+            capture_forward(
                 model,
                 ids,
                 lambda cap, s=stats: s.__setitem__(cap.layer, _block_stats(cap.logits[0], n)),
@@ -157,8 +142,13 @@ def qk_pattern_table(
     import pandas as pd
     from tqdm.auto import tqdm
 
-    from posgen.harness.decompose_io import probe_token_windows
-    from posgen.results.qk_pattern import check_half_split, subspace_stats, subspace_wavelengths
+    from posgen.harness.decomposition.capture import capture_forward
+    from posgen.harness.decomposition.probe import probe_token_windows
+    from posgen.harness.decomposition.qk_pattern import (
+        check_half_split,
+        subspace_stats,
+        subspace_wavelengths,
+    )
 
     acc: dict[int, dict] = {}
     wavelengths = {}
@@ -174,7 +164,7 @@ def qk_pattern_table(
 
     windows = probe_token_windows(tokenizer, docs=docs, tokens=tokens)
     for ids in tqdm(windows, desc=f"q/k pattern {label}", disable=not progress):
-        _forward(model, ids, consumer)
+        capture_forward(model, ids, consumer)
     rows = []
     for layer, stats in sorted(acc.items()):
         mean = {k: sum(v) / len(v) for k, v in stats.items()}
@@ -246,8 +236,8 @@ def write_experiments(
 
     import pandas as pd
 
-    from posgen.harness.decompose_io import atomic_write
-    from posgen.results.decomposition_plots import plot_lines
+    from posgen.atomic import atomic_write
+    from posgen.harness.decomposition.plots import plot_lines
 
     out = Path(out)
     models = [(label, model)] + ([(f"{label} random-init", twin)] if twin is not None else [])

@@ -1,7 +1,7 @@
 """The study's distance + key form, and the q/k pattern per RoPE frequency subspace.
 
 Both work on the model's own queries and keys (post-RoPE, as captured by
-``posgen.harness.attention_capture``); pre-RoPE vectors come from undoing the model's own
+``posgen.harness.decomposition.capture``); pre-RoPE vectors come from undoing the model's own
 rotation (``LayerCapture.unrotate``), never from a re-implementation.
 
 Distance + key form. With pre-RoPE key k̃_j, its mean k̄ over the fitted key positions, the
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from posgen.results.logit_fit import FitLayout, HeadSums, diagonal_and_column_sums
+from posgen.harness.decomposition.logit_fit import FitLayout, HeadSums, diagonal_and_column_sums
 
 
 class DistanceMap:

@@ -7,8 +7,8 @@ import sys
 from collections import Counter
 
 import pytest
-from hub_fixtures import HELLASWAG_DOCS
 
+from hub_fixtures import HELLASWAG_DOCS
 from posgen.harness.cli import main
 
 

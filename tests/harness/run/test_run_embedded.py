@@ -6,12 +6,10 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "results"))
 from synthetic_run import cli
 
 pytestmark = pytest.mark.slow
@@ -65,7 +63,7 @@ def test_posgen_run_quick_end_to_end(embedded_model_dir, tmp_path):
 
 def _noisier_positions():
     """hf-posgen whose positions are twice as noisy as asked: a weakened model."""
-    from posgen.harness.lm_eval_model import HFPosgenLM
+    from posgen.harness.hf_posgen.model import HFPosgenLM
 
     class NoisierPositions(HFPosgenLM):
         def set_perturbation(self, positions=None, features=None, seed=1234):
@@ -93,7 +91,7 @@ def test_gate_passes_on_another_seed_and_fails_a_weakened_model(
     assert cli(["check", str(tmp_path / "seed2"), "--baseline", str(tmp_path / "b.json")]) == 0, (
         capsys.readouterr().out
     )
-    import posgen.harness.lm_eval_model as lm_eval_model
+    import posgen.harness.hf_posgen.model as lm_eval_model
 
     monkeypatch.setattr(lm_eval_model, "HFPosgenLM", _noisier_positions())
     assert cli([*run, "--out", str(tmp_path / "weak"), "--seed", "2"]) == 0

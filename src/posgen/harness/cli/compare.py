@@ -1,0 +1,26 @@
+"""``posgen compare RUN_A RUN_B``: print how two runs differ."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from posgen.results.compare import compare_runs
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_a", type=Path, metavar="RUN_A")
+    parser.add_argument("run_b", type=Path, metavar="RUN_B")
+
+
+def main(args: argparse.Namespace) -> int:
+    from posgen.results.schema import SchemaError
+
+    try:
+        text = compare_runs(args.run_a, args.run_b)
+    except SchemaError as e:
+        print(f"posgen compare: {e}", file=sys.stderr)
+        return 2
+    print(text)
+    return 0

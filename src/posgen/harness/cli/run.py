@@ -1,0 +1,82 @@
+"""``posgen run``: sweep, decomposition, scores and report (see :mod:`posgen.harness.run.sweep`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from posgen.harness.run.plan import PlanError, default_out, resolve_config
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        action="append",
+        dest="models",
+        metavar="ID_OR_PATH",
+        help="model to sweep (repeatable): a local folder, a hub id, or "
+        "'embedded' (SmolLM2-135M, the default)",
+    )
+    parser.add_argument(
+        "--suite",
+        default="offline",
+        help="'offline' (posgen_prose + posgen_cloze, the default) or a "
+        "comma-separated list of lm-eval tasks",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a coarser grid on fewer documents (about 2 minutes on CPU)",
+    )
+    parser.add_argument(
+        "--random-init",
+        action="store_true",
+        help="also sweep a seeded random-init twin of each model",
+    )
+    parser.add_argument("--out", type=Path, help="run folder (default ./posgen-runs/<name>)")
+    parser.add_argument("--seed", type=int, default=1234, help="perturbation seed")
+    parser.add_argument(
+        "--limit", type=int, help="documents per task (default: per-task limits of the preset)"
+    )
+    parser.add_argument(
+        "--rates",
+        help="comma-separated rates for text and position swap "
+        "(0 included for the baseline), e.g. 0,0.05,0.2",
+    )
+    parser.add_argument("--sigmas", help="comma-separated σ for rope_noise, e.g. 0,0.5,2")
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=0.10,
+        help="tolerance threshold: relative perplexity increase (0.10)",
+    )
+    parser.add_argument(
+        "--threshold-acc",
+        type=float,
+        default=0.05,
+        help="tolerance threshold: absolute accuracy drop (0.05)",
+    )
+    parser.add_argument("--batch-size", type=int, default=8, help="lm-eval batch size")
+    parser.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        config = resolve_config(args)  # every check before any model loads
+    except PlanError as e:
+        print(f"posgen run: {e}", file=sys.stderr)
+        return 2
+    from posgen.harness.run.sweep import run_sweep
+    from posgen.results.store import RunConflictError, RunStore
+
+    out = args.out or default_out(config)
+    try:
+        store = RunStore.create(out, config)
+    except RunConflictError as e:
+        print(f"posgen run: {e}", file=sys.stderr)
+        return 2
+    paths = run_sweep(store, device=args.device, progress=not args.no_progress)
+    print(f"posgen run: report in {paths['html']} (and {paths['md'].name})")
+    return 0

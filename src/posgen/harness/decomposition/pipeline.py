@@ -1,0 +1,180 @@
+"""The decomposition of a model: fit W[i, j] ≈ a[i−j] + b[i] + c[j] for every head.
+
+Streams each layer's logits from the model's own forward
+(:mod:`posgen.harness.decomposition.capture`) into the exact fit
+(:mod:`posgen.harness.decomposition.streaming_fit`), one probe document at a time, and
+returns a tidy table: one row per (document, layer, head). ``random_init=True`` measures the
+same architecture with seeded random weights on the same probe documents: report it beside
+the trained model.
+
+Top-level imports stay light: torch and transformers load inside the functions.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+    from transformers import PreTrainedModel
+
+from posgen.harness.decomposition.probe import probe_token_windows
+
+DEFAULT_DOCS = 8
+
+DEFAULT_TOKENS = 256
+
+
+def load_model(model: str, *, random_init: bool = False, seed: int = 0, device=None):
+    """(model, tokenizer) in float32 eval mode; ``embedded`` resolves to SmolLM2-135M."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from posgen.harness.embedded import resolve_pretrained
+
+    path = resolve_pretrained(model)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if random_init:
+        net = random_init_twin(AutoConfig.from_pretrained(path), seed=seed, name=str(model))
+    else:
+        net = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    return net.to(device or "cpu").eval(), tokenizer
+
+
+def random_init_twin(config, *, seed: int, name: str) -> PreTrainedModel:
+    """The same architecture with random weights from a seed derived with posgen.seeding."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from posgen.perturbations.seeding import item_rng
+
+    torch_seed = int(item_rng(seed, "random-init-twin", name).integers(0, 2**62))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(torch_seed)
+        return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+
+
+def decompose_model(
+    model: str | PreTrainedModel,
+    *,
+    tokenizer=None,
+    docs: int = DEFAULT_DOCS,
+    tokens: int = DEFAULT_TOKENS,
+    random_init: bool = False,
+    seed: int = 0,
+    device=None,
+    progress: bool = True,
+    include_diagonal: bool = True,
+    sink_keys: int = 0,
+) -> pd.DataFrame:
+    """The tidy per-head table of one model on ``docs`` probe windows of ``tokens`` tokens.
+
+    ``model``: a name/path (``embedded`` = SmolLM2-135M) or a loaded model (then pass its
+    ``tokenizer``). With ``random_init`` the weights are replaced by a seeded random-init
+    twin of the same architecture. Columns: model, random_init, seed, doc, layer, head, n,
+    n_entries, r_3axis, r_2axis, r_distance_key, r_row_centred, r2, residual_std, logit_std,
+    share_distance, share_query, share_key, chance_r, chance_r_2axis, restricted_mask,
+    include_diagonal, sink_keys.
+    """
+    import pandas as pd
+    from tqdm.auto import tqdm
+
+    from posgen.harness.decomposition.capture import capture_forward
+    from posgen.harness.decomposition.logit_fit import FitOptions, LayoutCache
+    from posgen.harness.decomposition.streaming_fit import LayerFitter
+
+    net, tokenizer, name = _resolve(model, tokenizer, random_init, seed, device)
+    windows = probe_token_windows(tokenizer, docs=docs, tokens=tokens)
+    fitter = LayerFitter(FitOptions(include_diagonal, sink_keys), LayoutCache())
+    for k, ids in enumerate(tqdm(windows, desc=f"decompose {name}", disable=not progress)):
+        fitter.doc = k
+        capture_forward(net, ids, fitter)
+        fitter.finish()
+    table = pd.DataFrame(fitter.rows)
+    table.insert(0, "seed", seed)
+    table.insert(0, "random_init", random_init)
+    table.insert(0, "model", name)
+    table["include_diagonal"], table["sink_keys"] = include_diagonal, sink_keys
+    return table
+
+
+def _resolve(model, tokenizer, random_init: bool, seed: int, device):
+    if isinstance(model, str):
+        net, tok = load_model(model, random_init=random_init, seed=seed, device=device)
+        return net, tokenizer or tok, model
+    if tokenizer is None:
+        raise ValueError("pass tokenizer= with a loaded model")
+    name = getattr(model.config, "name_or_path", "") or type(model).__name__
+    if random_init:
+        model = random_init_twin(model.config, seed=seed, name=name)
+    return model.to(device or next(model.parameters()).device).eval(), tokenizer, name
+
+
+def head_logit_maps(
+    model: PreTrainedModel,
+    tokenizer,
+    *,
+    tokens: int,
+    layer: int,
+    head: int,
+    doc: int = 0,
+    include_diagonal: bool = True,
+    sink_keys: int = 0,
+):
+    """(actual, fitted) [n, n] float64 arrays of one head on probe window ``doc``; NaN = unfitted."""
+    import torch
+
+    from posgen.harness.decomposition.capture import capture_forward
+    from posgen.harness.decomposition.logit_fit import FitLayout, FitOptions, fit_heads, fitted_map
+
+    ids = probe_token_windows(tokenizer, docs=doc + 1, tokens=tokens)[doc]
+    kept = {}
+
+    def keep(cap) -> None:
+        if cap.layer == layer:
+            kept["logits"], kept["attended"] = (
+                cap.logits[0, head : head + 1].clone(),
+                cap.attended[0, 0].clone(),
+            )
+
+    capture_forward(model, ids, keep)
+    layout = FitLayout.from_mask(FitOptions(include_diagonal, sink_keys).apply(kept["attended"]))
+    fits = fit_heads(kept["logits"], layout)
+    actual = torch.where(layout.mask, kept["logits"][0].double(), float("nan"))
+    return actual.cpu().numpy(), fitted_map(fits, 0, layout).cpu().numpy()
+
+
+class HeadMap(NamedTuple):
+    """One head's captured logits beside its fit ([n, n] float64, NaN = unfitted)."""
+
+    actual: np.ndarray
+    fitted: np.ndarray
+    title: str
+
+
+def median_head_map(
+    table: pd.DataFrame, *, model: str | PreTrainedModel, tokenizer=None, device=None
+) -> HeadMap:
+    """The trained model's head with the median r_3axis on document 0 of ``table``, its
+    logits recaptured and fitted (the model is reloaded when given by name)."""
+    trained = table[~table["random_init"].astype(bool)]
+    source = trained if len(trained) else table
+    doc0 = source[source["doc"] == source["doc"].min()].sort_values("r_3axis")
+    pick = doc0.iloc[len(doc0) // 2]
+    net, tok, _ = _resolve(model, tokenizer, bool(pick["random_init"]), int(pick["seed"]), device)
+    actual, fitted = head_logit_maps(
+        net,
+        tok,
+        tokens=int(pick["n"]),
+        layer=int(pick["layer"]),
+        head=int(pick["head"]),
+        doc=int(pick["doc"]),
+        include_diagonal=bool(pick["include_diagonal"]),
+        sink_keys=int(pick["sink_keys"]),
+    )
+    title = (
+        f"{pick['model']} layer {pick['layer']} head {pick['head']} doc {pick['doc']}: "
+        f"r_3axis = {pick['r_3axis']:.3f} (median head)"
+    )
+    return HeadMap(actual, fitted, title)

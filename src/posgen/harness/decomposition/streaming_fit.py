@@ -1,0 +1,145 @@
+"""The streaming fit: each layer's captured logits reduced to O(heads × n) sums during the
+forward, all layers solved in one batched product after it.
+
+``LayerFitter`` is a consumer for :func:`posgen.harness.decomposition.capture.capture_attention`.
+For every layer it keeps the sufficient statistics of the exact fit
+(:func:`~posgen.harness.decomposition.logit_fit.head_sums`) and of the distance + key form
+(:func:`~posgen.harness.decomposition.qk_pattern.distance_sums`) and lets the ``[H, n, n]``
+logits go; :meth:`LayerFitter.finish` solves every layer that shares a layout at once and
+appends one tidy row per (document, layer, head).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+SUM_DTYPE = "float32"
+
+
+class _LayerSums(NamedTuple):
+    """What ``LayerFitter`` keeps of one layer until ``finish()``: O(P n), not the logits."""
+
+    layer: int
+    layout: Any  # logit_fit.FitLayout
+    sums: Any  # logit_fit.HeadSums of W
+    d_sums: tuple  # (diagonal, column) sums of the distance map D
+    restricted: bool  # the layer attends to fewer entries than causal (e.g. sliding window)
+
+
+class LayerFitter:
+    """Consumer of ``LayerCapture``s. During the forward it reduces each layer's logits to
+    their O(P n) sums (``head_sums``, ``distance_sums``) and lets the logits go; ``finish()``
+    after the forward solves all layers that share a layout in one batched product and
+    appends the tidy rows of document ``doc``."""
+
+    def __init__(self, options, layouts) -> None:
+        self.options, self.layouts = options, layouts
+        self.rows: list[dict[str, Any]] = []
+        self.doc = 0
+        self._pending: list[_LayerSums] = []
+        self._last: tuple | None = None  # (attended tensor, layout, restricted)
+
+    def __call__(self, cap) -> None:
+        import torch
+
+        from posgen.harness.decomposition.logit_fit import head_sums
+        from posgen.harness.decomposition.qk_pattern import distance_sums
+
+        if cap.logits.shape[0] != 1:
+            raise ValueError("decompose fits one document per forward (batch size 1)")
+        logits = cap.logits[0]  # [H, n, n]
+        layout, window = self._layout(cap.attended)
+        sums = head_sums(logits, layout, dtype=getattr(torch, SUM_DTYPE))
+        d_sums = distance_sums(_distance_axis(cap, layout), layout)
+        self._pending.append(_LayerSums(cap.layer, layout, sums, d_sums, window))
+
+    def _layout(self, attended_bhnn):
+        """(layout, restricted) for ``cap.attended``; layers sharing one mask share the work."""
+        import torch
+
+        if self._last is not None and self._last[0] is attended_bhnn:
+            return self._last[1:]
+        attended = attended_bhnn[0, 0]
+        layout = self.layouts.get(self.options.apply(attended), attended.device)
+        window = bool((~attended & torch.ones_like(attended).tril()).any())  # e.g. sliding
+        self._last = (attended_bhnn, layout, window)
+        return layout, window
+
+    def finish(self) -> None:
+        """Fit the layers captured since the last ``finish`` and append their rows."""
+        import torch
+
+        from posgen.harness.decomposition.logit_fit import HeadSums, fit_sums
+        from posgen.harness.decomposition.qk_pattern import distance_key_r
+
+        pending, self._pending, self._last = self._pending, [], None
+        groups: dict[int, list[_LayerSums]] = {}
+        for item in pending:
+            groups.setdefault(id(item.layout), []).append(item)
+        by_layer = {}
+        for items in groups.values():
+            layout = items[0].layout
+            sums = HeadSums.cat([it.sums for it in items])
+            d_sums = tuple(torch.cat([it.d_sums[k] for it in items]) for k in (0, 1))
+            fits = fit_sums(sums, layout)
+            values = self._values(fits, distance_key_r(sums, d_sums, layout))
+            start = 0
+            for it in items:
+                heads = it.sums.mean.shape[0]
+                by_layer[it.layer] = self._rows(
+                    it.layer,
+                    {k: v[start : start + heads] for k, v in values.items()},
+                    fits,
+                    it.restricted,
+                )
+                start += heads
+        for layer in sorted(by_layer):
+            self.rows.extend(by_layer[layer])
+
+    @staticmethod
+    def _values(fits, r_dk) -> dict[str, list[float]]:
+        cols = {
+            "r_3axis": fits.r_3axis,
+            "r_2axis": fits.r_2axis,
+            "r_distance_key": r_dk,
+            "r_row_centred": fits.r_row_centred,
+            "r2": fits.r2,
+            "residual_std": fits.residual_std,
+            "logit_std": fits.logit_std,
+            "share_distance": fits.share_distance,
+            "share_query": fits.share_query,
+            "share_key": fits.share_key,
+        }
+        return {k: v.double().cpu().tolist() for k, v in cols.items()}
+
+    def _rows(self, layer, values, fits, window) -> list[dict[str, Any]]:
+        return [
+            {
+                "doc": self.doc,
+                "layer": layer,
+                "head": head,
+                "n": fits.a.shape[-1],
+                "n_entries": fits.n_entries,
+                **{k: v[head] for k, v in values.items()},
+                "chance_r": fits.chance_r,
+                "chance_r_2axis": fits.chance_r_2axis,
+                "restricted_mask": window,
+            }
+            for head in range(len(values["r_3axis"]))
+        ]
+
+
+def _distance_axis(cap, layout):
+    """D[h, i, j] = s·q_i·R(j)k̄ (``posgen.harness.decomposition.qk_pattern``): k̄ is the mean pre-RoPE key
+    of each KV head over the fitted key positions, un-rotated and rotated by the model's own
+    RoPE; computed per KV head and matched to its query heads."""
+    from posgen.harness.decomposition.qk_pattern import DistanceMap
+
+    groups = cap.query.shape[1] // cap.kv_heads
+    keys = cap.key[:, ::groups]  # [1, KV, n, d]: the expanded heads repeat each KV head
+    key_pre = cap.unrotate(keys)
+    used = (layout.count_j > 0).to(key_pre.dtype)
+    mean_key = (key_pre * used[:, None]).sum(-2, keepdim=True) / used.sum()
+    rotated = cap.rotate(mean_key.expand_as(key_pre).contiguous())[0]  # [KV, n, d]
+    rotated = rotated.repeat_interleave(groups, dim=0)
+    return DistanceMap(cap.query[0], rotated, cap.scaling)

@@ -1,0 +1,68 @@
+"""Tables of the decomposition: model-level summary, per-layer means, and their files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+R_HIGH = 0.9  # summary: share of heads with r above this
+
+
+def summarize(table: pd.DataFrame) -> pd.DataFrame:
+    """Model-level summary: one row per (model, random_init, n) over all (doc, layer, head).
+
+    Mean, median and 10th percentile of each r, share of rows with r > 0.9, mean term
+    shares, the chance level, the median logit std and the share of distance-dominated
+    rows (share_distance > 0.5). The last two make position-only, collapsed heads (as in
+    deep random-init layers) visible: they can fit as well as trained heads.
+    """
+    import pandas as pd
+
+    rows = []
+    for key, g in table.groupby(["model", "random_init", "n"], sort=False):
+        row = dict(zip(["model", "random_init", "n"], key, strict=True))
+        row.update(docs=g["doc"].nunique(), heads=len(g[["layer", "head"]].drop_duplicates()))
+        for col in ("r_3axis", "r_2axis", "r_distance_key", "r_row_centred"):
+            row[f"{col}_mean"] = g[col].mean()
+            row[f"{col}_median"] = g[col].median()
+            row[f"{col}_p10"] = g[col].quantile(0.1)
+            row[f"{col}_share_gt_{R_HIGH}"] = (g[col] > R_HIGH).mean()
+        for col in ("share_distance", "share_query", "share_key", "chance_r", "chance_r_2axis"):
+            row[f"{col}_mean"] = g[col].mean()
+        row["logit_std_median"] = g["logit_std"].median()
+        row["share_distance_dominated"] = (g["share_distance"] > 0.5).mean()
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def layer_means(table: pd.DataFrame) -> pd.DataFrame:
+    """Per-layer means of r and term shares, per (model, random_init, n)."""
+    cols = [
+        "r_3axis",
+        "r_2axis",
+        "r_distance_key",
+        "r_row_centred",
+        "share_distance",
+        "share_query",
+        "share_key",
+        "logit_std",
+    ]
+    return (
+        table.groupby(["model", "random_init", "n", "layer"], sort=False)[cols].mean().reset_index()
+    )
+
+
+def write_outputs(
+    out: Path, table: pd.DataFrame, summary: pd.DataFrame, per_layer: pd.DataFrame
+) -> None:
+    """heads.parquet, summary.csv/.parquet and layers.csv in ``out``, each written atomically."""
+    from posgen.atomic import atomic_write
+
+    out = Path(out)
+    atomic_write(out / "heads.parquet", lambda p: table.to_parquet(p, index=False))
+    atomic_write(out / "summary.parquet", lambda p: summary.to_parquet(p, index=False))
+    atomic_write(out / "summary.csv", lambda p: summary.to_csv(p, index=False))
+    atomic_write(out / "layers.csv", lambda p: per_layer.to_csv(p, index=False))
