@@ -19,7 +19,7 @@ from posgen.perturbations.base import (
     registry,
 )
 from posgen.perturbations.order_stats import OrderStats, combine_stats, order_stats
-from posgen.perturbations.seeding import content_key, item_rng, token_key
+from posgen.perturbations.seeding import DEFAULT_SEED, content_key, item_rng, token_key
 from posgen.perturbations.text import TextPerturbation, TextResult
 
 
@@ -29,6 +29,7 @@ def parse(kind: str, text: str) -> Perturbation:
 
 
 __all__ = [
+    "DEFAULT_SEED",
     "KINDS",
     "OrderStats",
     "Perturbation",

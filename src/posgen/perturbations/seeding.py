@@ -18,6 +18,10 @@ import numpy as np
 
 _PERSON = b"posgen-rng-v1"
 
+#: The perturbation seed when none is given: task names without ``_seed<S>``, hf-posgen's
+#: ``perturb_seed``, ``posgen run --seed`` and ``posgen tasks``.
+DEFAULT_SEED = 1234
+
 
 def content_key(text: str) -> bytes:
     """The key of a text item: SHA-256 of its UTF-8 bytes (lone surrogates passed through)."""

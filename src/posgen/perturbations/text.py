@@ -9,8 +9,10 @@ words passes through unchanged (and :attr:`TextResult.too_short` says so).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from decimal import Decimal, InvalidOperation
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -26,6 +28,57 @@ from posgen.perturbations.order_stats import OrderStats, order_stats
 from posgen.perturbations.seeding import content_key, item_rng
 
 _WORD = re.compile(r"\S+")
+_RATE_TOKEN = re.compile(r"^(\d+)(?:p(\d+))?pct$")
+
+
+def rate_token(rate: float) -> str:
+    """``0.05 -> "5pct"``, ``0.005 -> "0p5pct"`` (exact: the decimal digits of repr(rate))."""
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1:
+        raise PerturbationError(f"rate must be a number in [0, 1], got {rate!r}")
+    pct = (Decimal(repr(float(rate))) * 100).normalize()
+    whole, _, frac = f"{pct:f}".partition(".")
+    return f"{whole}p{frac}pct" if frac else f"{whole}pct"
+
+
+def parse_rate_token(token: str) -> float:
+    """The inverse of :func:`rate_token` (``"0p5pct" -> 0.005``)."""
+    m = _RATE_TOKEN.match(token)
+    if m is None:
+        raise PerturbationError(f"{token!r} is not a rate; write e.g. 5pct, 0p5pct, 100pct")
+    try:
+        pct = Decimal(m.group(1) + ("." + m.group(2) if m.group(2) else ""))
+    except InvalidOperation:
+        raise PerturbationError(f"{token!r} is not a rate") from None
+    return float(pct / 100)
+
+
+@dataclass(frozen=True)
+class LevelForm:
+    """How one kind of short parameter reads in a task name."""
+
+    grammar: str  # for the help text, e.g. "<R>pct"
+    format_fn: Callable[[Any], str]
+    parse_fn: Callable[[str], Any] | None  # None: a regex on "w<K>"-like tokens below
+
+    def format(self, value: Any) -> str:
+        return self.format_fn(value)
+
+    def parse(self, scheme: str, token: str) -> Any:
+        return self.parse_fn(token) if self.parse_fn else _parse_window(scheme, token)
+
+
+def _parse_window(scheme: str, token: str) -> int:
+    if not re.fullmatch(r"w\d+", token):
+        raise PerturbationError(f"{scheme} takes a window: write w3, w5, ... not {token!r}")
+    return int(token[1:])
+
+
+#: Task-name forms of the short parameters (``perm_swap_5pct``, ``perm_local_shuffle_w3``).
+#: A new text scheme whose short parameter is a rate or a window needs nothing else.
+LEVEL_FORMS: dict[str, LevelForm] = {
+    "rate": LevelForm("<R>pct", rate_token, parse_rate_token),
+    "window": LevelForm("w<K>", lambda w: f"w{w}", None),
+}
 
 
 @dataclass(frozen=True)
@@ -60,6 +113,35 @@ class TextPerturbation(Perturbation):
 
     def reorder(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, int]:
         raise NotImplementedError
+
+    def level_token(self) -> str:
+        """The level in a perturbed task name (``perm_<scheme>_<level>``): ``all`` for a
+        scheme without parameters, else its short parameter in the form of
+        :data:`LEVEL_FORMS` (``swap:0.05`` -> ``5pct``, ``local_shuffle:3`` -> ``w3``)."""
+        if self.short_param is None:
+            return "all"
+        if self.short_param not in LEVEL_FORMS:
+            raise PerturbationError(f"text perturbation {self.name!r} has no task-name form")
+        return LEVEL_FORMS[self.short_param].format(getattr(self, self.short_param))
+
+    @classmethod
+    def from_level(cls, level: str) -> TextPerturbation:
+        """The inverse of :meth:`level_token`; errors name the accepted form."""
+        if cls.short_param is None:
+            if level != "all":
+                raise PerturbationError(
+                    f"{cls.name} takes no rate: write perm_{cls.name}_all_<task>"
+                )
+            return cls()
+        form = LEVEL_FORMS.get(cls.short_param)
+        if form is None:
+            raise PerturbationError(f"text perturbation {cls.name!r} has no task-name form")
+        return cls(**{cls.short_param: form.parse(cls.name, level)})
+
+    @classmethod
+    def level_grammar(cls) -> str:
+        """How the level reads in a task name, for the grammar (``<R>pct``, ``w<K>``, ``all``)."""
+        return "all" if cls.short_param is None else LEVEL_FORMS[cls.short_param].grammar
 
     def apply(
         self, text: str, seed: int, key: bytes | str | None = None, keep_last: int = 0

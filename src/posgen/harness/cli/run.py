@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from posgen.harness.run.plan import PlanError, default_out, resolve_config
+from posgen.perturbations.seeding import DEFAULT_SEED
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +36,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="also sweep a seeded random-init twin of each model",
     )
     parser.add_argument("--out", type=Path, help="run folder (default ./posgen-runs/<name>)")
-    parser.add_argument("--seed", type=int, default=1234, help="perturbation seed")
+    parser.add_argument(
+        "--seed", type=int, default=DEFAULT_SEED, help=f"perturbation seed ({DEFAULT_SEED})"
+    )
     parser.add_argument(
         "--limit", type=int, help="documents per task (default: per-task limits of the preset)"
     )

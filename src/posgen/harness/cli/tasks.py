@@ -17,7 +17,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-_SCHEMES = ("swap", "adjacent", "local_shuffle", "shuffle")
+# the short parameter of each text scheme gets a flag (--rate, --window, ...)
+_PARAM_HELP = {"rate": "fraction of words moved", "window": "window in words"}
+
+
+def _text_schemes() -> dict[str, str | None]:
+    """scheme -> its short parameter (None: no parameter), from the registry."""
+    from posgen.perturbations import registry
+
+    return {n: registry.get("text", n).short_param for n in sorted(registry.names("text"))}
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -29,10 +37,17 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     ):
         p = sub.add_parser(name, help=text, description=text)
         p.add_argument("task", help="lm-eval task name, e.g. hellaswag, posgen_cloze")
-        p.add_argument("--scheme", choices=_SCHEMES, default="swap")
-        p.add_argument("--rate", type=float, help="fraction of words moved (swap, adjacent)")
-        p.add_argument("--window", type=int, help="window in words (local_shuffle)")
-        p.add_argument("--seed", type=int, default=None, help="perturbation seed (default 1234)")
+        schemes = _text_schemes()
+        p.add_argument("--scheme", choices=list(schemes), default="swap")
+        for param in sorted({v for v in schemes.values() if v}):
+            users = ", ".join(k for k, v in schemes.items() if v == param)
+            p.add_argument(f"--{param}", help=f"{_PARAM_HELP.get(param, param)} ({users})")
+        p.add_argument(
+            "--seed",
+            type=int,
+            default=None,
+            help="perturbation seed (default 1234, posgen.perturbations.DEFAULT_SEED)",
+        )
         if name == "write":
             p.add_argument("--fields", help="comma-separated content fields (default: known)")
             p.add_argument(
@@ -44,14 +59,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def _perturbation(args: argparse.Namespace) -> Any:
     from posgen.perturbations import PerturbationError, parse
 
-    value = {"swap": args.rate, "adjacent": args.rate, "local_shuffle": args.window}.get(
-        args.scheme
-    )
-    needs = {"swap": "--rate", "adjacent": "--rate", "local_shuffle": "--window"}.get(args.scheme)
-    if needs and value is None:
-        raise SystemExit(f"posgen tasks: --scheme {args.scheme} needs {needs}")
+    param = _text_schemes()[args.scheme]
+    value = getattr(args, param) if param else None
+    if param and value is None:
+        raise SystemExit(f"posgen tasks: --scheme {args.scheme} needs --{param}")
     try:
-        return parse("text", args.scheme if value is None else f"{args.scheme}:{value!r}")
+        return parse("text", args.scheme if value is None else f"{args.scheme}:{value}")
     except PerturbationError as exc:
         raise SystemExit(f"posgen tasks: {exc}") from None
 
@@ -66,7 +79,7 @@ def _list() -> int:
     print("\nShipped groups (each over the offline suite):")
     for p in family.shipped_perturbations():
         print(f"  {naming.format_name(p, None):<26} {p.spec.to_string()}")
-    print(f"\nAny task, rate or seed resolves by name:\n  {naming.GRAMMAR}")
+    print(f"\nAny task, rate or seed resolves by name:\n  {naming.grammar()}")
     print(f"\nTasks with known content fields: {', '.join(sorted(KNOWN_FIELDS))}")
     return 0
 
@@ -74,10 +87,10 @@ def _list() -> int:
 def _write(args: argparse.Namespace, p: Any, name: str) -> int:
     import json
 
+    from posgen.perturbations.seeding import DEFAULT_SEED
     from posgen.tasks.content_fields import UnknownContentFields, resolve_fields
     from posgen.tasks.family import Fn, yaml_text
     from posgen.tasks.lm_eval_tasks import task_manager
-    from posgen.tasks.naming import DEFAULT_SEED
     from posgen.tasks.perturbed_task import TaskPerturbation
 
     tm = task_manager()
@@ -117,7 +130,8 @@ def main(args: argparse.Namespace) -> int:
     if args.tasks_command == "list":
         return _list()
     p = _perturbation(args)
-    from posgen.tasks.naming import DEFAULT_SEED, format_name
+    from posgen.perturbations.seeding import DEFAULT_SEED
+    from posgen.tasks.naming import format_name
 
     seed = DEFAULT_SEED if args.seed is None else args.seed
     if seed < 0:

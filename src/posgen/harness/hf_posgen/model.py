@@ -39,9 +39,9 @@ from posgen.harness.hf_posgen.position_hooks import build_plan, require_rotary, 
 from posgen.perturbations.base import Perturbation, PerturbationError, registry
 from posgen.perturbations.features import FeaturePerturbation
 from posgen.perturbations.positions import PositionPerturbation
+from posgen.perturbations.seeding import DEFAULT_SEED
 
 MODEL_NAME = "hf-posgen"
-DEFAULT_SEED = 1234
 
 
 def parse_spec(kind: str, value: str | Perturbation | None) -> Perturbation | None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from posgen import __version__
 from posgen.perturbations import PerturbationError, registry
+from posgen.perturbations.seeding import DEFAULT_SEED
 from posgen.results.schema import SCHEMA_VERSION, rate_label
 
 # The sweep grids. Rates: fraction of words (text) or positions (position) moved;
@@ -206,12 +207,12 @@ def resolve_config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def default_out(config: dict[str, Any]) -> Path:
-    """./posgen-runs/<models>_<suite>[_quick][_seed<S>] (seed only when not 1234)."""
+    """./posgen-runs/<models>_<suite>[_quick][_seed<S>] (seed only when not the default)."""
     models = "+".join(m["label"] for m in config["models"] if not m["random_init"])
     name = re.sub(r"[^A-Za-z0-9._+-]+", "_", f"{models}_{config['suite']}").strip("_")[:80]
     name += "_random-init" if any(m["random_init"] for m in config["models"]) else ""
     name += "_quick" if config["preset"] == "quick" else ""
-    name += "" if config["seed"] == 1234 else f"_seed{config['seed']}"
+    name += "" if config["seed"] == DEFAULT_SEED else f"_seed{config['seed']}"
     return Path("posgen-runs") / name
 
 
