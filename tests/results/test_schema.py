@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 import pytest
-from synthetic_run import cloze_output, make_run, prose_output
 
 from posgen.results import tidy
 from posgen.results.schema import (
@@ -16,6 +15,7 @@ from posgen.results.schema import (
     SchemaError,
     frame,
 )
+from synthetic_run import cloze_output, make_run, prose_output
 
 CELL = {
     "task": "posgen_prose",
@@ -63,11 +63,12 @@ def test_missing_samples_are_a_clear_error():
 
 def test_doc_keys_follow_the_perturbed_tasks_rule():
     from posgen.tasks import perturbed_task
+    from posgen.tasks.doc_ids import stable_ids
 
-    assert tidy.ID_KEYS == perturbed_task.ID_KEYS
     assert tidy.PERTURBED_ID == perturbed_task.DOC_ID
     plain = [{"doc_id": 0, "doc": {"idx": 7}}, {"doc_id": 1, "doc": {"idx": 9}}]
     assert tidy.doc_keys(plain, "test") == ["7", "9"]
+    assert stable_ids([s["doc"] for s in plain], "test") == ["7", "9"]
     dup = [{"doc_id": 0, "doc": {"id": 1}}, {"doc_id": 1, "doc": {"id": 1}}]
     assert tidy.doc_keys(dup, "validation") == ["validation:0", "validation:1"]
     pert = [{"doc_id": 0, "doc": {"posgen_doc_id": "validation:0", "id": 1}}]

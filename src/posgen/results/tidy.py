@@ -24,26 +24,23 @@ from posgen.results.schema import (
     SchemaError,
     frame,
 )
+from posgen.tasks.doc_ids import DOC_ID, source_ids
 
-# How a logged document is paired across cells. Perturbed tasks add ``posgen_doc_id`` (the
-# source id of the document they perturbed); an unperturbed document gets the same id by
-# the same rule as posgen.tasks.perturbed_task.stable_ids: the first of ID_KEYS whose
-# values are unique, else "<split>:<index>".
-PERTURBED_ID = "posgen_doc_id"
-ID_KEYS = ("doc_id", "id", "ind", "idx")
+# How a logged document is paired across cells: perturbed tasks add DOC_ID (the source
+# id of the document they perturbed); an unperturbed document gets the same id by the
+# same rule (posgen.tasks.doc_ids).
+PERTURBED_ID = DOC_ID
 STDERR_BOOTSTRAP = 500
 
 
 def doc_keys(samples: list[Mapping[str, Any]], split: str) -> list[str]:
-    """The pairing key of every logged sample of one cell (see ``ID_KEYS``)."""
+    """The pairing key of every logged sample of one cell (:mod:`posgen.tasks.doc_ids`)."""
     docs = [s.get("doc") if isinstance(s.get("doc"), Mapping) else {} for s in samples]
     if docs and all(d.get(PERTURBED_ID) is not None for d in docs):
         return [str(d[PERTURBED_ID]) for d in docs]
-    for key in ID_KEYS:
-        if docs and all(key in d for d in docs):
-            ids = [str(d[key]) for d in docs]
-            if len(set(ids)) == len(ids):
-                return ids
+    ids = source_ids(docs, split)
+    if ids is not None:
+        return ids
     if any("doc_id" not in s for s in samples):
         raise SchemaError("a logged sample has neither a source doc id nor lm-eval's doc_id")
     return [f"{split}:{s['doc_id']}" for s in samples]

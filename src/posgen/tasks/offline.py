@@ -48,7 +48,6 @@ from posgen.tasks import corpora
 
 SUITE_VERSION = 2
 SUITE_TASKS = ("posgen_prose", "posgen_cloze")
-PRIMARY_METRICS = {"posgen_prose": "word_perplexity", "posgen_cloze": "acc"}
 DATA_DIR = Path(__file__).parent / "data"
 MANIFEST = "MANIFEST.json"
 

@@ -28,10 +28,9 @@ from posgen.perturbations import registry
 from posgen.perturbations.order_stats import OrderStats, combine_stats
 from posgen.perturbations.text import TextPerturbation
 from posgen.tasks.content_fields import FieldSpec
+from posgen.tasks.doc_ids import DOC_ID, stable_ids
 
 POSGEN_KEY = "posgen_perturbation"
-DOC_ID = "posgen_doc_id"
-ID_KEYS = ("doc_id", "id", "ind", "idx")
 STAT_COLUMNS = ("n", "fraction_moved", "mean_displacement", "dnd", "idc")
 
 
@@ -69,21 +68,6 @@ class TaskPerturbation:
             tuple(FieldSpec(**f) for f in data["fields"]),
             bool(data.get("perturb_fewshot", False)),
         )
-
-
-def stable_ids(docs: Any, split: str) -> list[str]:
-    """A source id per doc: the first of ``doc_id``, ``id``, ``ind``, ``idx`` whose values
-    are unique, else ``"<split>:<index>"``."""
-    columns = getattr(docs, "column_names", None) or (list(docs[0]) if len(docs) else [])
-    for key in ID_KEYS:
-        if key in columns:
-            ids = [
-                str(v)
-                for v in (docs[key] if hasattr(docs, "column_names") else [d[key] for d in docs])
-            ]
-            if len(set(ids)) == len(ids):
-                return ids
-    return [f"{split}:{i}" for i in range(len(docs))]
 
 
 @dataclass
