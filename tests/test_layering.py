@@ -1,0 +1,56 @@
+"""The package's layering (docs/architecture.md), checked on the source: every import
+statement, top-level or inside a function, of every module."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "posgen"
+# part -> parts it must never import
+FORBIDDEN = {
+    "perturbations": ("tasks", "harness", "results"),
+    "tasks": ("harness", "results"),
+    "results": ("harness",),
+}
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(SRC.parent).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def imports(path: Path) -> set[str]:
+    """posgen modules imported anywhere in ``path``."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("posgen")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("posgen"):
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names}
+    return found
+
+
+MODULES = {module_name(p): p for p in sorted(SRC.rglob("*.py"))}
+
+
+@pytest.mark.parametrize("part", sorted(FORBIDDEN))
+def test_no_import_goes_up_a_layer(part):
+    bad = []
+    for name, path in MODULES.items():
+        if not name.startswith(f"posgen.{part}"):
+            continue
+        for target in imports(path):
+            if any(target.startswith(f"posgen.{up}") for up in FORBIDDEN[part]):
+                bad.append(f"{name} imports {target}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_checker_sees_function_level_imports(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("def g():\n    from posgen.harness.run import plan\n")
+    assert "posgen.harness.run" in imports(f)
