@@ -20,18 +20,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lm_eval.config.group import GroupConfig
 from lm_eval.tasks import TaskManager
-from lm_eval.tasks._index import Entry, Kind
-from lm_eval.tasks._yaml_loader import load_yaml
 
+from posgen.compat import install_task_manager, internal
 from posgen.perturbations import PerturbationError, parse
 from posgen.perturbations.text import TextPerturbation
 from posgen.tasks import family, naming
 from posgen.tasks.content_fields import fields_from_metadata, resolve_fields
 from posgen.tasks.perturbed_task import POSGEN_KEY, TaskPerturbation, perturbed_class
 
-_GROUP_KEYS = {f for f in GroupConfig.__dataclass_fields__}
+Entry = internal("lm_eval.tasks._index:Entry")
+Kind = internal("lm_eval.tasks._index:Kind")
+load_yaml = internal("lm_eval.tasks._yaml_loader:load_yaml")
+_GROUP_KEYS = set(internal("lm_eval.config.group:GroupConfig").__dataclass_fields__)
 _original_task_manager = TaskManager
 
 
@@ -206,12 +207,7 @@ def register() -> None:
     """Make :class:`PosgenTaskManager` the ``TaskManager`` that lm-eval constructs in
     this process (its CLI, ``lm-eval ls tasks``, ``simple_evaluate`` without a
     ``task_manager``). Idempotent."""
-    import lm_eval.evaluator
-    import lm_eval.tasks
-    import lm_eval.tasks.manager
-
-    for module in (lm_eval.tasks, lm_eval.tasks.manager, lm_eval.evaluator):
-        module.TaskManager = PosgenTaskManager  # type: ignore[attr-defined]
+    install_task_manager(PosgenTaskManager)
 
 
 def installed_yaml_dir() -> Path:

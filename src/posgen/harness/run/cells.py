@@ -25,28 +25,30 @@ def _env_info_once():
     to every result (subprocesses each time; git prints "fatal: not a git repository" on
     the terminal outside one). Collect both once per process, git's stderr silenced, and
     reuse them, unchanged."""
-    import lm_eval.evaluator
+    from posgen.compat import patched
 
-    original, original_git = lm_eval.evaluator.add_env_info, lm_eval.evaluator.get_git_commit_hash
+    def cached(original):
+        def add_env_info(storage: dict[str, Any]) -> None:
+            if not _ENV_INFO:
+                original(_ENV_INFO)
+            storage.update(_ENV_INFO)
 
-    def cached(storage: dict[str, Any]) -> None:
-        if not _ENV_INFO:
-            original(_ENV_INFO)
-        storage.update(_ENV_INFO)
+        return add_env_info
 
-    def cached_git():
-        if not _GIT_HASH:
-            with _stderr_fd_to_devnull():
-                _GIT_HASH.append(original_git())
-        return _GIT_HASH[0]
+    def cached_git(original):
+        def get_git_commit_hash():
+            if not _GIT_HASH:
+                with _stderr_fd_to_devnull():
+                    _GIT_HASH.append(original())
+            return _GIT_HASH[0]
 
-    lm_eval.evaluator.add_env_info = cached
-    lm_eval.evaluator.get_git_commit_hash = cached_git
-    try:
+        return get_git_commit_hash
+
+    with (
+        patched("lm_eval.evaluator:add_env_info", cached),
+        patched("lm_eval.evaluator:get_git_commit_hash", cached_git),
+    ):
         yield
-    finally:
-        lm_eval.evaluator.add_env_info = original
-        lm_eval.evaluator.get_git_commit_hash = original_git
 
 
 @contextlib.contextmanager

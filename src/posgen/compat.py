@@ -1,0 +1,112 @@
+"""Every place posgen reaches into lm-eval's or transformers' internals, in one module.
+
+posgen is tested with lm-eval 0.4.13 and transformers 5.x. Outside their public APIs it
+relies on the names listed in :data:`LM_EVAL_INTERNALS` and :data:`TRANSFORMERS_INTERNALS`;
+every patch of a library function goes through a context manager here that restores the
+original on exit. :func:`check` verifies each internal against the installed libraries
+(the test suite runs it), and each accessor raises :class:`CompatError` with one clear
+message naming the internal and the tested version when an upgrade moved it, instead of
+an ``AttributeError`` deep inside a run.
+
+Imports of lm-eval and transformers happen inside the functions: importing this module
+is free.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+LM_EVAL_TESTED = "0.4.13"
+TRANSFORMERS_TESTED = "5.x"
+
+# "module:attribute" -> why posgen needs it
+LM_EVAL_INTERNALS: dict[str, str] = {
+    "lm_eval.tasks._index:Entry": "PosgenTaskManager adds index entries for perturbed names",
+    "lm_eval.tasks._index:Kind": "the kind of an index entry (task, group, tag)",
+    "lm_eval.tasks._yaml_loader:load_yaml": "reads a group's YAML to perturb its members",
+    "lm_eval.config.group:GroupConfig": "the keys a perturbed group may inherit",
+    "lm_eval.tasks:TaskManager": "replaced by PosgenTaskManager in the lm_eval CLI",
+    "lm_eval.tasks.manager:TaskManager": "the same class, where the CLI imports it",
+    "lm_eval.evaluator:TaskManager": "the same class, where simple_evaluate imports it",
+    "lm_eval.tasks:TaskManager._entry": "PosgenTaskManager resolves unknown names there",
+    "lm_eval.models.huggingface:pad_and_concat": "hf-posgen records HFLM's padding of a batch",
+    "lm_eval.evaluator:add_env_info": "posgen run collects the environment report once",
+    "lm_eval.evaluator:get_git_commit_hash": "posgen run asks git once, quietly",
+}
+TRANSFORMERS_INTERNALS: dict[str, str] = {
+    "transformers.modeling_utils:ALL_ATTENTION_FUNCTIONS": "the attention functions qk_noise wraps",
+    "transformers.masking_utils:ALL_MASK_ATTENTION_FUNCTIONS": "their mask functions",
+    "transformers.masking_utils:eager_mask": "the mask of posgen's capture function",
+}
+
+
+class CompatError(RuntimeError):
+    """An lm-eval or transformers internal that posgen relies on is missing."""
+
+
+def _resolve(path: str) -> Any:
+    module_name, _, attr_path = path.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for attr in attr_path.split("."):
+        obj = getattr(obj, attr)
+    return obj
+
+
+def internal(path: str) -> Any:
+    """The object at ``"module:attr[.attr]"``, or a :class:`CompatError` that says which
+    internal moved and which versions posgen is tested with."""
+    try:
+        return _resolve(path)
+    except (ImportError, AttributeError) as exc:
+        lib = path.split(".", 1)[0]
+        tested = LM_EVAL_TESTED if lib == "lm_eval" else TRANSFORMERS_TESTED
+        raise CompatError(
+            f"{path} is missing in the installed {lib} {_version(lib)} ({exc}); posgen is "
+            f"tested with {lib} {tested}: install that version, or update posgen.compat"
+        ) from None
+
+
+def _version(lib: str) -> str:
+    try:
+        return importlib.metadata.version(lib)
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
+def check() -> list[str]:
+    """Every internal that does not resolve in the installed libraries (empty: all do)."""
+    missing = []
+    for path in (*LM_EVAL_INTERNALS, *TRANSFORMERS_INTERNALS):
+        try:
+            _resolve(path)
+        except (ImportError, AttributeError) as exc:
+            missing.append(f"{path}: {exc}")
+    return missing
+
+
+# ---------------------------------------------------------------- lm-eval patches
+def install_task_manager(cls: type) -> None:
+    """Make ``cls`` the ``TaskManager`` that lm-eval constructs in this process (its CLI,
+    ``lm-eval ls tasks``, ``simple_evaluate`` without a ``task_manager``)."""
+    for where in ("lm_eval.tasks", "lm_eval.tasks.manager", "lm_eval.evaluator"):
+        internal(f"{where}:TaskManager")
+        importlib.import_module(where).TaskManager = cls
+
+
+@contextmanager
+def patched(path: str, make: Callable[[Any], Any]) -> Iterator[Any]:
+    """Within the block, ``module:attr`` is ``make(original)``; the original is restored on
+    exit, whatever happens. Yields the replacement."""
+    module_name, _, attr = path.partition(":")
+    original = internal(path)
+    module = importlib.import_module(module_name)
+    replacement = make(original)
+    setattr(module, attr, replacement)
+    try:
+        yield replacement
+    finally:
+        setattr(module, attr, original)
