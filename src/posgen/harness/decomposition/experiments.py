@@ -107,25 +107,36 @@ def controlled_distance_table(
                 lambda cap, s=stats: s.__setitem__(cap.layer, _block_stats(cap.logits[0], n)),
                 pos,
             )
-            for layer, st in stats.items():
-                ref = true_stats[layer]
-                pred = _predicted_offset(fit_a[layer], pos, n)
-                for head in range(st["offset"].shape[0]):
-                    kappa = torch.stack([st["kappa"][head], ref["kappa"][head]])
-                    rows.append(
-                        {
-                            "label": label,
-                            "doc": doc,
-                            "layer": layer,
-                            "head": head,
-                            "distance": d,
-                            "true_distance": d == true_distance,
-                            "key_stability": float(torch.corrcoef(kappa)[0, 1]),
-                            "block_offset": float(st["offset"][head]),
-                            "predicted_offset": float(pred[head]),
-                        }
-                    )
+            key = {"label": label, "doc": doc, "distance": d, "true_distance": d == true_distance}
+            rows.extend(_distance_rows(stats, true_stats, fit_a, pos, n, key))
     return pd.DataFrame(rows)
+
+
+def _distance_rows(stats, true_stats, fit_a, pos, n: int, key: dict) -> list[dict]:
+    """One row per (layer, head) of one document at one fake distance (``key``: label, doc,
+    distance, true_distance)."""
+    import torch
+
+    rows = []
+    for layer, st in stats.items():
+        ref = true_stats[layer]
+        pred = _predicted_offset(fit_a[layer], pos, n)
+        for head in range(st["offset"].shape[0]):
+            kappa = torch.stack([st["kappa"][head], ref["kappa"][head]])
+            rows.append(
+                {
+                    "label": key["label"],
+                    "doc": key["doc"],
+                    "layer": layer,
+                    "head": head,
+                    "distance": key["distance"],
+                    "true_distance": key["true_distance"],
+                    "key_stability": float(torch.corrcoef(kappa)[0, 1]),
+                    "block_offset": float(st["offset"][head]),
+                    "predicted_offset": float(pred[head]),
+                }
+            )
+    return rows
 
 
 def qk_pattern_table(
