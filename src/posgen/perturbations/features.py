@@ -53,6 +53,7 @@ class RopeNoise(FeaturePerturbation):
     """Gaussian jitter of std σ on each token's position before the rotary angles."""
 
     name: ClassVar[str] = "rope_noise"
+    version: ClassVar[int] = 2  # v2: only the context of a request is perturbed
 
     def offsets(self, token_ids: np.ndarray | list[int], seed: int) -> np.ndarray:
         """``σ·z``, shape ``[n]`` (float64), for one sequence of real tokens."""
@@ -69,6 +70,7 @@ class QKNoise(FeaturePerturbation):
     """Relative Gaussian noise of scale σ on post-RoPE query and key vectors, per head."""
 
     name: ClassVar[str] = "qk_noise"
+    version: ClassVar[int] = 2  # v2: only the context of a request is perturbed
 
     def stream_seed(self, seed: int, key: bytes, layer: int, tensor: str) -> int:
         """A 53-bit seed for the noise of one sequence (``key``: its token key), one layer

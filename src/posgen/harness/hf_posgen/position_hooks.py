@@ -13,7 +13,10 @@ order whatever positions they are given (the tokens themselves never move).
 
 Everything about one forward is prepared up front in a :class:`BatchPlan` from the
 batch's real tokens (right padding excluded), so each sequence gets the same positions
-and noise at any batch size.
+and noise at any batch size. Only the first ``spans[b]`` real tokens of row b are
+perturbed, keyed on those tokens alone: the context of a log-likelihood request (every
+answer choice then sees the same perturbed context, and the continuation keeps its
+positions), the whole window in rolling perplexity.
 """
 
 from __future__ import annotations
@@ -56,13 +59,15 @@ class BatchPlan:
     """What one forward of a right-padded batch needs.
 
     - ``lengths``: real (unpadded) length of each row, ``[B]``.
-    - ``keys``: SHA-256 token key of each row's real tokens, ``[B]``.
+    - ``spans``: how many leading real tokens of each row are perturbed, ``[B]``.
+    - ``keys``: SHA-256 token key of each row's perturbed tokens, ``[B]``.
     - ``positions``: position values ``[B, T]`` for the rotary embedding (long, or float32
       when non-integer), or None when positions are not changed. Padding slots get t.
     - ``qk_noise``: the qk-noise scheme, or None.
     """
 
     lengths: tuple[int, ...]
+    spans: tuple[int, ...]
     keys: tuple[bytes, ...]
     positions: torch.Tensor | None
     qk_noise: QKNoise | None
@@ -75,31 +80,40 @@ def build_plan(
     positions: PositionPerturbation | None,
     features: FeaturePerturbation | None,
     seed: int,
+    spans: Sequence[int] | None = None,
 ) -> BatchPlan:
     """Plan one forward of ``input_ids`` ``[B, T]`` whose row b has ``lengths[b]`` real
-    tokens followed by padding.
+    tokens followed by padding, of which the first ``spans[b]`` (default: all) are perturbed.
 
-    Positions: ``p_b[t] = scheme(real tokens of b)[t] (+ σ·z_b[t] for rope_noise)`` for
-    ``t < lengths[b]``, and ``t`` on padding (causal attention never lets a real token see
-    padding to its right, so those values cannot matter).
+    Positions, with s = ``spans[b]``: ``p_b[t] = scheme(tokens of b before s)[t]
+    (+ σ·z_b[t] for rope_noise)`` for ``t < s``; ``p_b[t] = t`` for ``s <= t`` (a
+    deterministic scheme, shift or scale, moves the whole row: see
+    :meth:`PositionPerturbation.row_values`). Causal attention never lets a real token see
+    padding to its right, so the values on padding cannot matter.
     """
     ids = input_ids.detach().to("cpu", torch.int64).numpy()
     batch, width = ids.shape
     if len(lengths) != batch or any(not 0 < n <= width for n in lengths):
         raise ValueError(f"lengths {list(lengths)} do not fit a batch of shape {ids.shape}")
+    spans = list(lengths) if spans is None else list(spans)
+    if len(spans) != batch or any(not 0 < s <= n for s, n in zip(spans, lengths, strict=True)):
+        raise ValueError(f"spans {spans} do not fit the row lengths {list(lengths)}")
     rows = [ids[b, :n] for b, n in enumerate(lengths)]
-    keys = tuple(token_key(r) for r in rows)
+    keys = tuple(token_key(r[:s]) for r, s in zip(rows, spans, strict=True))
     rope_noise = features if isinstance(features, RopeNoise) and not features.is_identity else None
     pos = positions if positions is not None and not positions.is_identity else None
     table = None
     if pos is not None or rope_noise is not None:
-        table = _position_table(rows, width, pos, rope_noise, seed)
+        table = _position_table(rows, spans, width, pos, rope_noise, seed)
     qk = features if isinstance(features, QKNoise) and not features.is_identity else None
-    return BatchPlan(tuple(int(n) for n in lengths), keys, table, qk, int(seed))
+    return BatchPlan(
+        tuple(int(n) for n in lengths), tuple(int(s) for s in spans), keys, table, qk, int(seed)
+    )
 
 
 def _position_table(
     rows: list[np.ndarray],
+    spans: list[int],
     width: int,
     positions: PositionPerturbation | None,
     rope_noise: RopeNoise | None,
@@ -108,14 +122,13 @@ def _position_table(
     """Position values ``[B, T]``: long when every value is an integer, else float32."""
     table = np.tile(np.arange(width, dtype=np.float64), (len(rows), 1))
     integral = rope_noise is None
-    for b, row in enumerate(rows):
-        n = row.size
+    for b, (row, span) in enumerate(zip(rows, spans, strict=True)):
         if positions is not None:
-            values = positions.position_values(row, seed)
+            values = positions.row_values(row, span, seed)
             integral = integral and values.dtype.kind in "iu"
-            table[b, :n] = values
+            table[b, : row.size] = values
         if rope_noise is not None:
-            table[b, :n] += rope_noise.offsets(row, seed)
+            table[b, :span] += rope_noise.offsets(row[:span], seed)
     if integral:
         return torch.from_numpy(table.astype(np.int64))
     return torch.from_numpy(table.astype(np.float32))

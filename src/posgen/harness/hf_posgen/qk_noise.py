@@ -15,7 +15,9 @@ For row b with n real tokens, layer ℓ, head h and token t (shapes ``query [B, 
 
 and the same for k, with ε drawn from a torch CPU generator seeded by
 :meth:`posgen.perturbations.features.QKNoise.stream_seed` (seed, the row's token key, ℓ,
-tensor) by Box–Muller. Padding slots get no noise.
+tensor) by Box–Muller. Only the first ``plan.spans[b]`` tokens of a row get noise, keyed on
+those tokens (the context of a log-likelihood request, the whole window in rolling
+perplexity); the continuation and padding get none.
 """
 
 from __future__ import annotations
@@ -108,14 +110,14 @@ def standard_normal(shape: tuple[int, ...], seed: int) -> torch.Tensor:
 
 
 def perturb(x: torch.Tensor, plan: BatchPlan, layer: int, tensor: str) -> torch.Tensor:
-    """``x + σ·(‖x‖/√d)·ε`` on the real tokens of each row; ``x``: ``[B, H, T, d]``."""
+    """``x + σ·(‖x‖/√d)·ε`` on the perturbed span of each row; ``x``: ``[B, H, T, d]``."""
     scheme = plan.qk_noise
     assert scheme is not None
     batch, heads, _, dim = x.shape
     if batch != len(plan.lengths):
         raise RuntimeError(f"qk_noise planned {len(plan.lengths)} rows, attention got {batch}")
     noise = torch.zeros(x.shape, dtype=torch.float32)
-    for b, (n, key) in enumerate(zip(plan.lengths, plan.keys, strict=True)):
+    for b, (n, key) in enumerate(zip(plan.spans, plan.keys, strict=True)):
         seed = scheme.stream_seed(plan.seed, key, layer, tensor)
         noise[b, :, :n] = standard_normal((heads, n, dim), seed)
     noise = noise.to(x.device, x.dtype)
