@@ -41,7 +41,8 @@ from lm_eval.models.huggingface import HFLM
 
 from posgen.harness.embedded import resolve_pretrained
 from posgen.harness.hf_posgen import qk_noise
-from posgen.harness.hf_posgen.position_hooks import build_plan, require_rotary, rotary_positions
+from posgen.harness.hf_posgen.position_hooks import build_plan, rotary_positions
+from posgen.harness.model_family import require_rotary
 from posgen.perturbations.base import Perturbation, PerturbationError, registry
 from posgen.perturbations.features import FeaturePerturbation
 from posgen.perturbations.positions import PositionPerturbation

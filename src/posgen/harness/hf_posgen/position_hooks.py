@@ -28,30 +28,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from posgen.harness.model_family import require_rotary, rotary_modules
 from posgen.perturbations.features import FeaturePerturbation, QKNoise, RopeNoise
 from posgen.perturbations.positions import PositionPerturbation
 from posgen.perturbations.seeding import token_key
-
-
-class NoRotaryEmbeddingError(ValueError):
-    """The model has no rotary position embedding for position/feature schemes to act on."""
-
-
-def rotary_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The model's rotary embedding modules (e.g. ``model.rotary_emb``,
-    ``gpt_neox.rotary_emb``): every submodule whose class name ends in ``RotaryEmbedding``."""
-    return [m for m in model.modules() if type(m).__name__.endswith("RotaryEmbedding")]
-
-
-def require_rotary(model: torch.nn.Module, what: str) -> None:
-    """Raise :class:`NoRotaryEmbeddingError` unless ``model`` has a rotary embedding."""
-    if not rotary_modules(model):
-        arch = getattr(getattr(model, "config", None), "model_type", type(model).__name__)
-        raise NoRotaryEmbeddingError(
-            f"{what} needs a model with rotary position embeddings (Llama, Qwen2/3, Mistral, "
-            f"Gemma2/3, Phi3, GPT-NeoX, ...), but this {arch!r} model has none. Drop "
-            "positions=/features= for this model; text perturbations (tasks) still work."
-        )
 
 
 @dataclass(frozen=True)

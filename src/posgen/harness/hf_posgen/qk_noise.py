@@ -23,7 +23,6 @@ perplexity); the continuation and padding get none.
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -35,6 +34,7 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from posgen.harness.hf_posgen.position_hooks import BatchPlan
+from posgen.harness.model_family import family_of
 
 _PREFIX = "posgen_qk_noise_"
 _REGISTERED: set[str] = set()
@@ -72,7 +72,7 @@ def register(base: str) -> str:
 
 def _base_forward(base: str, module: torch.nn.Module) -> Callable[..., Any]:
     if base == "eager":
-        return sys.modules[type(module).__module__].eager_attention_forward
+        return family_of(module).eager_attention_function(module)
     return ALL_ATTENTION_FUNCTIONS[base]
 
 
