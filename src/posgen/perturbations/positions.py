@@ -25,12 +25,12 @@ import numpy as np
 
 from posgen.perturbations import orderings
 from posgen.perturbations.base import (
-    Perturbation,
     PerturbationError,
     RateMixin,
     check_window,
     registry,
 )
+from posgen.perturbations.model_side import ModelSidePerturbation
 from posgen.perturbations.order_stats import OrderStats, order_stats
 from posgen.perturbations.seeding import item_rng, token_key
 
@@ -47,10 +47,11 @@ class PositionResult:
 
 
 @dataclass(frozen=True)
-class PositionPerturbation(Perturbation):
+class PositionPerturbation(ModelSidePerturbation):
     """Base class of position schemes. Subclasses implement :meth:`values`."""
 
     kind: ClassVar[str] = "position"
+    where: ClassVar[str] = "positions"
     uses_rng: ClassVar[bool] = True
 
     def values(self, n: int, rng: np.random.Generator | None) -> tuple[np.ndarray, int]:
@@ -76,6 +77,11 @@ class PositionPerturbation(Perturbation):
             return self._values(ids, seed)[0]
         head = self._values(ids[:span], seed)[0]
         return np.concatenate([head, np.arange(span, ids.size, dtype=np.int64)])
+
+    def draw(self, token_ids: np.ndarray, span: int, seed: int) -> np.ndarray:
+        """Offsets ``p[t] − t`` of :meth:`row_values` (the model-side interface)."""
+        values = self.row_values(token_ids, span, seed)
+        return values - np.arange(values.size, dtype=values.dtype)
 
     def apply(self, token_ids: np.ndarray | list[int], seed: int) -> PositionResult:
         """Position values and order statistics for one sequence of real tokens."""

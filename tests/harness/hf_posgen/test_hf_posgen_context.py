@@ -168,7 +168,7 @@ def test_qk_noise_leaves_the_continuation_alone():
     """Rows sharing a context get the same noise on it and none on the continuation."""
     context = list(range(3, 20))
     ids = torch.tensor([[*context, 30, 31, 32], [*context, 40, 0, 0]])
-    plan = build_plan(ids, [20, 18], None, parse("feature", "qk_noise:0.5"), 7, spans=[17, 17])
+    plan = build_plan(ids, [20, 18], [parse("feature", "qk_noise:0.5")], 7, spans=[17, 17])
     x = torch.ones(2, 2, 20, 8)
     delta = qk_noise.perturb(x, plan, layer=0, tensor="query") - x
     assert torch.equal(delta[0, :, :17], delta[1, :, :17]) and delta[0, :, :17].abs().min() > 0

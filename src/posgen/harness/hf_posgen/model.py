@@ -235,11 +235,11 @@ class HFPosgenLM(HFLM):
         if not p.changes_model or attn_mask is not None or labels is not None:
             return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
         lengths, spans = self._take_row_lengths(inps)
-        plan = build_plan(inps, lengths, p.positions, p.features, p.seed, spans)
+        plan = build_plan(inps, lengths, (p.positions, p.features), p.seed, spans)
         with ExitStack() as stack:
             if plan.positions is not None:
                 stack.enter_context(rotary_positions(self.model, plan.positions))
-            if plan.qk_noise is not None:
+            if plan.qk:
                 stack.enter_context(qk_noise.qk_noise_active(self.model, plan))
             return super()._model_call(inps)
 

@@ -29,8 +29,7 @@ import numpy as np
 import torch
 
 from posgen.harness.model_family import require_rotary, rotary_modules
-from posgen.perturbations.features import FeaturePerturbation, QKNoise, RopeNoise
-from posgen.perturbations.positions import PositionPerturbation
+from posgen.perturbations.model_side import WHERE, ModelSidePerturbation
 from posgen.perturbations.seeding import token_key
 
 
@@ -43,33 +42,32 @@ class BatchPlan:
     - ``keys``: SHA-256 token key of each row's perturbed tokens, ``[B]``.
     - ``positions``: position values ``[B, T]`` for the rotary embedding (long, or float32
       when non-integer), or None when positions are not changed. Padding slots get t.
-    - ``qk_noise``: the qk-noise scheme, or None.
+    - ``qk``: the schemes that act on queries and keys inside attention, in order.
     """
 
     lengths: tuple[int, ...]
     spans: tuple[int, ...]
     keys: tuple[bytes, ...]
     positions: torch.Tensor | None
-    qk_noise: QKNoise | None
+    qk: tuple[ModelSidePerturbation, ...]
     seed: int
 
 
 def build_plan(
     input_ids: torch.Tensor,
     lengths: Sequence[int],
-    positions: PositionPerturbation | None,
-    features: FeaturePerturbation | None,
+    schemes: Sequence[ModelSidePerturbation | None],
     seed: int,
     spans: Sequence[int] | None = None,
 ) -> BatchPlan:
     """Plan one forward of ``input_ids`` ``[B, T]`` whose row b has ``lengths[b]`` real
-    tokens followed by padding, of which the first ``spans[b]`` (default: all) are perturbed.
+    tokens followed by padding, of which the first ``spans[b]`` (default: all) are perturbed
+    by ``schemes`` (None and identity entries are skipped).
 
-    Positions, with s = ``spans[b]``: ``p_b[t] = scheme(tokens of b before s)[t]
-    (+ σ·z_b[t] for rope_noise)`` for ``t < s``; ``p_b[t] = t`` for ``s <= t`` (a
-    deterministic scheme, shift or scale, moves the whole row: see
-    :meth:`PositionPerturbation.row_values`). Causal attention never lets a real token see
-    padding to its right, so the values on padding cannot matter.
+    Positions: ``p_b[t] = t + Σ_schemes draw(tokens of b, spans[b])[t]`` for the schemes
+    acting on positions (see :mod:`posgen.perturbations.model_side`), and ``t`` on padding:
+    causal attention never lets a real token see padding to its right, so those values
+    cannot matter.
     """
     ids = input_ids.detach().to("cpu", torch.int64).numpy()
     batch, width = ids.shape
@@ -78,14 +76,15 @@ def build_plan(
     spans = list(lengths) if spans is None else list(spans)
     if len(spans) != batch or any(not 0 < s <= n for s, n in zip(spans, lengths, strict=True)):
         raise ValueError(f"spans {spans} do not fit the row lengths {list(lengths)}")
+    active = [s for s in schemes if s is not None and not s.is_identity]
+    for scheme in active:
+        if scheme.where not in WHERE:
+            raise ValueError(f"{scheme.name}: where={scheme.where!r}, expected one of {WHERE}")
     rows = [ids[b, :n] for b, n in enumerate(lengths)]
     keys = tuple(token_key(r[:s]) for r, s in zip(rows, spans, strict=True))
-    rope_noise = features if isinstance(features, RopeNoise) and not features.is_identity else None
-    pos = positions if positions is not None and not positions.is_identity else None
-    table = None
-    if pos is not None or rope_noise is not None:
-        table = _position_table(rows, spans, width, pos, rope_noise, seed)
-    qk = features if isinstance(features, QKNoise) and not features.is_identity else None
+    moving = [s for s in active if s.where == "positions"]
+    table = _position_table(rows, spans, width, moving, seed) if moving else None
+    qk = tuple(s for s in active if s.where == "qk")
     return BatchPlan(
         tuple(int(n) for n in lengths), tuple(int(s) for s in spans), keys, table, qk, int(seed)
     )
@@ -95,20 +94,17 @@ def _position_table(
     rows: list[np.ndarray],
     spans: list[int],
     width: int,
-    positions: PositionPerturbation | None,
-    rope_noise: RopeNoise | None,
+    schemes: list[ModelSidePerturbation],
     seed: int,
 ) -> torch.Tensor:
     """Position values ``[B, T]``: long when every value is an integer, else float32."""
     table = np.tile(np.arange(width, dtype=np.float64), (len(rows), 1))
-    integral = rope_noise is None
+    integral = True
     for b, (row, span) in enumerate(zip(rows, spans, strict=True)):
-        if positions is not None:
-            values = positions.row_values(row, span, seed)
-            integral = integral and values.dtype.kind in "iu"
-            table[b, : row.size] = values
-        if rope_noise is not None:
-            table[b, :span] += rope_noise.offsets(row[:span], seed)
+        for scheme in schemes:
+            offsets = scheme.draw(row, span, seed)
+            integral = integral and offsets.dtype.kind in "iu"
+            table[b, : row.size] += offsets
     if integral:
         return torch.from_numpy(table.astype(np.int64))
     return torch.from_numpy(table.astype(np.float32))
