@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from posgen.perturbations import PerturbationError, parse, registry
-from posgen.perturbations.features import QKNoise, standard_normal
-from posgen.perturbations.seeding import item_rng, token_key
+from posgen.perturbations.features import QKNoise
+from posgen.perturbations.model_side import WHERE, ModelSidePerturbation
+from posgen.perturbations.seeding import standard_normal, stream_seed, token_key
 
 IDS = np.arange(5, 4005, dtype=np.int64)
 
@@ -33,9 +34,28 @@ def test_invalid_specs_are_refused(text):
 
 
 def test_standard_normal_moments_and_determinism():
-    z = standard_normal(item_rng(1, "s", b"k"), 200_000)
+    z = standard_normal(stream_seed(1, "s", b"k"), (200_000,))
     assert abs(z.mean()) < 0.01 and abs(z.std() - 1) < 0.01
-    assert np.array_equal(z, standard_normal(item_rng(1, "s", b"k"), 200_000))
+    assert abs((z**4).mean() - 3) < 0.05  # Gaussian kurtosis
+    assert np.array_equal(z, standard_normal(stream_seed(1, "s", b"k"), (200_000,)))
+    assert not np.array_equal(z[:10], standard_normal(stream_seed(1, "s", b"j"), (10,)))
+
+
+def test_standard_normal_is_the_same_in_numpy_and_torch():
+    """One Gaussian source: host (NumPy) and device (torch) draws agree."""
+    torch = pytest.importorskip("torch")
+    seed = stream_seed(3, "s", b"k")
+    host = standard_normal(seed, (3, 50, 8))
+    made = standard_normal(seed, (3, 50, 8), device=torch.device("cpu"))
+    assert made.dtype == torch.float64 and made.shape == (3, 50, 8)
+    np.testing.assert_allclose(made.numpy(), host, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(host.ravel()[:40], standard_normal(seed, (40,)))
+
+
+@pytest.mark.parametrize("name", registry.names("position") + registry.names("feature"))
+def test_model_side_schemes_share_one_interface(name):
+    cls = registry.get("feature" if name in ("rope_noise", "qk_noise") else "position", name)
+    assert issubclass(cls, ModelSidePerturbation) and cls.where in WHERE
 
 
 def test_rope_noise_is_nested_across_sigma_and_keyed_by_content():

@@ -118,3 +118,17 @@ def test_property_reorderings_permute_the_real_tokens(ids, text, seed):
     values = parse("position", text).apply(ids, seed).values
     assert values.dtype == np.int64
     assert sorted(values.tolist()) == list(range(len(ids)))
+
+
+@pytest.mark.parametrize("text", [*REORDERINGS, "shift:5", "scale:0.5"])
+def test_row_values_draw_the_span_from_its_tokens_and_keep_the_rest(text):
+    p = parse("position", text)
+    row = p.row_values(IDS, 40, seed=7)
+    if p.uses_rng:  # the span's draw is the span's own; the rest stays in order
+        assert np.array_equal(row[:40], p.position_values(IDS[:40], seed=7))
+        assert np.array_equal(row[40:], np.arange(40, IDS.size))
+        assert np.array_equal(row[:40], p.row_values(np.r_[IDS[:40], 7, 8], 40, seed=7)[:40])
+    else:  # a frame transform moves the whole row
+        assert np.array_equal(row, p.position_values(IDS, seed=7))
+    with pytest.raises(ValueError, match="span"):
+        p.row_values(IDS, 0, seed=7)

@@ -9,6 +9,10 @@ the angles ``p[t]·θ_i`` instead of ``t·θ_i``. Reordering schemes return a pe
 Randomness comes from :func:`posgen.perturbations.seeding.item_rng` keyed by the
 sequence's own real token ids, so a sequence gets the same positions at any batch size,
 in any order and in any process.
+
+In a log-likelihood request only the context is perturbed (:meth:`PositionPerturbation.
+row_values`): its positions are drawn from the context tokens alone, and the continuation
+keeps its own positions in order after it, as text perturbations never touch the answer.
 """
 
 from __future__ import annotations
@@ -21,12 +25,12 @@ import numpy as np
 
 from posgen.perturbations import orderings
 from posgen.perturbations.base import (
-    Perturbation,
     PerturbationError,
     RateMixin,
     check_window,
     registry,
 )
+from posgen.perturbations.model_side import ModelSidePerturbation
 from posgen.perturbations.order_stats import OrderStats, order_stats
 from posgen.perturbations.seeding import item_rng, token_key
 
@@ -43,10 +47,11 @@ class PositionResult:
 
 
 @dataclass(frozen=True)
-class PositionPerturbation(Perturbation):
+class PositionPerturbation(ModelSidePerturbation):
     """Base class of position schemes. Subclasses implement :meth:`values`."""
 
     kind: ClassVar[str] = "position"
+    where: ClassVar[str] = "positions"
     uses_rng: ClassVar[bool] = True
 
     def values(self, n: int, rng: np.random.Generator | None) -> tuple[np.ndarray, int]:
@@ -56,6 +61,27 @@ class PositionPerturbation(Perturbation):
     def position_values(self, token_ids: np.ndarray | list[int], seed: int) -> np.ndarray:
         """Position values for one sequence of real tokens (no padding), shape ``[n]``."""
         return self._values(np.asarray(token_ids, dtype=np.int64), seed)[0]
+
+    def row_values(self, token_ids: np.ndarray | list[int], span: int, seed: int) -> np.ndarray:
+        """Position values ``[n]`` for one row whose first ``span`` tokens are perturbed.
+
+        A random scheme draws the first ``span`` values from those tokens alone, and the
+        rest continue in order: ``p[t] = t`` for ``t >= span``. A deterministic scheme
+        (``shift``, ``scale``) moves the whole row's frame: ``p = values(n)``, so that the
+        continuation stays where the context leaves off.
+        """
+        ids = np.asarray(token_ids, dtype=np.int64)
+        if not 0 < span <= ids.size:
+            raise ValueError(f"{self.name}: span {span} outside 1..{ids.size}")
+        if not self.uses_rng:
+            return self._values(ids, seed)[0]
+        head = self._values(ids[:span], seed)[0]
+        return np.concatenate([head, np.arange(span, ids.size, dtype=np.int64)])
+
+    def draw(self, token_ids: np.ndarray, span: int, seed: int) -> np.ndarray:
+        """Offsets ``p[t] − t`` of :meth:`row_values` (the model-side interface)."""
+        values = self.row_values(token_ids, span, seed)
+        return values - np.arange(values.size, dtype=values.dtype)
 
     def apply(self, token_ids: np.ndarray | list[int], seed: int) -> PositionResult:
         """Position values and order statistics for one sequence of real tokens."""
@@ -86,6 +112,7 @@ class PositionSwap(_RateScheme):
     """Swap the position indices of ⌊rate·n/2⌋ random disjoint token pairs (nested)."""
 
     name: ClassVar[str] = "swap"
+    version: ClassVar[int] = 2  # v2: only the context of a request is perturbed
     rate: float = 0.05
 
     def values(self, n: int, rng: np.random.Generator | None) -> tuple[np.ndarray, int]:
@@ -99,6 +126,7 @@ class PositionAdjacentSwap(_RateScheme):
     """Swap the position indices of ⌊rate·n/2⌋ disjoint neighbouring pairs (nested)."""
 
     name: ClassVar[str] = "adjacent"
+    version: ClassVar[int] = 2  # v2: only the context of a request is perturbed
     rate: float = 0.05
 
     def values(self, n: int, rng: np.random.Generator | None) -> tuple[np.ndarray, int]:
@@ -112,6 +140,7 @@ class PositionLocalShuffle(PositionPerturbation):
     """Shuffle the position indices within consecutive windows of ``window`` tokens."""
 
     name: ClassVar[str] = "local_shuffle"
+    version: ClassVar[int] = 2  # v2: only the context of a request is perturbed
     short_param: ClassVar[str] = "window"
     window: int = 3
 
@@ -129,6 +158,7 @@ class PositionShuffle(PositionPerturbation):
     """A uniformly random permutation of all position indices."""
 
     name: ClassVar[str] = "shuffle"
+    version: ClassVar[int] = 2  # v2: only the context of a request is perturbed
 
     def values(self, n: int, rng: np.random.Generator | None) -> tuple[np.ndarray, int]:
         assert rng is not None

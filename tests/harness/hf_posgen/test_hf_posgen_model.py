@@ -9,7 +9,8 @@ from lm_eval.api.model import CachingLM
 from lm_eval.models.huggingface import HFLM
 
 from posgen.harness.hf_posgen.model import HFPosgenLM, register
-from posgen.harness.hf_posgen.position_hooks import NoRotaryEmbeddingError, rotary_positions
+from posgen.harness.hf_posgen.position_hooks import rotary_positions
+from posgen.harness.model_family import NoRotaryEmbeddingError
 from posgen.perturbations import PerturbationError
 from tiny_models import ROPE_ARCHS, training_text
 

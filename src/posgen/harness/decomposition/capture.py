@@ -17,12 +17,13 @@ restored on exit, whatever happens.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
+
+from posgen.harness.model_family import family_of
 
 CAPTURE_NAME = "posgen_capture"
 
@@ -66,10 +67,7 @@ class LayerCapture:
                 f"{type(self.module).__name__} received no rotary position embeddings: this "
                 "measure needs a RoPE model (Llama, Qwen, Mistral, Gemma, Phi-3, GPT-NeoX)"
             )
-        fn = getattr(sys.modules[type(self.module).__module__], "apply_rotary_pos_emb", None)
-        if fn is None:
-            raise ValueError(f"{type(self.module).__module__} has no apply_rotary_pos_emb")
-        return fn
+        return family_of(self.module).apply_rotary_function(self.module)
 
 
 Consumer = Callable[[LayerCapture], None]
@@ -95,25 +93,6 @@ class _CaptureState:
         return attended
 
 
-def _expand_kv(module: torch.nn.Module, key: torch.Tensor, heads: int) -> torch.Tensor:
-    """[B, KV, n, d] -> [B, H, n, d] with the family's own ``repeat_kv`` where it has one."""
-    groups = heads // key.shape[1]
-    repeat_kv = getattr(sys.modules[type(module).__module__], "repeat_kv", None)
-    if repeat_kv is not None:
-        return repeat_kv(key, groups)
-    return key.repeat_interleave(groups, dim=1)
-
-
-def _eager_function(module: torch.nn.Module) -> Callable:
-    fn = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
-    if fn is None:
-        raise RuntimeError(
-            f"{type(module).__module__} has no eager_attention_forward; "
-            "posgen cannot capture this architecture's attention"
-        )
-    return fn
-
-
 def capture_attention_forward(module, query, key, value, attention_mask, *args, **kwargs):
     """The registered attention function: capture the logits, then run the eager attention."""
     state = _ACTIVE.get(id(module))
@@ -129,7 +108,8 @@ def capture_attention_forward(module, query, key, value, attention_mask, *args, 
         )
     scaling = kwargs.get("scaling")
     scaling = module.head_dim**-0.5 if scaling is None else scaling
-    key_full = _expand_kv(module, key, query.shape[1])
+    family = family_of(module)
+    key_full = family.expand_kv(module, key, query.shape[1])
     with torch.no_grad():
         logits = torch.matmul(query.float(), key_full.float().transpose(2, 3)) * scaling
         softcap = kwargs.get("softcap")
@@ -149,7 +129,8 @@ def capture_attention_forward(module, query, key, value, attention_mask, *args, 
                 kv_heads=key.shape[1],
             )
         )
-    return _eager_function(module)(module, query, key, value, attention_mask, *args, **kwargs)
+    eager = family.eager_attention_function(module)
+    return eager(module, query, key, value, attention_mask, *args, **kwargs)
 
 
 def register() -> None:
@@ -166,13 +147,8 @@ def register() -> None:
 
 
 def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The model's self-attention modules in layer order (class name ending in 'Attention')."""
-    found = [m for m in model.modules() if type(m).__name__.endswith("Attention")]
-    if not found:
-        raise ValueError(f"{type(model).__name__}: no attention module found to capture")
-    if all(hasattr(m, "layer_idx") for m in found):
-        found.sort(key=lambda m: m.layer_idx)
-    return found
+    """The model's self-attention modules in layer order (see :mod:`posgen.harness.model_family`)."""
+    return family_of(model).attention_modules(model)
 
 
 @contextmanager

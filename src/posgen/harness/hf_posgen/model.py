@@ -14,6 +14,12 @@ noise through a registered attention function (:mod:`.qk_noise`). Both are drawn
 each row's real tokens only: HFLM right-pads its loglikelihood batches, and the real
 length of every row is recorded where HFLM pads it.
 
+A ``loglikelihood`` request perturbs its context only, keyed on the context tokens alone:
+every answer choice of a document sees the same perturbed context, and the continuation
+keeps its positions in order after it, as text perturbations never touch choices or
+targets. The context is what remains before the continuation after HFLM's truncation
+from the left. ``loglikelihood_rolling`` perturbs each whole window.
+
 The model-side spec and seed are part of the results (``config.posgen``) and of every
 ``--use_cache`` key, so a cached answer is never served under another perturbation.
 """
@@ -35,7 +41,8 @@ from lm_eval.models.huggingface import HFLM
 
 from posgen.harness.embedded import resolve_pretrained
 from posgen.harness.hf_posgen import qk_noise
-from posgen.harness.hf_posgen.position_hooks import build_plan, require_rotary, rotary_positions
+from posgen.harness.hf_posgen.position_hooks import build_plan, rotary_positions
+from posgen.harness.model_family import require_rotary
 from posgen.perturbations.base import Perturbation, PerturbationError, registry
 from posgen.perturbations.features import FeaturePerturbation
 from posgen.perturbations.positions import PositionPerturbation
@@ -134,7 +141,8 @@ class HFPosgenLM(HFLM):
             pretrained = resolve_pretrained(pretrained)
         super().__init__(pretrained=pretrained, **kwargs)
         self._cache_db: Any = None
-        self._row_lengths: deque[list[int]] | None = None
+        self._row_lengths: deque[RowSplit] | None = None
+        self._whole_rows = False
         self._perturbation = ModelPerturbation(seed=perturbation.seed)
         self.set_perturbation(perturbation.positions, perturbation.features, perturbation.seed)
 
@@ -182,17 +190,31 @@ class HFPosgenLM(HFLM):
         info["posgen"] = self._perturbation.to_dict()
         return info
 
+    def loglikelihood_rolling(self, requests: Any, disable_tqdm: bool = False) -> Any:
+        """Perplexity windows are perturbed whole (no answer to keep apart)."""
+        self._whole_rows = True
+        try:
+            return super().loglikelihood_rolling(requests, disable_tqdm=disable_tqdm)
+        finally:
+            self._whole_rows = False
+
     def _loglikelihood_tokens(
         self, requests: Any, disable_tqdm: bool = False, override_bs: int | None = None
     ) -> Any:
         if not self._perturbation.changes_model:
             return super()._loglikelihood_tokens(requests, disable_tqdm, override_bs)
+        # HFLM answers requests sharing the tokens context + continuation[:-1] from one
+        # forward; when their contexts end at different tokens they need their own.
+        shared_logits = self.logits_cache
+        if not self._whole_rows and _split_differently(requests):
+            self.logits_cache = False
         with _recording_row_lengths() as queue:
             self._row_lengths = queue
             try:
                 return super()._loglikelihood_tokens(requests, disable_tqdm, override_bs)
             finally:
                 self._row_lengths = None
+                self.logits_cache = shared_logits
 
     def _detect_batch_size(self, requests: Any = None, pos: int = 0) -> int:
         # Probing batches (all rows full length) are not padded by HFLM; batch_size=auto:N
@@ -212,26 +234,28 @@ class HFPosgenLM(HFLM):
         p = self._perturbation
         if not p.changes_model or attn_mask is not None or labels is not None:
             return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
-        plan = build_plan(inps, self._take_row_lengths(inps), p.positions, p.features, p.seed)
+        lengths, spans = self._take_row_lengths(inps)
+        plan = build_plan(inps, lengths, (p.positions, p.features), p.seed, spans)
         with ExitStack() as stack:
             if plan.positions is not None:
                 stack.enter_context(rotary_positions(self.model, plan.positions))
-            if plan.qk_noise is not None:
+            if plan.qk:
                 stack.enter_context(qk_noise.qk_noise_active(self.model, plan))
             return super()._model_call(inps)
 
-    def _take_row_lengths(self, inps: torch.Tensor) -> list[int]:
-        """Real lengths of the rows of a right-padded batch, as HFLM padded it; a call
-        from outside ``_loglikelihood_tokens`` (batch-size detection) is unpadded."""
+    def _take_row_lengths(self, inps: torch.Tensor) -> RowSplit:
+        """Real lengths of the rows of a right-padded batch, as HFLM padded it, and how many
+        leading tokens of each are perturbed (the context; the whole row when rolling). A
+        call from outside ``_loglikelihood_tokens`` (batch-size detection) is unpadded."""
         batch, width = inps.shape
         if self._row_lengths is None:
-            return [width] * batch
+            return [width] * batch, [width] * batch
         if not self._row_lengths:
             raise RuntimeError(
                 "hf-posgen could not see how HFLM padded this batch (lm-eval "
                 "changed its padding code?); refusing to guess the real tokens"
             )
-        lengths = self._row_lengths.popleft()
+        lengths, contexts = self._row_lengths.popleft()
         if (
             len(lengths) != batch
             or max(lengths) != width
@@ -241,7 +265,7 @@ class HFPosgenLM(HFLM):
                 f"recorded row lengths {lengths} do not match the padded batch "
                 f"of shape {tuple(inps.shape)}"
             )
-        return lengths
+        return lengths, list(lengths) if self._whole_rows else contexts
 
     def generate_until(self, requests: Any, disable_tqdm: bool = False) -> Any:
         if self._perturbation.is_set:
@@ -254,22 +278,54 @@ class HFPosgenLM(HFLM):
         return super().generate_until(requests, disable_tqdm=disable_tqdm)
 
 
+RowSplit = tuple[list[int], list[int]]  # real length of each row, its context length
+
+
+def _split_differently(requests: Any) -> bool:
+    """Do two requests share the tokens ``context + continuation[:-1]`` (HFLM's
+    one-forward group) but split them at different points?"""
+    split_of: dict[tuple[int, ...], int] = {}
+    for _, context, continuation in requests:
+        tokens = tuple(context) + tuple(continuation[:-1])
+        if split_of.setdefault(tokens, len(continuation)) != len(continuation):
+            return True
+    return False
+
+
 @contextmanager
-def _recording_row_lengths() -> Iterator[deque[list[int]]]:
-    """Within the block, every batch HFLM pads with ``pad_and_concat`` leaves the real
-    row lengths in the yielded queue (lm-eval 0.4.x pads loglikelihood batches there)."""
-    queue: deque[list[int]] = deque()
-    original = _hf.pad_and_concat
+def _recording_row_lengths() -> Iterator[deque[RowSplit]]:
+    """Within the block, every batch HFLM pads with ``pad_and_concat`` leaves in the yielded
+    queue the real length n of each row and the length of its context part (lm-eval 0.4.x
+    pads loglikelihood batches there). A row is ``(context + continuation)[-(L+1):][:-1]``,
+    so its context part is ``n − (m − 1)`` for a continuation of m tokens: the context that
+    remains after truncation from the left. HFLM's batcher (``Collator.get_batched``) is
+    watched for the continuation lengths of the batch being padded."""
+    queue: deque[RowSplit] = deque()
+    batched: deque[list[int]] = deque()
+    original_pad, original_collator = _hf.pad_and_concat, _hf.Collator
+
+    class RecordingCollator(original_collator):  # type: ignore[misc, valid-type]
+        def get_batched(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+            for chunk in super().get_batched(*args, **kwargs):
+                batched.append([len(request[-1]) for request in chunk])
+                yield chunk
 
     def recording(max_length: int, tensors: list[torch.Tensor], *args: Any, **kwargs: Any):
-        queue.append([int(t.shape[-1]) for t in tensors])
-        return original(max_length, tensors, *args, **kwargs)
+        lengths = [int(t.shape[-1]) for t in tensors]
+        conts = batched.popleft() if batched else []
+        if len(conts) != len(lengths) or any(n < m for n, m in zip(lengths, conts, strict=True)):
+            raise RuntimeError(
+                f"hf-posgen could not match the padded rows {lengths} to the continuation "
+                f"lengths {conts} HFLM batched (lm-eval changed its batching code?)"
+            )
+        queue.append((lengths, [n - m + 1 for n, m in zip(lengths, conts, strict=True)]))
+        return original_pad(max_length, tensors, *args, **kwargs)
 
-    _hf.pad_and_concat = recording
+    _hf.pad_and_concat, _hf.Collator = recording, RecordingCollator
     try:
         yield queue
     finally:
-        _hf.pad_and_concat = original
+        _hf.pad_and_concat, _hf.Collator = original_pad, original_collator
 
 
 _NAMESPACED: dict[type, type] = {}

@@ -13,7 +13,10 @@ order whatever positions they are given (the tokens themselves never move).
 
 Everything about one forward is prepared up front in a :class:`BatchPlan` from the
 batch's real tokens (right padding excluded), so each sequence gets the same positions
-and noise at any batch size.
+and noise at any batch size. Only the first ``spans[b]`` real tokens of row b are
+perturbed, keyed on those tokens alone: the context of a log-likelihood request (every
+answer choice then sees the same perturbed context, and the continuation keeps its
+positions), the whole window in rolling perplexity.
 """
 
 from __future__ import annotations
@@ -25,30 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from posgen.perturbations.features import FeaturePerturbation, QKNoise, RopeNoise
-from posgen.perturbations.positions import PositionPerturbation
+from posgen.harness.model_family import require_rotary, rotary_modules
+from posgen.perturbations.model_side import WHERE, ModelSidePerturbation
 from posgen.perturbations.seeding import token_key
-
-
-class NoRotaryEmbeddingError(ValueError):
-    """The model has no rotary position embedding for position/feature schemes to act on."""
-
-
-def rotary_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The model's rotary embedding modules (e.g. ``model.rotary_emb``,
-    ``gpt_neox.rotary_emb``): every submodule whose class name ends in ``RotaryEmbedding``."""
-    return [m for m in model.modules() if type(m).__name__.endswith("RotaryEmbedding")]
-
-
-def require_rotary(model: torch.nn.Module, what: str) -> None:
-    """Raise :class:`NoRotaryEmbeddingError` unless ``model`` has a rotary embedding."""
-    if not rotary_modules(model):
-        arch = getattr(getattr(model, "config", None), "model_type", type(model).__name__)
-        raise NoRotaryEmbeddingError(
-            f"{what} needs a model with rotary position embeddings (Llama, Qwen2/3, Mistral, "
-            f"Gemma2/3, Phi3, GPT-NeoX, ...), but this {arch!r} model has none. Drop "
-            "positions=/features= for this model; text perturbations (tasks) still work."
-        )
 
 
 @dataclass(frozen=True)
@@ -56,66 +38,73 @@ class BatchPlan:
     """What one forward of a right-padded batch needs.
 
     - ``lengths``: real (unpadded) length of each row, ``[B]``.
-    - ``keys``: SHA-256 token key of each row's real tokens, ``[B]``.
+    - ``spans``: how many leading real tokens of each row are perturbed, ``[B]``.
+    - ``keys``: SHA-256 token key of each row's perturbed tokens, ``[B]``.
     - ``positions``: position values ``[B, T]`` for the rotary embedding (long, or float32
       when non-integer), or None when positions are not changed. Padding slots get t.
-    - ``qk_noise``: the qk-noise scheme, or None.
+    - ``qk``: the schemes that act on queries and keys inside attention, in order.
     """
 
     lengths: tuple[int, ...]
+    spans: tuple[int, ...]
     keys: tuple[bytes, ...]
     positions: torch.Tensor | None
-    qk_noise: QKNoise | None
+    qk: tuple[ModelSidePerturbation, ...]
     seed: int
 
 
 def build_plan(
     input_ids: torch.Tensor,
     lengths: Sequence[int],
-    positions: PositionPerturbation | None,
-    features: FeaturePerturbation | None,
+    schemes: Sequence[ModelSidePerturbation | None],
     seed: int,
+    spans: Sequence[int] | None = None,
 ) -> BatchPlan:
     """Plan one forward of ``input_ids`` ``[B, T]`` whose row b has ``lengths[b]`` real
-    tokens followed by padding.
+    tokens followed by padding, of which the first ``spans[b]`` (default: all) are perturbed
+    by ``schemes`` (None and identity entries are skipped).
 
-    Positions: ``p_b[t] = scheme(real tokens of b)[t] (+ σ·z_b[t] for rope_noise)`` for
-    ``t < lengths[b]``, and ``t`` on padding (causal attention never lets a real token see
-    padding to its right, so those values cannot matter).
+    Positions: ``p_b[t] = t + Σ_schemes draw(tokens of b, spans[b])[t]`` for the schemes
+    acting on positions (see :mod:`posgen.perturbations.model_side`), and ``t`` on padding:
+    causal attention never lets a real token see padding to its right, so those values
+    cannot matter.
     """
     ids = input_ids.detach().to("cpu", torch.int64).numpy()
     batch, width = ids.shape
     if len(lengths) != batch or any(not 0 < n <= width for n in lengths):
         raise ValueError(f"lengths {list(lengths)} do not fit a batch of shape {ids.shape}")
+    spans = list(lengths) if spans is None else list(spans)
+    if len(spans) != batch or any(not 0 < s <= n for s, n in zip(spans, lengths, strict=True)):
+        raise ValueError(f"spans {spans} do not fit the row lengths {list(lengths)}")
+    active = [s for s in schemes if s is not None and not s.is_identity]
+    for scheme in active:
+        if scheme.where not in WHERE:
+            raise ValueError(f"{scheme.name}: where={scheme.where!r}, expected one of {WHERE}")
     rows = [ids[b, :n] for b, n in enumerate(lengths)]
-    keys = tuple(token_key(r) for r in rows)
-    rope_noise = features if isinstance(features, RopeNoise) and not features.is_identity else None
-    pos = positions if positions is not None and not positions.is_identity else None
-    table = None
-    if pos is not None or rope_noise is not None:
-        table = _position_table(rows, width, pos, rope_noise, seed)
-    qk = features if isinstance(features, QKNoise) and not features.is_identity else None
-    return BatchPlan(tuple(int(n) for n in lengths), keys, table, qk, int(seed))
+    keys = tuple(token_key(r[:s]) for r, s in zip(rows, spans, strict=True))
+    moving = [s for s in active if s.where == "positions"]
+    table = _position_table(rows, spans, width, moving, seed) if moving else None
+    qk = tuple(s for s in active if s.where == "qk")
+    return BatchPlan(
+        tuple(int(n) for n in lengths), tuple(int(s) for s in spans), keys, table, qk, int(seed)
+    )
 
 
 def _position_table(
     rows: list[np.ndarray],
+    spans: list[int],
     width: int,
-    positions: PositionPerturbation | None,
-    rope_noise: RopeNoise | None,
+    schemes: list[ModelSidePerturbation],
     seed: int,
 ) -> torch.Tensor:
     """Position values ``[B, T]``: long when every value is an integer, else float32."""
     table = np.tile(np.arange(width, dtype=np.float64), (len(rows), 1))
-    integral = rope_noise is None
-    for b, row in enumerate(rows):
-        n = row.size
-        if positions is not None:
-            values = positions.position_values(row, seed)
-            integral = integral and values.dtype.kind in "iu"
-            table[b, :n] = values
-        if rope_noise is not None:
-            table[b, :n] += rope_noise.offsets(row, seed)
+    integral = True
+    for b, (row, span) in enumerate(zip(rows, spans, strict=True)):
+        for scheme in schemes:
+            offsets = scheme.draw(row, span, seed)
+            integral = integral and offsets.dtype.kind in "iu"
+            table[b, : row.size] += offsets
     if integral:
         return torch.from_numpy(table.astype(np.int64))
     return torch.from_numpy(table.astype(np.float32))

@@ -1,27 +1,22 @@
-"""``qk_noise``: relative Gaussian noise on the model's own post-RoPE queries and keys.
+"""Where ``qk`` schemes (``qk_noise``) enter: the model's own post-RoPE queries and keys.
 
 posgen registers one attention function per base implementation with
 ``transformers.AttentionInterface`` under ``posgen_qk_noise_<base>`` (e.g.
 ``posgen_qk_noise_sdpa``), and the matching mask function under the same name with
 ``AttentionMaskInterface`` (without it attention would silently become non-causal). The
-function perturbs query and key, then calls the model's own implementation: the
-registered ``<base>`` function, or for ``eager`` the ``eager_attention_forward`` of the
-attention module's modeling file (Gemma2's softcapping lives there).
-
-For row b with n real tokens, layer ℓ, head h and token t (shapes ``query [B, Hq, T, d]``,
-``key [B, Hkv, T, d]``)::
-
-    q'[b, h, t] = q[b, h, t] + σ · (‖q[b, h, t]‖ / √d) · ε,   ε ~ N(0, I_d)
-
-and the same for k, with ε drawn from a torch CPU generator seeded by
-:meth:`posgen.perturbations.features.QKNoise.stream_seed` (seed, the row's token key, ℓ,
-tensor) by Box–Muller. Padding slots get no noise.
+function hands query and key to each planned scheme's ``perturb_qk`` (for ``qk_noise``:
+``q' = q + σ·(‖q‖/√d)·ε``, ε ~ N(0, I_d), drawn on the model's device; see
+:class:`posgen.perturbations.features.QKNoise`), then calls the model's own
+implementation, which stays the fast kernel the model was loaded with (``sdpa``, ...):
+the registered ``<base>`` function, or for ``eager`` the family's own eager attention
+(Gemma2's softcapping lives there). Shapes: ``query [B, Hq, T, d]``, ``key [B, Hkv, T, d]``.
+Only the first ``plan.spans[b]`` tokens of a row are perturbed, keyed on those tokens
+(the context of a log-likelihood request, the whole window in rolling perplexity); the
+continuation and padding are not.
 """
 
 from __future__ import annotations
 
-import math
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -33,6 +28,7 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from posgen.harness.hf_posgen.position_hooks import BatchPlan
+from posgen.harness.model_family import family_of
 
 _PREFIX = "posgen_qk_noise_"
 _REGISTERED: set[str] = set()
@@ -70,7 +66,7 @@ def register(base: str) -> str:
 
 def _base_forward(base: str, module: torch.nn.Module) -> Callable[..., Any]:
     if base == "eager":
-        return sys.modules[type(module).__module__].eager_attention_forward
+        return family_of(module).eager_attention_function(module)
     return ALL_ATTENTION_FUNCTIONS[base]
 
 
@@ -84,7 +80,7 @@ def _make_forward(base: str) -> Callable[..., Any]:
         **kwargs: Any,
     ) -> Any:
         plan = _ACTIVE.get()
-        if plan is None or plan.qk_noise is None:
+        if plan is None or not plan.qk:
             raise RuntimeError(
                 f"attention implementation {attention_name(base)!r} was called "
                 "outside posgen's qk_noise context; use HFPosgenLM"
@@ -100,27 +96,12 @@ def _make_forward(base: str) -> Callable[..., Any]:
     return forward
 
 
-def standard_normal(shape: tuple[int, ...], seed: int) -> torch.Tensor:
-    """Standard normal draws (float32, CPU) by Box–Muller from a seeded generator."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    u = torch.rand((2, *shape), generator=gen, dtype=torch.float32)
-    return torch.sqrt(-2.0 * torch.log1p(-u[0])) * torch.cos(2.0 * math.pi * u[1])
-
-
 def perturb(x: torch.Tensor, plan: BatchPlan, layer: int, tensor: str) -> torch.Tensor:
-    """``x + σ·(‖x‖/√d)·ε`` on the real tokens of each row; ``x``: ``[B, H, T, d]``."""
-    scheme = plan.qk_noise
-    assert scheme is not None
-    batch, heads, _, dim = x.shape
-    if batch != len(plan.lengths):
-        raise RuntimeError(f"qk_noise planned {len(plan.lengths)} rows, attention got {batch}")
-    noise = torch.zeros(x.shape, dtype=torch.float32)
-    for b, (n, key) in enumerate(zip(plan.lengths, plan.keys, strict=True)):
-        seed = scheme.stream_seed(plan.seed, key, layer, tensor)
-        noise[b, :, :n] = standard_normal((heads, n, dim), seed)
-    noise = noise.to(x.device, x.dtype)
-    scale = float(scheme.sigma) * torch.linalg.vector_norm(x, dim=-1, keepdim=True) / math.sqrt(dim)
-    return x + scale * noise
+    """``x`` (``[B, H, T, d]``, ``tensor``: ``"query"`` or ``"key"``) after every planned
+    qk scheme, in order."""
+    for scheme in plan.qk:
+        x = scheme.perturb_qk(x, tensor, layer, plan.spans, plan.keys, plan.seed)
+    return x
 
 
 @contextmanager
