@@ -67,3 +67,21 @@ def test_env_info_patch_is_restored():
     with _env_info_once():
         assert lm_eval.evaluator.add_env_info is not before[0]
     assert (lm_eval.evaluator.add_env_info, lm_eval.evaluator.get_git_commit_hash) == before
+
+
+def test_attn_implementation_reads_the_config_and_fails_clearly():
+    class Config:
+        _attn_implementation = "sdpa"
+
+    class Model:
+        config = Config()
+
+    assert compat.attn_implementation(Model()) == "sdpa"
+    with pytest.raises(compat.CompatError, match="_attn_implementation"):
+        compat.attn_implementation(type("M", (), {"config": object()})())
+
+
+def test_transformers_configs_still_carry_attn_implementation():
+    from transformers import LlamaConfig
+
+    assert "_attn_implementation" in dir(LlamaConfig())

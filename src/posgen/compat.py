@@ -34,6 +34,7 @@ LM_EVAL_INTERNALS: dict[str, str] = {
     "lm_eval.evaluator:TaskManager": "the same class, where simple_evaluate imports it",
     "lm_eval.tasks:TaskManager._entry": "PosgenTaskManager resolves unknown names there",
     "lm_eval.models.huggingface:pad_and_concat": "hf-posgen records HFLM's padding of a batch",
+    "lm_eval.models.huggingface:Collator.get_batched": "hf-posgen reads each batch's continuations",
     "lm_eval.evaluator:add_env_info": "posgen run collects the environment report once",
     "lm_eval.evaluator:get_git_commit_hash": "posgen run asks git once, quietly",
 }
@@ -42,6 +43,22 @@ TRANSFORMERS_INTERNALS: dict[str, str] = {
     "transformers.masking_utils:ALL_MASK_ATTENTION_FUNCTIONS": "their mask functions",
     "transformers.masking_utils:eager_mask": "the mask of posgen's capture function",
 }
+# attributes of objects (not importable paths) posgen reads: checked by the tests
+TRANSFORMERS_ATTRIBUTES = {
+    "PretrainedConfig._attn_implementation": "the attention function a model runs now",
+}
+
+
+def attn_implementation(model: Any) -> str:
+    """The name of the attention implementation ``model`` runs (``sdpa``, ``eager``, a
+    registered name): transformers keeps it in ``config._attn_implementation``."""
+    try:
+        return model.config._attn_implementation
+    except AttributeError:
+        raise CompatError(
+            f"{type(model).__name__}.config has no _attn_implementation; posgen is tested "
+            f"with transformers {TRANSFORMERS_TESTED}"
+        ) from None
 
 
 class CompatError(RuntimeError):

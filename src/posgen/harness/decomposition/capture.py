@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from posgen.compat import attn_implementation, internal
 from posgen.harness.model_family import family_of
 
 CAPTURE_NAME = "posgen_capture"
@@ -139,7 +140,9 @@ def register() -> None:
     if _REGISTERED:
         return
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+    from transformers.masking_utils import AttentionMaskInterface
+
+    eager_mask = internal("transformers.masking_utils:eager_mask")
 
     AttentionInterface.register(CAPTURE_NAME, capture_attention_forward)
     AttentionMaskInterface.register(CAPTURE_NAME, eager_mask)
@@ -167,14 +170,14 @@ def capture_attention(model: torch.nn.Module, consumer: Consumer) -> Iterator[No
     def keep_position_embeddings(module, args, kwargs):
         state.position_embeddings[id(module)] = kwargs.get("position_embeddings")
 
-    original = model.config._attn_implementation
+    original = attn_implementation(model)
     hooks = [
         m.register_forward_pre_hook(keep_position_embeddings, with_kwargs=True) for m in modules
     ]
     _ACTIVE.update({id(m): state for m in modules})
     try:
         model.set_attn_implementation(CAPTURE_NAME)
-        if model.config._attn_implementation != CAPTURE_NAME:
+        if attn_implementation(model) != CAPTURE_NAME:
             raise RuntimeError(
                 f"{type(model).__name__} does not accept a registered attention "
                 "function (AttentionInterface); posgen cannot capture it"
@@ -185,7 +188,7 @@ def capture_attention(model: torch.nn.Module, consumer: Consumer) -> Iterator[No
             hook.remove()
         for m in modules:
             _ACTIVE.pop(id(m), None)
-        if model.config._attn_implementation != original:
+        if attn_implementation(model) != original:
             model.set_attn_implementation(original)
 
 

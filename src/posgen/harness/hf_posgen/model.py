@@ -36,9 +36,9 @@ from typing import Any
 
 import torch
 from lm_eval.api.model import CacheHook
-from lm_eval.models import huggingface as _hf
 from lm_eval.models.huggingface import HFLM
 
+from posgen.compat import patched
 from posgen.harness.embedded import resolve_pretrained
 from posgen.harness.hf_posgen import qk_noise
 from posgen.harness.hf_posgen.position_hooks import build_plan, rotary_positions
@@ -302,15 +302,20 @@ def _recording_row_lengths() -> Iterator[deque[RowSplit]]:
     watched for the continuation lengths of the batch being padded."""
     queue: deque[RowSplit] = deque()
     batched: deque[list[int]] = deque()
-    original_pad, original_collator = _hf.pad_and_concat, _hf.Collator
 
-    class RecordingCollator(original_collator):  # type: ignore[misc, valid-type]
-        def get_batched(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
-            for chunk in super().get_batched(*args, **kwargs):
-                batched.append([len(request[-1]) for request in chunk])
-                yield chunk
+    def recording_collator(original_collator: type) -> type:
+        class RecordingCollator(original_collator):  # type: ignore[misc, valid-type]
+            def get_batched(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+                for chunk in super().get_batched(*args, **kwargs):
+                    batched.append([len(request[-1]) for request in chunk])
+                    yield chunk
 
-    def recording(max_length: int, tensors: list[torch.Tensor], *args: Any, **kwargs: Any):
+        return RecordingCollator
+
+    def recording(original_pad: Any) -> Any:
+        return lambda *args, **kwargs: record(original_pad, *args, **kwargs)
+
+    def record(original_pad, max_length: int, tensors: list[torch.Tensor], *args, **kwargs):
         lengths = [int(t.shape[-1]) for t in tensors]
         conts = batched.popleft() if batched else []
         if len(conts) != len(lengths) or any(n < m for n, m in zip(lengths, conts, strict=True)):
@@ -321,11 +326,11 @@ def _recording_row_lengths() -> Iterator[deque[RowSplit]]:
         queue.append((lengths, [n - m + 1 for n, m in zip(lengths, conts, strict=True)]))
         return original_pad(max_length, tensors, *args, **kwargs)
 
-    _hf.pad_and_concat, _hf.Collator = recording, RecordingCollator
-    try:
+    with (
+        patched("lm_eval.models.huggingface:pad_and_concat", recording),
+        patched("lm_eval.models.huggingface:Collator", recording_collator),
+    ):
         yield queue
-    finally:
-        _hf.pad_and_concat, _hf.Collator = original_pad, original_collator
 
 
 _NAMESPACED: dict[type, type] = {}

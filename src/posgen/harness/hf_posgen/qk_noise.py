@@ -24,11 +24,13 @@ from typing import Any
 
 import torch
 from transformers import AttentionInterface, AttentionMaskInterface
-from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from posgen.compat import attn_implementation, internal
 from posgen.harness.hf_posgen.position_hooks import BatchPlan
 from posgen.harness.model_family import family_of
+
+ALL_ATTENTION_FUNCTIONS = internal("transformers.modeling_utils:ALL_ATTENTION_FUNCTIONS")
+ALL_MASK_ATTENTION_FUNCTIONS = internal("transformers.masking_utils:ALL_MASK_ATTENTION_FUNCTIONS")
 
 _PREFIX = "posgen_qk_noise_"
 _REGISTERED: set[str] = set()
@@ -108,8 +110,7 @@ def perturb(x: torch.Tensor, plan: BatchPlan, layer: int, tensor: str) -> torch.
 def qk_noise_active(model: torch.nn.Module, plan: BatchPlan) -> Iterator[None]:
     """Within the block, ``model`` runs the qk-noise wrapper of its own attention
     implementation with ``plan``; the implementation is restored on exit."""
-    config = model.config
-    original = config._attn_implementation
+    original = attn_implementation(model)
     name = register(base_of(original))
     token = _ACTIVE.set(plan)
     try:
@@ -117,6 +118,6 @@ def qk_noise_active(model: torch.nn.Module, plan: BatchPlan) -> Iterator[None]:
             model.set_attn_implementation(name)
         yield
     finally:
-        if model.config._attn_implementation != original:
+        if attn_implementation(model) != original:
             model.set_attn_implementation(original)
         _ACTIVE.reset(token)
