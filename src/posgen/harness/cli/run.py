@@ -48,6 +48,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "(0 included for the baseline), e.g. 0,0.05,0.2",
     )
     parser.add_argument("--sigmas", help="comma-separated σ for rope_noise, e.g. 0,0.5,2")
+    add_threshold_arguments(parser)
+    parser.add_argument("--batch-size", type=int, default=8, help="lm-eval batch size")
+    parser.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def add_threshold_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--threshold`` and ``--threshold-acc`` (``posgen run`` and ``posgen ingest``)."""
     parser.add_argument(
         "--threshold",
         type=float,
@@ -60,9 +68,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         default=0.05,
         help="tolerance threshold: absolute accuracy drop (0.05)",
     )
-    parser.add_argument("--batch-size", type=int, default=8, help="lm-eval batch size")
-    parser.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def main(args: argparse.Namespace) -> int:
