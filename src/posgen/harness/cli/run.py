@@ -76,15 +76,27 @@ def main(args: argparse.Namespace) -> int:
     except PlanError as e:
         print(f"posgen run: {e}", file=sys.stderr)
         return 2
+    from posgen.harness.run.launch import Launch
     from posgen.harness.run.sweep import run_sweep
     from posgen.results.store import RunConflictError, RunStore
 
     out = args.out or default_out(config)
-    try:
-        store = RunStore.create(out, config)
-    except RunConflictError as e:
-        print(f"posgen run: {e}", file=sys.stderr)
+    launch = Launch.detect()  # one process, or every rank of accelerate launch / torchrun
+    error = None
+    if launch.is_main:  # rank 0 alone writes the run folder
+        try:
+            store = RunStore.create(out, config)
+        except RunConflictError as e:
+            error = str(e)
+    error = launch.share(error)
+    if error is not None:
+        print(f"posgen run: {error}", file=sys.stderr)
+        launch.finish()
         return 2
-    paths = run_sweep(store, device=args.device, progress=not args.no_progress)
-    print(f"posgen run: report in {paths['html']} (and {paths['md'].name})")
+    if not launch.is_main:
+        store = RunStore.open(out)
+    paths = run_sweep(store, device=args.device, progress=not args.no_progress, launch=launch)
+    launch.finish()
+    if launch.is_main:
+        print(f"posgen run: report in {paths['html']} (and {paths['md'].name})")
     return 0

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections import deque
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -133,10 +134,25 @@ class HFPosgenLM(HFLM):
         if isinstance(pretrained, str):
             pretrained = resolve_pretrained(pretrained)
         super().__init__(pretrained=pretrained, **kwargs)
+        self._join_launch()
         self._cache_db: Any = None
         self._row_lengths: deque[list[int]] | None = None
         self._perturbation = ModelPerturbation(seed=perturbation.seed)
         self.set_perturbation(perturbation.positions, perturbation.features, perturbation.seed)
+
+    def _join_launch(self) -> None:
+        """Rank and world size of an ``accelerate launch``/``torchrun`` launch. HFLM takes
+        them from its accelerator only when it counts more than one GPU (on CPU every
+        process stays rank 0 of 1 and scores every document) and never for a built model."""
+        accelerator = getattr(self, "accelerator", None)
+        if accelerator is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            from accelerate import Accelerator
+
+            accelerator = Accelerator()  # the launch's state, set up by the launcher
+        if accelerator is not None and accelerator.num_processes > 1:
+            self.accelerator = accelerator
+            self._rank = accelerator.process_index
+            self._world_size = accelerator.num_processes
 
     @property
     def perturbation(self) -> ModelPerturbation:
