@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -133,22 +134,19 @@ class HFPosgenLM(HFLM):
         perturbation = ModelPerturbation.parse(positions, features, perturb_seed)
         if isinstance(pretrained, str):
             pretrained = resolve_pretrained(pretrained)
+        launch = _launch_accelerator()  # before any weights load
         super().__init__(pretrained=pretrained, **kwargs)
-        self._join_launch()
+        self._join_launch(launch)
         self._cache_db: Any = None
         self._row_lengths: deque[list[int]] | None = None
         self._perturbation = ModelPerturbation(seed=perturbation.seed)
         self.set_perturbation(perturbation.positions, perturbation.features, perturbation.seed)
 
-    def _join_launch(self) -> None:
+    def _join_launch(self, launch: Any) -> None:
         """Rank and world size of an ``accelerate launch``/``torchrun`` launch. HFLM takes
         them from its accelerator only when it counts more than one GPU (on CPU every
         process stays rank 0 of 1 and scores every document) and never for a built model."""
-        accelerator = getattr(self, "accelerator", None)
-        if accelerator is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            from accelerate import Accelerator
-
-            accelerator = Accelerator()  # the launch's state, set up by the launcher
+        accelerator = getattr(self, "accelerator", None) or launch
         if accelerator is not None and accelerator.num_processes > 1:
             self.accelerator = accelerator
             self._rank = accelerator.process_index
@@ -268,6 +266,24 @@ class HFPosgenLM(HFLM):
                 "loglikelihood/perplexity tasks, or drop positions=/features= for generation."
             )
         return super().generate_until(requests, disable_tqdm=disable_tqdm)
+
+
+def _launch_accelerator() -> Any:
+    """The accelerator of a launch (``WORLD_SIZE > 1``), set up as lm-eval's HFLM does
+    (a 52-week process-group timeout); None outside one."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return None
+    from accelerate import Accelerator, InitProcessGroupKwargs
+
+    accelerator = Accelerator(kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(weeks=52))])
+    if accelerator.num_processes <= 1:
+        raise RuntimeError(
+            f"WORLD_SIZE={world} but accelerate sees one process (every process would "
+            "score every document); on CPU set ACCELERATE_USE_CPU=true and launch with "
+            "accelerate launch --multi_gpu --num_processes N --num_machines 1"
+        )
+    return accelerator
 
 
 @contextmanager
