@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("posgen.harness.cli.run", "perturbation sweep + decomposition + scoring + report"),
     "decompose": ("posgen.harness.cli.decompose", "fit W[i,j] ≈ a[i-j] + b[i] + c[j] per head"),
     "report": ("posgen.harness.cli.report", "regenerate the report of one or more run folders"),
+    "ingest": ("posgen.harness.cli.ingest", "a run folder from lm-eval output (--log_samples)"),
     "compare": ("posgen.harness.cli.compare", "print the differences between two runs"),
     "baseline": ("posgen.results.gate", "store a run's tolerance figures as a baseline"),
     "check": ("posgen.results.gate", "CI gate: exit 1 on a real drop against a baseline"),

@@ -48,6 +48,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "(0 included for the baseline), e.g. 0,0.05,0.2",
     )
     parser.add_argument("--sigmas", help="comma-separated σ for rope_noise, e.g. 0,0.5,2")
+    add_threshold_arguments(parser)
+    parser.add_argument("--batch-size", type=int, default=8, help="lm-eval batch size")
+    parser.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def add_threshold_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--threshold`` and ``--threshold-acc`` (``posgen run`` and ``posgen ingest``)."""
     parser.add_argument(
         "--threshold",
         type=float,
@@ -60,9 +68,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         default=0.05,
         help="tolerance threshold: absolute accuracy drop (0.05)",
     )
-    parser.add_argument("--batch-size", type=int, default=8, help="lm-eval batch size")
-    parser.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -71,15 +76,27 @@ def main(args: argparse.Namespace) -> int:
     except PlanError as e:
         print(f"posgen run: {e}", file=sys.stderr)
         return 2
+    from posgen.harness.run.launch import Launch
     from posgen.harness.run.sweep import run_sweep
     from posgen.results.store import RunConflictError, RunStore
 
     out = args.out or default_out(config)
-    try:
-        store = RunStore.create(out, config)
-    except RunConflictError as e:
-        print(f"posgen run: {e}", file=sys.stderr)
+    launch = Launch.detect()  # one process, or every rank of accelerate launch / torchrun
+    error = None
+    if launch.is_main:  # rank 0 alone writes the run folder
+        try:
+            store = RunStore.create(out, config)
+        except RunConflictError as e:
+            error = str(e)
+    error = launch.share(error)
+    if error is not None:
+        print(f"posgen run: {error}", file=sys.stderr)
+        launch.finish()
         return 2
-    paths = run_sweep(store, device=args.device, progress=not args.no_progress)
-    print(f"posgen run: report in {paths['html']} (and {paths['md'].name})")
+    if not launch.is_main:
+        store = RunStore.open(out)
+    paths = run_sweep(store, device=args.device, progress=not args.no_progress, launch=launch)
+    launch.finish()
+    if launch.is_main:
+        print(f"posgen run: report in {paths['html']} (and {paths['md'].name})")
     return 0

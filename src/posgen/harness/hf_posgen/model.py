@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections import deque
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -139,12 +141,24 @@ class HFPosgenLM(HFLM):
         perturbation = ModelPerturbation.parse(positions, features, perturb_seed)
         if isinstance(pretrained, str):
             pretrained = resolve_pretrained(pretrained)
+        launch = _launch_accelerator()  # before any weights load
         super().__init__(pretrained=pretrained, **kwargs)
+        self._join_launch(launch)
         self._cache_db: Any = None
         self._row_lengths: deque[RowSplit] | None = None
         self._whole_rows = False
         self._perturbation = ModelPerturbation(seed=perturbation.seed)
         self.set_perturbation(perturbation.positions, perturbation.features, perturbation.seed)
+
+    def _join_launch(self, launch: Any) -> None:
+        """Rank and world size of an ``accelerate launch``/``torchrun`` launch. HFLM takes
+        them from its accelerator only when it counts more than one GPU (on CPU every
+        process stays rank 0 of 1 and scores every document) and never for a built model."""
+        accelerator = getattr(self, "accelerator", None) or launch
+        if accelerator is not None and accelerator.num_processes > 1:
+            self.accelerator = accelerator
+            self._rank = accelerator.process_index
+            self._world_size = accelerator.num_processes
 
     @property
     def perturbation(self) -> ModelPerturbation:
@@ -290,6 +304,24 @@ def _split_differently(requests: Any) -> bool:
         if split_of.setdefault(tokens, len(continuation)) != len(continuation):
             return True
     return False
+
+
+def _launch_accelerator() -> Any:
+    """The accelerator of a launch (``WORLD_SIZE > 1``), set up as lm-eval's HFLM does
+    (a 52-week process-group timeout); None outside one."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return None
+    from accelerate import Accelerator, InitProcessGroupKwargs
+
+    accelerator = Accelerator(kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(weeks=52))])
+    if accelerator.num_processes <= 1:
+        raise RuntimeError(
+            f"WORLD_SIZE={world} but accelerate sees one process (every process would "
+            "score every document); on CPU set ACCELERATE_USE_CPU=true and launch with "
+            "accelerate launch --multi_gpu --num_processes N --num_machines 1"
+        )
+    return accelerator
 
 
 @contextmanager

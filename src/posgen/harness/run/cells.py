@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from posgen import __version__
+from posgen.harness.run.launch import Launch
 from posgen.results.store import RunStore, atomic_write_parquet, slug
 
 _ENV_INFO: dict[str, Any] = {}
@@ -72,8 +73,15 @@ class ModelSession:
     task. lm-eval's own log and progress bars go to ``raw/<model>/lm_eval.log``.
     """
 
-    def __init__(self, store: RunStore, model: dict[str, Any], device: str | None = None):
+    def __init__(
+        self,
+        store: RunStore,
+        model: dict[str, Any],
+        device: str | None = None,
+        launch: Launch | None = None,
+    ):
         self.store, self.model, self.device = store, model, device
+        self.launch = launch or Launch()  # several processes: rank 0 alone writes
         self.lm: Any = None
         self.task_manager: Any = None
 
@@ -98,6 +106,12 @@ class ModelSession:
                 self.lm = HFPosgenLM(pretrained=net, tokenizer=tok, **kwargs)
             else:
                 self.lm = HFPosgenLM(pretrained=self.model["path"], **kwargs)
+        if (self.lm.rank, self.lm.world_size) != (self.launch.rank, self.launch.world_size):
+            raise RuntimeError(
+                f"lm-eval's model is rank {self.lm.rank} of {self.lm.world_size}, the launch "
+                f"rank {self.launch.rank} of {self.launch.world_size}: documents would not "
+                "be sharded (HFLM did not join the launch)"
+            )
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -120,7 +134,10 @@ class ModelSession:
     def _quiet(self):
         """lm-eval's stderr (progress bars, warnings) into the model's log file."""
         log = self.store.root / "raw" / slug(self.model["label"]) / "lm_eval.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
+        if self.launch.is_main:
+            log.parent.mkdir(parents=True, exist_ok=True)
+        else:  # the other ranks of a launch write nothing
+            log = Path(os.devnull)
         with (
             open(log, "a", encoding="utf-8") as f,
             contextlib.redirect_stderr(f),
@@ -128,8 +145,9 @@ class ModelSession:
         ):
             yield
 
-    def evaluate(self, cell: dict[str, Any]) -> Path:
-        """Run one cell through lm-eval and write it (raw results, samples, record)."""
+    def evaluate(self, cell: dict[str, Any]) -> Path | None:
+        """Run one cell through lm-eval and write it (raw results, samples, record); under
+        a launch every rank scores its share and rank 0 writes (the others return None)."""
         import lm_eval
 
         from posgen.results.tidy import cell_record
@@ -154,11 +172,13 @@ class ModelSession:
                 torch_random_seed=cfg["seed"],
                 fewshot_random_seed=cfg["seed"],
             )
-        if out is None:  # a non-zero rank of a data-parallel launch gets no results
-            raise RuntimeError(
-                "posgen run is one process; for several GPUs run lm-eval's "
-                "data-parallel path (docs/running.md: accelerate launch)"
-            )
+        if not self.launch.is_main:
+            return None  # lm-eval gathered this rank's documents on rank 0
+        if out is None:
+            raise RuntimeError(f"lm-eval returned no results for {task} on rank 0")
+        # gathered in rank order (lm-eval issue 1401): document order as one process has it
+        for rows in out["samples"].values():
+            rows.sort(key=lambda s: s["doc_id"])
         task_cfg = out["configs"].get(task, {})
         split = task_cfg.get("test_split") or task_cfg.get("validation_split") or "test"
         meta = {k: v for k, v in cell.items() if k not in ("cell_id", "model_args")}

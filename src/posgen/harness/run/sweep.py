@@ -21,18 +21,26 @@ import re
 import sys
 from pathlib import Path
 
+from posgen.harness.run.launch import Launch
 from posgen.harness.run.plan import plan_cells
 
 __all__ = ["run_sweep"]
 
 
-def run_sweep(store, device: str | None = None, progress: bool = True) -> dict[str, Path]:
-    """Run every unfinished cell of ``store``'s config, then score and report."""
+def run_sweep(
+    store, device: str | None = None, progress: bool = True, launch: Launch | None = None
+) -> dict[str, Path] | None:
+    """Run every unfinished cell of ``store``'s config, then score and report.
+
+    Under a data-parallel ``launch`` every rank runs the cells rank 0 found unfinished,
+    in its order; rank 0 alone fits the decompositions, writes, and returns the paths
+    (the other ranks get None)."""
     from tqdm.auto import tqdm
 
     from posgen.harness.run.cells import ModelSession
     from posgen.results.report import regenerate
 
+    launch = launch or Launch()
     config = store.config
     plan = plan_cells(config)
     units = [(m, c) for m in config["models"] for c in plan]
@@ -44,16 +52,17 @@ def run_sweep(store, device: str | None = None, progress: bool = True) -> dict[s
         total=len(units) + len(decomp),
         initial=done,
         desc="posgen run",
-        disable=not progress,
+        disable=not (progress and launch.is_main),
         file=sys.stderr,
         dynamic_ncols=True,
     )
+    schedule = launch.share(_schedule(store, plan, decomp) if launch.is_main else None)
     for model in config["models"]:
-        todo = [c for c in plan if not store.has_cell(model["label"], c["cell_id"])]
-        need_fit = model in decomp and not store.decomposition_path(model["label"]).is_file()
+        todo = [c for c in plan if c["cell_id"] in schedule[model["label"]]["todo"]]
+        need_fit = schedule[model["label"]]["fit"] and launch.is_main
         if not todo and not need_fit:
             continue
-        with ModelSession(store, model, device=device) as session:
+        with ModelSession(store, model, device=device, launch=launch) as session:
             for cell in todo:
                 bar.set_postfix_str(f"{_short(model['label'])} {cell['cell_id']}")
                 session.evaluate(cell)
@@ -63,9 +72,20 @@ def run_sweep(store, device: str | None = None, progress: bool = True) -> dict[s
                 session.decompose()
                 bar.update()
     bar.set_postfix_str("scoring and report")
-    paths = regenerate(store.root)
+    paths = regenerate(store.root) if launch.is_main else None
     bar.close()
     return paths
+
+
+def _schedule(store, plan: list[dict], decomp: list[dict]) -> dict[str, dict]:
+    """Per model label: the unfinished cell ids, and whether its decomposition is due."""
+    return {
+        m["label"]: {
+            "todo": [c["cell_id"] for c in plan if not store.has_cell(m["label"], c["cell_id"])],
+            "fit": m in decomp and not store.decomposition_path(m["label"]).is_file(),
+        }
+        for m in store.config["models"]
+    }
 
 
 def _short(label: str) -> str:

@@ -1,0 +1,47 @@
+"""``posgen ingest DIR... --out RUN``: a run folder (tables, scores, report) from lm-eval
+output folders written with ``--log_samples`` (see :mod:`posgen.results.ingest`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from posgen.harness.cli.run import add_threshold_arguments
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "dirs",
+        nargs="+",
+        type=Path,
+        metavar="DIR",
+        help="lm_eval --output_path folder(s) (or results_*.json files), written with "
+        "--log_samples: the baseline and the perturbed cells of the same documents",
+    )
+    parser.add_argument("--out", type=Path, required=True, help="the run folder to write")
+    add_threshold_arguments(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    from posgen.results.ingest import ingest
+    from posgen.results.schema import SchemaError
+    from posgen.results.store import RunConflictError
+
+    if not (args.threshold > 0 and args.threshold_acc > 0):
+        print("posgen ingest: --threshold and --threshold-acc must be > 0", file=sys.stderr)
+        return 2
+    scoring = {
+        "threshold_ppl": args.threshold,
+        "threshold_acc": args.threshold_acc,
+        "iters": 2000,
+        "seed": 0,
+        "confidence": 0.95,
+    }
+    try:
+        paths = ingest(args.dirs, args.out, scoring)
+    except (SchemaError, RunConflictError) as e:
+        print(f"posgen ingest: {e}", file=sys.stderr)
+        return 2
+    print(f"posgen ingest: report in {paths['html']} (and {paths['md'].name})")
+    return 0

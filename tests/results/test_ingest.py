@@ -1,0 +1,130 @@
+"""``posgen ingest`` of real lm-eval output (the ``lm_eval`` console script, tiny model)
+reproduces what ``posgen run`` computes for the same cells; bad input is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from synthetic_run import cli
+
+BIN = Path(sys.executable).parent
+LIMIT = "3"
+KEYS = ["task", "metric", "kind", "scheme", "rate", "seed"]
+
+
+def lm_eval(cwd: Path, out: Path, model: str, model_args: str, tasks: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "POSGEN_DISABLE_LM_EVAL_HOOK"}
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS="1")
+    cmd = [str(BIN / "lm_eval"), "--model", model, "--model_args", model_args]
+    cmd += ["--device", "cpu", "--tasks", tasks, "--limit", LIMIT, "--batch_size", "8"]
+    cmd += ["--log_samples", "--output_path", str(out)]
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def outputs(tiny_model_dir, tmp_path_factory) -> dict[str, Path]:
+    """posgen run of baseline + text + position + feature cells on posgen_prose, and the
+    same baseline, text and position cells from plain lm_eval runs."""
+    root = tmp_path_factory.mktemp("ingest")
+    model = str(tiny_model_dir("llama", 0))
+    run = root / "run"
+    args = ["run", "--model", model, "--suite", "posgen_prose", "--rates", "0,0.5"]
+    args += ["--sigmas", "0,2", "--limit", LIMIT, "--no-progress", "--out", str(run)]
+    assert cli(args) == 0
+    lm_eval(root, root / "text", "hf", f"pretrained={model},dtype=float32",
+            "posgen_prose,perm_swap_50pct_posgen_prose")  # fmt: skip
+    lm_eval(root, root / "position", "hf-posgen",
+            f"pretrained={model},dtype=float32,positions=swap:0.5,perturb_seed=1234",
+            "posgen_prose")  # fmt: skip
+    return {"root": root, "run": run, "text": root / "text", "position": root / "position"}
+
+
+def table(run: Path, name: str) -> pd.DataFrame:
+    df = pd.read_parquet(run / name)
+    return df.sort_values([k for k in KEYS if k in df.columns]).reset_index(drop=True)
+
+
+def test_ingest_reproduces_posgen_run(outputs, capsys):
+    ingested = outputs["root"] / "ingested"
+    code = cli(["ingest", str(outputs["text"]), str(outputs["position"]), "--out", str(ingested)])
+    assert code == 0, capsys.readouterr().err
+    for name in ("results.parquet", "perdoc.parquet", "scores.json", "report.html", "report.md"):
+        assert (ingested / name).is_file()
+    ran, got = table(outputs["run"], "degradation.parquet"), table(ingested, "degradation.parquet")
+    ran = ran[ran["kind"] != "feature"].reset_index(drop=True)  # not run through lm_eval here
+    assert set(got["kind"]) == {"text", "position"} and len(got) == len(ran) > 0
+    pd.testing.assert_frame_equal(got, ran, check_exact=False, rtol=1e-6, atol=1e-9)
+    a, b = table(outputs["run"], "perdoc.parquet"), table(ingested, "perdoc.parquet")
+    a = a[a["kind"] != "feature"].sort_values([*KEYS, "doc_key"]).reset_index(drop=True)
+    b = b.sort_values([*KEYS, "doc_key"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(b, a, check_exact=False, rtol=1e-6, atol=1e-9)
+    cfg = json.loads((ingested / "config.json").read_text())["config"]
+    assert cfg["sweep"] == {
+        "text": {"schemes": ["swap"], "values": [0.0, 0.5]},
+        "position": {"schemes": ["swap"], "values": [0.0, 0.5]},
+    }
+    assert "Suite: ingested" in (ingested / "report.md").read_text()
+
+
+def copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def edit_results(folder: Path, fn) -> None:
+    (path,) = folder.rglob("results_*.json")
+    data = json.loads(path.read_text())
+    fn(data)
+    path.write_text(json.dumps(data))
+
+
+def refused(capsys, *argv: str) -> str:
+    assert cli(["ingest", *argv]) == 2
+    return capsys.readouterr().err
+
+
+def test_a_perturbed_cell_without_its_baseline_is_refused(outputs, tmp_path, capsys):
+    err = refused(capsys, str(outputs["position"]), "--out", str(tmp_path / "r"))
+    assert "no baseline for" in err and "posgen_prose" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_mixed_seeds_are_refused(outputs, tmp_path, capsys):
+    other = copy(outputs["position"], tmp_path / "pos")
+    edit_results(other, lambda d: d["config"]["posgen"].update(perturb_seed=7))
+    err = refused(capsys, str(outputs["text"]), str(other), "--out", str(tmp_path / "r"))
+    assert "mixed perturbation seeds [7, 1234]" in err
+
+
+def test_documents_that_differ_from_the_baseline_are_refused(outputs, tmp_path, capsys):
+    other = copy(outputs["position"], tmp_path / "pos")
+    (samples,) = other.rglob("samples_*.jsonl")
+    rows = [json.loads(line) for line in samples.read_text().splitlines()]
+    rows[0]["doc"]["doc_id"] = "another-document"
+    samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    err = refused(capsys, str(outputs["text"]), str(other), "--out", str(tmp_path / "r"))
+    assert "documents differ from the baseline" in err
+
+
+def test_a_cell_given_twice_and_missing_samples_are_refused(outputs, tmp_path, capsys):
+    twice = copy(outputs["position"], tmp_path / "again")
+    err = refused(
+        capsys, str(outputs["text"]), str(outputs["position"]), str(twice), "--out",
+        str(tmp_path / "r"),
+    )  # fmt: skip
+    assert "is in two results files" in err
+    for samples in twice.rglob("samples_*.jsonl"):
+        samples.unlink()
+    err = refused(capsys, str(outputs["text"]), str(twice), "--out", str(tmp_path / "r"))
+    assert "--log_samples" in err
+    err = refused(capsys, str(tmp_path / "nowhere"), "--out", str(tmp_path / "r"))
+    assert "no such lm-eval output folder" in err
