@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from posgen.perturbations import parse
 from posgen.results.ingest import collect
 from posgen.results.schema import SchemaError
 
@@ -22,7 +23,7 @@ def write_output(root: Path, tasks: list[str], model: str = "hf", **model_args: 
     config: dict = {"model": model, "model_args": {"pretrained": "/m", **model_args}}
     if model == "hf-posgen":
         config["posgen"] = {
-            "positions": {"kind": "position", "name": "swap", "version": 1, "params": {"rate": 0.5}}
+            "positions": parse("position", "swap:0.5").spec.to_dict()
             if "positions" in model_args
             else None,
             "features": None,
