@@ -24,9 +24,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from posgen.perturbations.base import Perturbation, PerturbationError, registry
+import numpy as np
 
-ROPE_SCALING_TYPES = {"dynamic": "dynamic", "yarn": "yarn"}
+from posgen.perturbations.base import Perturbation, PerturbationError, registry
+from posgen.perturbations.positions import PositionPerturbation
 
 
 def _check_factor(name: str, value: float, minimum: float) -> None:
@@ -48,6 +49,7 @@ class LengthPerturbation(Perturbation):
     ``rope_parameters`` (``dynamic``, ``yarn``); ``none`` applies nothing."""
 
     kind: ClassVar[str] = "length"
+    rope_type: ClassVar[str | None] = None  # transformers rope_type set at load time
 
     @property
     def is_identity(self) -> bool:
@@ -154,7 +156,7 @@ class _RopeScaling(LengthPerturbation):
                 f"{current.get('rope_type')!r}; posgen does not stack rope scalings"
             )
         params: dict[str, Any] = {
-            "rope_type": ROPE_SCALING_TYPES[self.name],
+            "rope_type": self.rope_type,
             "factor": float(self.factor),
             "rope_theta": float(current["rope_theta"]),
         }
@@ -180,6 +182,7 @@ class LengthDynamic(_RopeScaling):
     length once it passes the trained context (no change inside it)."""
 
     name: ClassVar[str] = "dynamic"
+    rope_type: ClassVar[str | None] = "dynamic"
 
 
 @registry.register
@@ -188,6 +191,7 @@ class LengthYarn(_RopeScaling):
     """transformers' YaRN rope scaling, extension factor F over the trained context."""
 
     name: ClassVar[str] = "yarn"
+    rope_type: ClassVar[str | None] = "yarn"
 
 
 def _config_rope(config: Any) -> dict[str, Any]:
@@ -226,7 +230,7 @@ def parse_length(text: str) -> LengthPerturbation:
             )
         n_global = _int(parts[0].strip(), "GLOBAL", spec)
         return LengthLambda(n_global, _int(parts[1].strip(), "WINDOW", spec))
-    if name in ("scale", *ROPE_SCALING_TYPES) and not value.strip():
+    if name in ("scale", "dynamic", "yarn") and not value.strip():
         raise PerturbationError(f"length scheme {spec!r} needs a value: write {name}:FACTOR")
     scheme = registry.parse("length", spec)
     assert isinstance(scheme, LengthPerturbation)
@@ -239,3 +243,42 @@ def parse_length_list(text: str) -> list[LengthPerturbation]:
     if not items:
         raise PerturbationError("no length scheme given; e.g. none;lambda:4,2048;scale:2")
     return [parse_length(t) for t in items]
+
+
+@dataclass(frozen=True)
+class InterpolatedPositions(PositionPerturbation):
+    """A position scheme (or the identity) multiplied by ``factor``: how ``scale:F``
+    combines with ``positions=``. Not registered: runs record both schemes separately."""
+
+    name: ClassVar[str] = "interpolated"
+    inner: PositionPerturbation | None = None
+    factor: float = 1.0
+
+    @property
+    def is_identity(self) -> bool:
+        return self.factor == 1 and (self.inner is None or self.inner.is_identity)
+
+    def position_values(self, token_ids: np.ndarray | list[int], seed: int) -> np.ndarray:
+        """``factor · inner(tokens)`` (``factor · t`` without an inner scheme), float64."""
+        ids = np.asarray(token_ids, dtype=np.int64)
+        base = (
+            np.arange(ids.size, dtype=np.float64)
+            if self.inner is None
+            else self.inner.position_values(ids, seed).astype(np.float64)
+        )
+        return base * float(self.factor)
+
+    def to_string(self) -> str:
+        inner = "identity" if self.inner is None else self.inner.to_string()
+        return f"{inner}*{self.factor!r}"
+
+
+def combined_positions(
+    positions: PositionPerturbation | None, length: LengthPerturbation | None
+) -> PositionPerturbation | None:
+    """The position scheme a forward runs: ``positions`` scaled by the length scheme's
+    position factor (None when nothing changes positions)."""
+    factor = 1.0 if length is None else length.position_factor
+    if factor == 1.0:
+        return positions
+    return InterpolatedPositions(positions, factor)
