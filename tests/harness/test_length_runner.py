@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from tests.tiny_models import build_short_context_model, build_tokenizer
 
 from posgen.harness.cli import main as cli_main
 from posgen.harness.length.apply import length_forward, load_model
@@ -15,7 +16,6 @@ from posgen.harness.length.drift import drift_capture, token_cosines
 from posgen.harness.length.nll import bucket_sums, position_nll
 from posgen.perturbations.length import LengthLambda, LengthNone, LengthScale, LengthYarn
 from posgen.results.store import RunConflictError
-from tests.tiny_models import build_short_context_model, build_tokenizer
 
 C = 64
 
@@ -65,9 +65,11 @@ def test_schemes_change_only_what_they_should(model):
     assert not np.allclose(lam[C + 1 :], plain[C + 1 :])
     with length_forward(model, ids, LengthScale(2.0)):
         assert not np.allclose(position_nll(model, ids)[1:], plain[1:])
-    with pytest.raises(RuntimeError, match="load time"):
-        with length_forward(model, ids, LengthYarn(2.0)):
-            pass
+    with (
+        pytest.raises(RuntimeError, match="load time"),
+        length_forward(model, ids, LengthYarn(2.0)),
+    ):
+        pass
 
 
 def test_token_cosines_planted_directions():
@@ -123,7 +125,13 @@ def test_command_writes_a_resumable_folder(tiny_path, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "| yarn:2.0 |" in printed and "Attention-output drift" in printed
     scores = json.loads((out / "length_scores.json").read_text())
-    assert set(scores["effective"]) == {"none", "lambda:2,32", "scale:2.0", "yarn:2.0", "dynamic:2.0"}
+    assert set(scores["effective"]) == {
+        "none",
+        "lambda:2,32",
+        "scale:2.0",
+        "yarn:2.0",
+        "dynamic:2.0",
+    }
     assert len(scores["curves"]) == 5 * 8 and len(scores["drift"]) == 5 * 2
     assert (out / "length_curves.png").read_bytes()[:4] == b"\x89PNG"
     files = sorted((out / "docs").rglob("*.json"))

@@ -20,6 +20,7 @@ The model-side spec and seed are part of the results (``config.posgen``) and of 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections import deque
@@ -35,9 +36,16 @@ from lm_eval.models.huggingface import HFLM
 
 from posgen.harness import qk_noise
 from posgen.harness.embedded import resolve_pretrained
+from posgen.harness.length.lambda_attention import lambda_attention
 from posgen.harness.position_hooks import build_plan, require_rotary, rotary_positions
 from posgen.perturbations.base import Perturbation, PerturbationError, registry
 from posgen.perturbations.features import FeaturePerturbation
+from posgen.perturbations.length import (
+    LengthLambda,
+    LengthPerturbation,
+    combined_positions,
+    parse_length,
+)
 from posgen.perturbations.positions import PositionPerturbation
 
 MODEL_NAME = "hf-posgen"
@@ -70,6 +78,7 @@ class ModelPerturbation:
     positions: PositionPerturbation | None = None
     features: FeaturePerturbation | None = None
     seed: int = DEFAULT_SEED
+    length: LengthPerturbation | None = None
 
     @classmethod
     def parse(
@@ -89,13 +98,14 @@ class ModelPerturbation:
 
     @property
     def is_set(self) -> bool:
-        """A position or feature scheme was given (even an identity one)."""
-        return self.positions is not None or self.features is not None
+        """A position, feature or length scheme was given (even an identity one)."""
+        return self.positions is not None or self.features is not None or self.length is not None
 
     @property
     def changes_model(self) -> bool:
         """Some scheme would change the forward (identity schemes do not)."""
-        return any(p is not None and not p.is_identity for p in (self.positions, self.features))
+        schemes = (self.positions, self.features, self.length)
+        return any(p is not None and not p.is_identity for p in schemes)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able record for results: full specs, short forms and seed."""
@@ -105,6 +115,11 @@ class ModelPerturbation:
             "positions_str": None if self.positions is None else self.positions.to_string(),
             "features_str": None if self.features is None else self.features.to_string(),
             "perturb_seed": self.seed,
+            **(
+                {}
+                if self.length is None
+                else {"length": self.length.spec.to_dict(), "length_str": self.length.to_string()}
+            ),
         }
 
     def cache_namespace(self) -> str:
@@ -125,17 +140,23 @@ class HFPosgenLM(HFLM):
         positions: str | None = None,
         features: str | None = None,
         perturb_seed: int = DEFAULT_SEED,
+        length: str | None = None,
         **kwargs: Any,
     ) -> None:
-        """Same arguments as lm-eval's ``hf`` model plus ``positions``, ``features`` and
-        ``perturb_seed``. Specs are checked before any weights load."""
+        """Same arguments as lm-eval's ``hf`` model plus ``positions``, ``features``,
+        ``perturb_seed`` and ``length`` (a length scheme; write ``lambda:G:W`` in
+        ``--model_args``, which splits at commas). Specs are checked before any weights
+        load; rope scalings (``dynamic:F``, ``yarn:F``) are passed to ``from_pretrained``."""
         perturbation = ModelPerturbation.parse(positions, features, perturb_seed)
+        length_scheme = _parse_length_arg(length)
         if isinstance(pretrained, str):
             pretrained = resolve_pretrained(pretrained)
+        kwargs.update(_length_load_kwargs(pretrained, length_scheme, kwargs))
         super().__init__(pretrained=pretrained, **kwargs)
         self._cache_db: Any = None
         self._row_lengths: deque[list[int]] | None = None
         self._perturbation = ModelPerturbation(seed=perturbation.seed)
+        self._length = length_scheme
         self.set_perturbation(perturbation.positions, perturbation.features, perturbation.seed)
 
     @property
@@ -154,6 +175,7 @@ class HFPosgenLM(HFLM):
         invalid spec and ``NoRotaryEmbeddingError`` for a model without RoPE.
         """
         new = ModelPerturbation.parse(positions, features, seed)
+        new = dataclasses.replace(new, length=getattr(self, "_length", None))
         if new.is_set:
             if self.backend != "causal":
                 raise PerturbationError("positions=/features= need a causal (decoder-only) model")
@@ -212,8 +234,11 @@ class HFPosgenLM(HFLM):
         p = self._perturbation
         if not p.changes_model or attn_mask is not None or labels is not None:
             return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
-        plan = build_plan(inps, self._take_row_lengths(inps), p.positions, p.features, p.seed)
+        moved = combined_positions(p.positions, p.length)
+        plan = build_plan(inps, self._take_row_lengths(inps), moved, p.features, p.seed)
         with ExitStack() as stack:
+            if isinstance(p.length, LengthLambda):
+                stack.enter_context(lambda_attention(self.model, p.length))
             if plan.positions is not None:
                 stack.enter_context(rotary_positions(self.model, plan.positions))
             if plan.qk_noise is not None:
@@ -252,6 +277,36 @@ class HFPosgenLM(HFLM):
                 "loglikelihood/perplexity tasks, or drop positions=/features= for generation."
             )
         return super().generate_until(requests, disable_tqdm=disable_tqdm)
+
+
+def _parse_length_arg(value: str | LengthPerturbation | None) -> LengthPerturbation | None:
+    if value is None or isinstance(value, LengthPerturbation):
+        return value
+    try:
+        return parse_length(str(value))
+    except PerturbationError as exc:
+        raise PerturbationError(f"length={value}: {exc}") from None
+
+
+def _length_load_kwargs(
+    pretrained: Any, scheme: LengthPerturbation | None, given: dict[str, Any]
+) -> dict[str, Any]:
+    """``from_pretrained`` kwargs of a rope-scaling length scheme (read from the config)."""
+    if scheme is None or scheme.rope_type is None:
+        return {}
+    if not isinstance(pretrained, str):
+        raise PerturbationError(
+            f"length={scheme.to_string()} is applied at load time: pass pretrained= as a path"
+        )
+    clash = sorted({"rope_parameters", "rope_scaling"} & set(given))
+    if clash:
+        raise PerturbationError(f"length={scheme.to_string()} sets the rope; drop {clash}")
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(
+        pretrained, trust_remote_code=given.get("trust_remote_code", False)
+    )
+    return scheme.load_kwargs(config)
 
 
 @contextmanager

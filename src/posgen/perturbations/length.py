@@ -218,12 +218,13 @@ def _int(text: str, what: str, spec: str) -> int:
 
 def parse_length(text: str) -> LengthPerturbation:
     """Strictly parse a length scheme: ``none``, ``lambda:G,W``, ``scale:F``,
-    ``dynamic:F``, ``yarn:F``. Errors list the accepted forms."""
+    ``dynamic:F``, ``yarn:F``. ``lambda:G:W`` is accepted too, for lm-eval's
+    ``--model_args``, which splits at every comma. Errors list the accepted forms."""
     spec = text.strip()
     name, sep, value = spec.partition(":")
     name = name.strip()
     if name == "lambda":
-        parts = value.split(",")
+        parts = value.split("," if "," in value else ":")
         if not sep or len(parts) != 2:
             raise PerturbationError(
                 f"length scheme {spec!r}: write {LengthLambda.usage()} (two integers)"
