@@ -15,7 +15,13 @@ forward under the scheme with the drift capture, and the LM head in chunks. Meas
 The wall time depends on what else runs on the machine; the CPU time (user + system of
 the child) and the load average are printed beside it.
 
+A no-grad forward frees each layer's activations before the next layer runs, so the peak
+extra memory does not grow with depth: ``--layers K`` keeps the first K decoder layers to
+measure it at full length in a fraction of the time (the printed ``layers`` column says
+which figure is which; run once with and once without at a smaller length to see it).
+
 Usage: python benchmarks/bench_length.py [--tokens 16384] [--schemes "none;lambda:4,8192"]
+                                         [--layers K]
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ def _vm(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def child(scheme_text: str, tokens: int, model_name: str) -> dict:
+def child(scheme_text: str, tokens: int, model_name: str, layers: int | None) -> dict:
     import torch
     from transformers import AutoTokenizer
 
@@ -53,6 +59,9 @@ def child(scheme_text: str, tokens: int, model_name: str) -> dict:
     path = resolve_pretrained(model_name)
     scheme = parse_length(scheme_text)
     model = load_model(path, scheme)
+    if layers:  # keep the first decoder layers only (see --layers)
+        model.model.layers = model.model.layers[:layers]
+        model.config.num_hidden_layers = layers
     doc, text = next(iter(long_documents().items()))
     ids = AutoTokenizer.from_pretrained(path)(text).input_ids[:tokens]
     if len(ids) < tokens:
@@ -75,6 +84,7 @@ def child(scheme_text: str, tokens: int, model_name: str) -> dict:
         "cpu_seconds": cpu,
         "mean_nll": float(nll[1:].mean()),
         "threads": torch.get_num_threads(),
+        "layers": len(model.model.layers),
     }
 
 
@@ -84,10 +94,16 @@ def main() -> None:
     parser.add_argument("--schemes", default=DEFAULT_SCHEMES)
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--layers",
+        type=int,
+        default=None,
+        help="keep only the first K decoder layers (memory check at full length in less time)",
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.tokens, args.model)))
+        print(json.dumps(child(args.child, args.tokens, args.model, args.layers)))
         return
     env = dict(
         os.environ,
@@ -97,6 +113,7 @@ def main() -> None:
     rows = []
     for scheme in [s for s in args.schemes.split(";") if s]:
         cmd = [sys.executable, __file__, "--child", scheme, "--tokens", str(args.tokens)]
+        cmd += ["--layers", str(args.layers)] if args.layers else []
         out = subprocess.run([*cmd, "--model", args.model], env=env, capture_output=True, text=True)
         if out.returncode != 0:
             sys.exit(f"{scheme}: child failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
@@ -104,13 +121,13 @@ def main() -> None:
         print(f"done {scheme}", file=sys.stderr, flush=True)
     print(
         f"{'scheme':<16} {'tokens':>7} {'extra peak RSS':>15} {'/ 2 GB goal':>11} "
-        f"{'wall s':>8} {'CPU s':>8} {'threads':>7} {'mean NLL':>9}"
+        f"{'wall s':>8} {'CPU s':>8} {'threads':>7} {'layers':>6} {'mean NLL':>9}"
     )
     for r in rows:
         print(
             f"{r['scheme']:<16} {r['tokens']:>7} {r['extra_bytes'] / 2**20:>11.0f} MiB "
             f"{r['extra_bytes'] / GOAL_BYTES:>11.2f} {r['seconds']:>8.1f} {r['cpu_seconds']:>8.1f} "
-            f"{r['threads']:>7} "
+            f"{r['threads']:>7} {r['layers']:>6} "
             f"{r['mean_nll']:>9.4f}"
         )
     print(f"load average during the run: {os.getloadavg()} on {os.cpu_count()} CPUs")

@@ -155,3 +155,27 @@ def test_command_writes_a_resumable_folder(tiny_path, tmp_path, capsys):
 def test_bad_input_is_refused_with_a_message(tiny_path, tmp_path, args, match):
     with pytest.raises(SystemExit, match=match):
         cli_main(["length", "--model", str(tiny_path), "--out", str(tmp_path / "x"), *args])
+
+
+def test_run_for_models_writes_length_folders_and_report_blocks(tiny_path, tmp_path, monkeypatch):
+    from posgen.harness.length import command
+    from posgen.results import report
+    from posgen.results.length_report import run_blocks
+
+    monkeypatch.setattr(report, "regenerate", lambda root: {"root": root})
+    models = [
+        {"label": "tiny", "path": str(tiny_path), "random_init": False},
+        {"label": "tiny+random-init", "path": str(tiny_path), "random_init": True},
+    ]
+    # 'quick' = 2 documents, none;lambda:4,C;scale:2 with C from the model config (64)
+    assert command.run_for_models(tmp_path, models, "quick") == {"root": tmp_path}
+    (folder,) = (tmp_path / "length").iterdir()
+    scores = json.loads((folder / "length_scores.json").read_text())
+    assert sorted(scores["effective"]) == ["lambda:4,64", "none", "scale:2.0"]
+    kinds = [b[0] for b in run_blocks(tmp_path)]
+    assert kinds == ["h", "p", "table", "p", "img", "p", "table"]
+
+
+def test_posgen_run_refuses_a_bad_length_before_loading(capsys):
+    assert cli_main(["run", "--length", "lambda:4", "--quick"]) == 2
+    assert "--length" in capsys.readouterr().err

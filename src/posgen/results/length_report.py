@@ -45,66 +45,92 @@ def _f(x: float, fmt: str = ".3f") -> str:
     return "–" if x is None or not math.isfinite(x) else format(x, fmt)
 
 
-def markdown(scores: Mapping[str, Any], plot_name: str | None = "length_curves.png") -> str:
-    """The report block: effective lengths, NLL past C, and per-layer drift."""
-    cfg = scores["config"]
-    c = int(cfg["trained_context"])
-    lines = [
-        "## Length generalization",
-        "",
-        f"Model `{cfg['model']}`, trained context C = {c}, evaluated to {cfg['max_length']} "
-        f"tokens, buckets of {cfg['bucket_width']}, {len(cfg['documents'])} document(s). "
-        f"Effective length: last position whose bucket NLL stays within "
-        f"ln(1 + {cfg['threshold']:g}) of the in-context mean over [C/2, C).",
-        "",
-    ]
-    if plot_name:
-        lines += [f"![NLL by position]({plot_name})", ""]
-    lines += [
-        "| scheme | NLL in [C/2, C) | NLL past C | effective length | 95% interval |",
-        "|---|---|---|---|---|",
-    ]
+def effective_table(scores: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows: scheme, in-context NLL, mean NLL past C, effective length, interval."""
+    c = int(scores["config"]["trained_context"])
+    header = ["scheme", "NLL in [C/2, C)", "NLL past C", "effective length", "95% interval"]
+    rows = []
     for scheme, eff in scores["effective"].items():
         past = [r["nll"] for r in scores["curves"] if r["scheme"] == scheme and r["start"] >= c]
         past_mean = float(np.nanmean(past)) if past else math.nan
         length = f"{'≥ ' if eff['censored'] else ''}{eff['effective_length']}"
-        lines.append(
-            f"| {scheme} | {_f(eff['reference_nll'])} | {_f(past_mean)} | {length} | "
-            f"[{eff['ci_low']:.0f}, {eff['ci_high']:.0f}] |"
-        )
-    if any(e["few_documents"] for e in scores["effective"].values()):
-        lines += [
-            "",
-            "With fewer than 5 documents the bootstrap interval is only the spread of a few "
-            "distinct resamples, not a calibrated 95% interval; curve bands are t intervals "
-            "over documents.",
-        ]
-    lines += _drift_lines(scores)
-    return "\n".join(lines) + "\n"
+        interval = f"[{eff['ci_low']:.0f}, {eff['ci_high']:.0f}]"
+        rows.append([scheme, _f(eff["reference_nll"]), _f(past_mean), length, interval])
+    return header, rows
 
 
-def _drift_lines(scores: Mapping[str, Any]) -> list[str]:
-    rows = scores["drift"]
-    if not rows:
-        return []
-    schemes = list(dict.fromkeys(r["scheme"] for r in rows))
-    layers = sorted({r["layer"] for r in rows})
-    table = {(r["scheme"], r["layer"]): r for r in rows}
-    out = [
-        "",
-        "Attention-output drift past C, per layer: mean over documents of "
-        "cos(o_t, m) on [C/2, C) minus on [C, end), m the in-context mean direction "
-        "(0: in distribution); in brackets the log-norm ratio past C vs in context.",
-        "",
-        "| layer | " + " | ".join(schemes) + " |",
-        "|---|" + "---|" * len(schemes),
-    ]
-    for layer in layers:
-        cells = []
+def drift_table(scores: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows: layer, then per scheme ``drift (log-norm ratio)``."""
+    rows_in = scores["drift"]
+    schemes = list(dict.fromkeys(r["scheme"] for r in rows_in))
+    table = {(r["scheme"], r["layer"]): r for r in rows_in}
+    rows = []
+    for layer in sorted({r["layer"] for r in rows_in}):
+        cells = [str(layer)]
         for s in schemes:
             r = table.get((s, layer))
             cells.append(
                 "–" if r is None else f"{_f(r['drift'])} ({_f(r['log_norm_ratio'], '+.2f')})"
             )
-        out.append(f"| {layer} | " + " | ".join(cells) + " |")
-    return out
+        rows.append(cells)
+    return ["layer", *schemes], rows
+
+
+def intro(scores: Mapping[str, Any]) -> str:
+    cfg = scores["config"]
+    return (
+        f"Model `{cfg['model']}`, trained context C = {cfg['trained_context']}, evaluated to "
+        f"{cfg['max_length']} tokens, buckets of {cfg['bucket_width']}, "
+        f"{len(cfg['documents'])} document(s), one forward per document. Effective length: "
+        f"the start of the first bucket at or after C/2 whose mean NLL exceeds the mean over "
+        f"[C/2, C) by more than ln(1 + {cfg['threshold']:g}) (≥: never within the run)."
+    )
+
+
+FEW_DOCS_NOTE = (
+    "With fewer than 5 documents the bootstrap interval is only the spread of a few "
+    "distinct resamples, not a calibrated 95% interval; curve bands are t intervals over "
+    "documents."
+)
+DRIFT_NOTE = (
+    "Attention-output drift past C, per layer: mean over documents of cos(o_t, m) on "
+    "[C/2, C) minus on [C, end), m the in-context mean direction of the layer's attention "
+    "outputs (0: in distribution); in brackets the log-norm ratio past C vs in context."
+)
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return out + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def markdown(scores: Mapping[str, Any], plot_name: str | None = "length_curves.png") -> str:
+    """The report block: effective lengths, NLL past C, and per-layer drift."""
+    lines = ["## Length generalization", "", intro(scores), ""]
+    if plot_name:
+        lines += [f"![NLL by position]({plot_name})", ""]
+    lines += _md_table(*effective_table(scores))
+    if any(e["few_documents"] for e in scores["effective"].values()):
+        lines += ["", FEW_DOCS_NOTE]
+    if scores["drift"]:
+        lines += ["", DRIFT_NOTE, "", *_md_table(*drift_table(scores))]
+    return "\n".join(lines) + "\n"
+
+
+def run_blocks(run_root: Any) -> list[tuple]:
+    """Report blocks (``posgen.results.render``) for every ``RUN/length/<model>/`` folder
+    that holds a finished ``length_scores.json``; none when there is none."""
+    import json
+    from pathlib import Path
+
+    blocks: list[tuple] = []
+    for path in sorted(Path(run_root).glob("length/*/length_scores.json")):
+        scores = json.loads(path.read_text(encoding="utf-8"))
+        blocks += [("h", 2, f"Length generalization: {scores['config']['model']}")]
+        blocks += [("p", intro(scores)), ("table", *effective_table(scores))]
+        if any(e["few_documents"] for e in scores["effective"].values()):
+            blocks.append(("p", FEW_DOCS_NOTE))
+        blocks.append(("img", "NLL by position per length scheme", curves_png(scores)))
+        if scores["drift"]:
+            blocks += [("p", DRIFT_NOTE), ("table", *drift_table(scores))]
+    return blocks

@@ -19,9 +19,19 @@ import argparse
 import hashlib
 import json
 import math
+import re
 from pathlib import Path
 
 QUICK_DOCUMENTS = 2
+QUICK_SCHEMES = "none;lambda:4,C;scale:2"
+_C = re.compile(r"\bC\b")
+
+
+def with_context(text: str, trained_context: int) -> str:
+    """Schemes text with every stand-alone ``C`` replaced by the trained context."""
+    return _C.sub(str(trained_context), text)
+
+
 ALL_DOCUMENTS = 5
 
 
@@ -34,7 +44,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--schemes",
         default=None,
-        help="';'-separated length schemes (default: none;lambda:4,C;scale:F;yarn:F)",
+        help="';'-separated length schemes; C stands for the trained context "
+        "(default: none;lambda:4,C;scale:F;yarn:F)",
     )
     parser.add_argument("--positions", default=None, help="a position scheme applied too")
     parser.add_argument("--documents", type=int, default=None, help="number of documents (<= 5)")
@@ -69,9 +80,9 @@ def resolve_config(args: argparse.Namespace, trained: int):
     max_length = args.max_length or round(factor * c)
     f_text = f"{max_length / c:g}"
     if args.schemes:
-        text = args.schemes
+        text = with_context(args.schemes, c)
     elif args.quick:
-        text = f"none;lambda:4,{c};scale:{f_text}"
+        text = with_context(QUICK_SCHEMES, c)
     else:
         text = f"none;lambda:4,{c};scale:{f_text};yarn:{f_text}"
     n_docs = args.documents or (QUICK_DOCUMENTS if args.quick else ALL_DOCUMENTS)
@@ -111,7 +122,7 @@ def _check_specs(args: argparse.Namespace) -> None:
 
     try:
         if args.schemes:
-            parse_length_list(args.schemes)
+            parse_length_list(with_context(args.schemes, 2))
         if args.positions:
             parse("position", args.positions)
     except PerturbationError as exc:
@@ -154,3 +165,24 @@ def main(args: argparse.Namespace) -> int:
     print(text)
     print(f"posgen length: wrote {folder}")
     return 0
+
+
+def run_for_models(run_root: Path, models: list[dict], schemes: str) -> dict[str, Path]:
+    """``posgen run --length``: a length run per (non random-init) model of a sweep into
+    ``RUN/length/<model>/``, then the sweep's report is rebuilt to include it."""
+    from posgen.results.report import regenerate
+    from posgen.results.store import slug
+
+    parser = argparse.ArgumentParser()
+    configure_parser(parser)
+    for model in models:
+        if model.get("random_init"):
+            continue  # a random-init twin has no folder to load with rope scalings
+        out = run_root / "length" / slug(model["label"])
+        argv = ["--model", str(model["path"]), "--out", str(out)]
+        if schemes == "quick":
+            argv += ["--documents", str(QUICK_DOCUMENTS), "--schemes", QUICK_SCHEMES]
+        else:
+            argv += ["--schemes", schemes]
+        main(parser.parse_args(argv))
+    return regenerate(run_root)
