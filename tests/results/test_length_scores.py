@@ -96,3 +96,29 @@ def test_score_length_effective_lengths_and_drift():
     text = markdown(scores)
     assert "| breaks | 2.010 |" in text and "≥ 128" in text and "not a calibrated" in text
     assert len(curves_figure(scores).axes[0].lines) == 3
+
+
+def test_compare_lines_pair_runs_by_model_and_scheme(tmp_path):
+    import json
+
+    from posgen.results.length_report import compare_lines
+
+    scores = score_length([_record("none", d, [4, 3, 2, 2, 2, 2, 2, 2]) for d in "ab"], CONFIG)
+    for run in ("A", "B"):
+        (tmp_path / run / "length" / "m").mkdir(parents=True)
+        (tmp_path / run / "length" / "m" / "length_scores.json").write_text(json.dumps(scores))
+    lines = compare_lines(tmp_path / "A", tmp_path / "B")
+    assert lines[-1].split() == [
+        "m",
+        "none",
+        "A",
+        "≥128",
+        "[128,",
+        "128]",
+        "B",
+        "≥128",
+        "[128,",
+        "128]",
+    ]
+    assert compare_lines(tmp_path / "A", tmp_path / "nothing")[-1].endswith("only in A")
+    assert compare_lines(tmp_path / "x", tmp_path / "y") == []

@@ -134,3 +134,36 @@ def run_blocks(run_root: Any) -> list[tuple]:
         if scores["drift"]:
             blocks += [("p", DRIFT_NOTE), ("table", *drift_table(scores))]
     return blocks
+
+
+def _effective_by_key(run_root: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    import json
+    from pathlib import Path
+
+    out = {}
+    for path in sorted(Path(run_root).glob("length/*/length_scores.json")):
+        scores = json.loads(path.read_text(encoding="utf-8"))
+        for scheme, eff in scores["effective"].items():
+            out[(path.parent.name, scheme)] = eff
+    return out
+
+
+def compare_lines(run_a: Any, run_b: Any) -> list[str]:
+    """``posgen compare``'s length section: effective length per (model, scheme) in
+    each run with its interval; entries present in one run only are listed as such."""
+    a, b = _effective_by_key(run_a), _effective_by_key(run_b)
+    if not a and not b:
+        return []
+    lines = ["", "effective length (posgen run --length; interval in brackets):"]
+    for key in sorted(set(a) | set(b)):
+        label = f"  {key[0]:<28} {key[1]:<18}"
+        if key not in a or key not in b:
+            lines.append(f"{label}  only in {'A' if key in a else 'B'}")
+            continue
+
+        def show(e: dict[str, Any]) -> str:
+            mark = "≥" if e["censored"] else ""
+            return f"{mark}{e['effective_length']} [{e['ci_low']:.0f}, {e['ci_high']:.0f}]"
+
+        lines.append(f"{label}  A {show(a[key])}  B {show(b[key])}")
+    return lines
