@@ -179,3 +179,39 @@ def test_run_for_models_writes_length_folders_and_report_blocks(tiny_path, tmp_p
 def test_posgen_run_refuses_a_bad_length_before_loading(capsys):
     assert cli_main(["run", "--length", "lambda:4", "--quick"]) == 2
     assert "--length" in capsys.readouterr().err
+
+
+def test_scale_equals_interpolated_positions_and_composes(model):
+    from posgen.harness.position_hooks import rotary_positions
+    from posgen.perturbations import parse
+
+    ids = _ids(100)
+    with torch.no_grad(), rotary_positions(model, torch.arange(100.0).unsqueeze(0) / 2):
+        expected = model(ids).logits
+    with torch.no_grad(), length_forward(model, ids, LengthScale(2.0)):
+        assert torch.equal(model(ids).logits, expected)
+    swap = parse("position", "swap:0.2")
+    values = torch.tensor(swap.position_values(ids[0].numpy(), 7), dtype=torch.float32) / 2
+    with torch.no_grad(), rotary_positions(model, values.unsqueeze(0)):
+        expected = model(ids).logits
+    with torch.no_grad(), length_forward(model, ids, LengthScale(2.0), swap, seed=7):
+        assert torch.equal(model(ids).logits, expected)
+
+
+def test_yarn_at_load_equals_a_model_built_with_that_config(tiny_path):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    loaded = load_model(str(tiny_path), LengthYarn(2.0))
+    config = AutoConfig.from_pretrained(tiny_path)
+    config.rope_parameters = {
+        "rope_type": "yarn",
+        "factor": 2.0,
+        "rope_theta": 10000.0,
+        "original_max_position_embeddings": C,
+    }
+    config.max_position_embeddings = 2 * C
+    built = AutoModelForCausalLM.from_config(config).eval()
+    built.load_state_dict(loaded.state_dict())
+    ids = _ids(120)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids).logits, built(ids).logits, rtol=0, atol=0)
