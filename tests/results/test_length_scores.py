@@ -70,9 +70,11 @@ def test_reference_buckets_and_crossing_on_a_planted_curve():
     flat = np.full((2, 8), 2.0)
     sums = flat.copy() * 10
     sums[:, 6:] = 3.0 * 10  # jumps at position 96
-    first, ref = crossing(sums, np.full((2, 8), 10.0), idx, math.log1p(0.1))
+    first, ref = crossing(sums, np.full((2, 8), 10.0), idx, math.log1p(0.1), 4)
     assert (first, ref) == (6, 2.0)
-    assert crossing(flat, np.ones((2, 8)), idx, 0.1)[0] is None
+    assert crossing(flat, np.ones((2, 8)), idx, 0.1, 4)[0] is None
+    sums[:, 2] = 2.5 * 10  # a noisy in-context bucket: not searched (search starts at C)
+    assert crossing(sums, np.full((2, 8), 10.0), idx, math.log1p(0.1), 4)[0] == 6
     with pytest.raises(ValueError, match="smaller bucket width"):
         reference_buckets(64, 2, 64)
 

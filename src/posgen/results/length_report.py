@@ -82,7 +82,7 @@ def intro(scores: Mapping[str, Any]) -> str:
         f"Model `{cfg['model']}`, trained context C = {cfg['trained_context']}, evaluated to "
         f"{cfg['max_length']} tokens, buckets of {cfg['bucket_width']}, "
         f"{len(cfg['documents'])} document(s), one forward per document. Effective length: "
-        f"the start of the first bucket at or after C/2 whose mean NLL exceeds the mean over "
+        f"the start of the first bucket at or after C whose mean NLL exceeds the mean over "
         f"[C/2, C) by more than ln(1 + {cfg['threshold']:g}) (≥: never within the run)."
     )
 

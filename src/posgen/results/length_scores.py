@@ -11,8 +11,12 @@ dependent). Inputs are the per-(scheme, document) records of
 - **Reference** (in-context NLL): the count-weighted mean NLL over the buckets that lie in
   ``[C/2, C)`` (C: trained context), per document, then averaged over documents.
 - **Effective length**: with ``τ = ln(1 + threshold)`` (threshold 0.10: PPL within +10%),
-  ``L_eff = start of the first bucket at or after C/2 whose ȳ_b > ref + τ`` (the end of
+  ``L_eff = start of the first bucket at or after C whose ȳ_b > ref + τ`` (the end of
   the last bucket that stays within); ``= max_length`` and *censored* when none crosses.
+  The search starts at C, not inside the trained context: on natural text the in-context
+  bucket means of a few documents vary by more than τ (0.095 nats at +10%), which would
+  put spurious crossings before C; so L_eff ≥ C by construction, and the curve shows
+  the in-context part.
   Its interval: percentile bootstrap over documents (resample D documents with
   replacement, recompute reference, curve and crossing; 2000 resamples, seeded). The
   bootstrap carries the uncertainty of both the reference and the curve; it lives on the
@@ -97,16 +101,16 @@ def reference_buckets(width: int, n_buckets: int, trained_context: int) -> np.nd
 
 
 def crossing(
-    sums: np.ndarray, counts: np.ndarray, ref_idx: np.ndarray, tau: float
+    sums: np.ndarray, counts: np.ndarray, ref_idx: np.ndarray, tau: float, start: int
 ) -> tuple[int | None, float]:
-    """First bucket index ≥ ``ref_idx[0]`` whose document-mean NLL exceeds
-    ``reference + tau`` (None if none), and the reference. ``sums``, ``counts``: ``[D, B]``."""
+    """First bucket index ≥ ``start`` whose document-mean NLL exceeds ``reference + tau``
+    (None if none), and the reference. ``sums``, ``counts``: ``[D, B]``."""
     with np.errstate(invalid="ignore", divide="ignore"):
         means = sums / counts
     curve = np.nanmean(means, axis=0)
     reference = float(np.mean(sums[:, ref_idx].sum(axis=1) / counts[:, ref_idx].sum(axis=1)))
-    over = np.flatnonzero(curve[ref_idx[0] :] > reference + tau)
-    return (None if over.size == 0 else int(ref_idx[0] + over[0])), reference
+    over = np.flatnonzero(curve[start:] > reference + tau)
+    return (None if over.size == 0 else int(start + over[0])), reference
 
 
 def effective_length(
@@ -120,13 +124,14 @@ def effective_length(
     def length_of(b: int | None) -> int:
         return max_length if b is None else int(b * width)
 
-    first, reference = crossing(data.sums, data.counts, ref_idx, tau)
+    start = -(-trained_context // width)  # first bucket starting at or after C
+    first, reference = crossing(data.sums, data.counts, ref_idx, tau, start)
     rng = item_rng(seed, "length/effective_length/bootstrap", data.scheme)
     d = data.sums.shape[0]
     boot = np.empty(N_BOOT)
     for k in range(N_BOOT):
         pick = rng.integers(0, d, d)
-        boot[k] = length_of(crossing(data.sums[pick], data.counts[pick], ref_idx, tau)[0])
+        boot[k] = length_of(crossing(data.sums[pick], data.counts[pick], ref_idx, tau, start)[0])
     return {
         "effective_length": length_of(first),
         "censored": first is None,
