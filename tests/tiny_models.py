@@ -113,3 +113,14 @@ def save_tiny(path: Path, arch: str = "llama", seed: int = 0) -> Path:
     build_model(arch, seed).save_pretrained(path)
     build_tokenizer().save_pretrained(path)
     return path
+
+
+def build_short_context_model(
+    arch: str = "llama", max_positions: int = 64, seed: int = 0
+) -> torch.nn.Module:
+    """``build_model`` with a small trained context (``max_position_embeddings``), for
+    length-generalization tests that run past it."""
+    overrides = {"n_positions" if arch == "gpt2" else "max_position_embeddings": max_positions}
+    cfg = AutoConfig.for_model(arch, **dict(CONFIGS[arch], **overrides))
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()

@@ -8,6 +8,7 @@ Public API::
 """
 
 from posgen.perturbations import features as _features  # noqa: F401  (model-side schemes)
+from posgen.perturbations import length as _length  # noqa: F401  (length schemes)
 from posgen.perturbations import positions as _positions  # noqa: F401
 from posgen.perturbations import text as _text  # noqa: F401  (registers the text schemes)
 from posgen.perturbations.base import (

@@ -1,7 +1,7 @@
 """The perturbation core: a frozen dataclass per scheme, one registry for every kind.
 
 A perturbation is a small frozen dataclass. Its fields are its parameters; it has a
-stable registry ``name``, a ``kind`` (``text``, ``position`` or ``feature``) and a
+stable registry ``name``, a ``kind`` (``text``, ``position``, ``feature`` or ``length``) and a
 ``version`` that changes whenever the same parameters would produce different output.
 It validates itself on construction and describes itself as a :class:`PerturbationSpec`
 that every result row carries, so a result says exactly what produced it.
@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
-KINDS = ("text", "position", "feature")
+KINDS = ("text", "position", "feature", "length")
 
 
 class PerturbationError(ValueError):

@@ -30,6 +30,9 @@ def compare_runs(run_a: Path, run_b: Path) -> str:
     for model in sorted(set(a["fit"]) | set(b["fit"])):
         ra, rb = (x["fit"].get(model, {}).get("r_3axis", math.nan) for x in (a, b))
         out.append(f"  {model:<28} A {ra:.3f}  B {rb:.3f}  B-A {rb - ra:+.3f}")
+    from posgen.results.length_report import compare_lines
+
+    out += compare_lines(run_a, run_b)
     return "\n".join(out)
 
 

@@ -92,6 +92,7 @@ def scores_json(store, scores: dict[str, Any]) -> dict[str, Any]:
 # --- content ------------------------------------------------------------------------------
 def build_blocks(store, scores: dict[str, Any]) -> list[Block]:
     from posgen.results import plots
+    from posgen.results.length_report import run_blocks as length_run_blocks
     from posgen.results.scoring import primary_metric
 
     cfg = store.config
@@ -144,6 +145,7 @@ def build_blocks(store, scores: dict[str, Any]) -> list[Block]:
         )
     blocks += [("h", 2, "Degradation at each rate")]
     blocks.append(("table", *detail_table(scores)))
+    blocks += length_run_blocks(store.root)  # posgen run --length: RUN/length/<model>/
     blocks += not_shown_blocks(cfg, scores)
     return blocks
 

@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("posgen.results.gate", "CI gate: exit 1 on a real drop against a baseline"),
     "tasks": ("posgen.harness.cli.tasks", "list or write perturbed lm-eval task configs"),
     "model": ("posgen.harness.cli.model", "prepare the embedded model and print its path"),
+    "length": ("posgen.harness.length.command", "NLL by position past the trained context"),
 }
 
 

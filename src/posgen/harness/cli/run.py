@@ -52,6 +52,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=8, help="lm-eval batch size")
     parser.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--length",
+        nargs="?",
+        const="quick",
+        metavar="SCHEMES",
+        help="also run `posgen length` per model into RUN/length/<model>/ and report it: "
+        "'quick' (2 documents, none;lambda;scale) or ';'-separated length schemes",
+    )
 
 
 def add_threshold_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,6 +81,8 @@ def add_threshold_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     try:
         config = resolve_config(args)  # every check before any model loads
+        if args.length and args.length != "quick":
+            _check_length(args.length)
     except PlanError as e:
         print(f"posgen run: {e}", file=sys.stderr)
         return 2
@@ -96,7 +106,22 @@ def main(args: argparse.Namespace) -> int:
     if not launch.is_main:
         store = RunStore.open(out)
     paths = run_sweep(store, device=args.device, progress=not args.no_progress, launch=launch)
+    if args.length and launch.is_main:
+        from posgen.harness.length.command import run_for_models
+
+        paths = run_for_models(store.root, config["models"], args.length)
     launch.finish()
     if launch.is_main:
         print(f"posgen run: report in {paths['html']} (and {paths['md'].name})")
     return 0
+
+
+def _check_length(text: str) -> None:
+    from posgen.harness.length.command import with_context
+    from posgen.perturbations.base import PerturbationError
+    from posgen.perturbations.length import parse_length_list
+
+    try:
+        parse_length_list(with_context(text, 2))
+    except PerturbationError as e:
+        raise PlanError(f"--length: {e}") from None

@@ -26,6 +26,7 @@ The model-side spec and seed are part of the results (``config.posgen``) and of 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -44,9 +45,16 @@ from posgen.compat import patched
 from posgen.harness.embedded import resolve_pretrained
 from posgen.harness.hf_posgen import qk_noise
 from posgen.harness.hf_posgen.position_hooks import build_plan, rotary_positions
+from posgen.harness.length.lambda_attention import lambda_attention
 from posgen.harness.model_family import require_rotary
 from posgen.perturbations.base import Perturbation, PerturbationError, registry
 from posgen.perturbations.features import FeaturePerturbation
+from posgen.perturbations.length import (
+    LengthLambda,
+    LengthPerturbation,
+    combined_positions,
+    parse_length,
+)
 from posgen.perturbations.positions import PositionPerturbation
 from posgen.perturbations.seeding import DEFAULT_SEED
 
@@ -79,6 +87,7 @@ class ModelPerturbation:
     positions: PositionPerturbation | None = None
     features: FeaturePerturbation | None = None
     seed: int = DEFAULT_SEED
+    length: LengthPerturbation | None = None
 
     @classmethod
     def parse(
@@ -98,13 +107,14 @@ class ModelPerturbation:
 
     @property
     def is_set(self) -> bool:
-        """A position or feature scheme was given (even an identity one)."""
-        return self.positions is not None or self.features is not None
+        """A position, feature or length scheme was given (even an identity one)."""
+        return self.positions is not None or self.features is not None or self.length is not None
 
     @property
     def changes_model(self) -> bool:
         """Some scheme would change the forward (identity schemes do not)."""
-        return any(p is not None and not p.is_identity for p in (self.positions, self.features))
+        schemes = (self.positions, self.features, self.length)
+        return any(p is not None and not p.is_identity for p in schemes)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able record for results: full specs, short forms and seed."""
@@ -114,6 +124,11 @@ class ModelPerturbation:
             "positions_str": None if self.positions is None else self.positions.to_string(),
             "features_str": None if self.features is None else self.features.to_string(),
             "perturb_seed": self.seed,
+            **(
+                {}
+                if self.length is None
+                else {"length": self.length.spec.to_dict(), "length_str": self.length.to_string()}
+            ),
         }
 
     def cache_namespace(self) -> str:
@@ -134,20 +149,26 @@ class HFPosgenLM(HFLM):
         positions: str | None = None,
         features: str | None = None,
         perturb_seed: int = DEFAULT_SEED,
+        length: str | None = None,
         **kwargs: Any,
     ) -> None:
-        """Same arguments as lm-eval's ``hf`` model plus ``positions``, ``features`` and
-        ``perturb_seed``. Specs are checked before any weights load."""
+        """Same arguments as lm-eval's ``hf`` model plus ``positions``, ``features``,
+        ``perturb_seed`` and ``length`` (a length scheme; write ``lambda:G:W`` in
+        ``--model_args``, which splits at commas). Specs are checked before any weights
+        load; rope scalings (``dynamic:F``, ``yarn:F``) are passed to ``from_pretrained``."""
         perturbation = ModelPerturbation.parse(positions, features, perturb_seed)
+        length_scheme = _parse_length_arg(length)
         if isinstance(pretrained, str):
             pretrained = resolve_pretrained(pretrained)
         launch = _launch_accelerator()  # before any weights load
+        kwargs.update(_length_load_kwargs(pretrained, length_scheme, kwargs))
         super().__init__(pretrained=pretrained, **kwargs)
         self._join_launch(launch)
         self._cache_db: Any = None
         self._row_lengths: deque[RowSplit] | None = None
         self._whole_rows = False
         self._perturbation = ModelPerturbation(seed=perturbation.seed)
+        self._length = length_scheme
         self.set_perturbation(perturbation.positions, perturbation.features, perturbation.seed)
 
     def _join_launch(self, launch: Any) -> None:
@@ -176,6 +197,7 @@ class HFPosgenLM(HFLM):
         invalid spec and ``NoRotaryEmbeddingError`` for a model without RoPE.
         """
         new = ModelPerturbation.parse(positions, features, seed)
+        new = dataclasses.replace(new, length=getattr(self, "_length", None))
         if new.is_set:
             if self.backend != "causal":
                 raise PerturbationError("positions=/features= need a causal (decoder-only) model")
@@ -249,8 +271,11 @@ class HFPosgenLM(HFLM):
         if not p.changes_model or attn_mask is not None or labels is not None:
             return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
         lengths, spans = self._take_row_lengths(inps)
-        plan = build_plan(inps, lengths, (p.positions, p.features), p.seed, spans)
+        moved = combined_positions(p.positions, p.length)
+        plan = build_plan(inps, lengths, (moved, p.features), p.seed, spans)
         with ExitStack() as stack:
+            if isinstance(p.length, LengthLambda):
+                stack.enter_context(lambda_attention(self.model, p.length))
             if plan.positions is not None:
                 stack.enter_context(rotary_positions(self.model, plan.positions))
             if plan.qk:
@@ -322,6 +347,36 @@ def _launch_accelerator() -> Any:
             "accelerate launch --multi_gpu --num_processes N --num_machines 1"
         )
     return accelerator
+
+
+def _parse_length_arg(value: str | LengthPerturbation | None) -> LengthPerturbation | None:
+    if value is None or isinstance(value, LengthPerturbation):
+        return value
+    try:
+        return parse_length(str(value))
+    except PerturbationError as exc:
+        raise PerturbationError(f"length={value}: {exc}") from None
+
+
+def _length_load_kwargs(
+    pretrained: Any, scheme: LengthPerturbation | None, given: dict[str, Any]
+) -> dict[str, Any]:
+    """``from_pretrained`` kwargs of a rope-scaling length scheme (read from the config)."""
+    if scheme is None or scheme.rope_type is None:
+        return {}
+    if not isinstance(pretrained, str):
+        raise PerturbationError(
+            f"length={scheme.to_string()} is applied at load time: pass pretrained= as a path"
+        )
+    clash = sorted({"rope_parameters", "rope_scaling"} & set(given))
+    if clash:
+        raise PerturbationError(f"length={scheme.to_string()} sets the rope; drop {clash}")
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(
+        pretrained, trust_remote_code=given.get("trust_remote_code", False)
+    )
+    return scheme.load_kwargs(config)
 
 
 @contextmanager

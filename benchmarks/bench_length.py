@@ -1,0 +1,138 @@
+"""Benchmark of ``posgen length``: peak extra memory and wall time per long document.
+
+For each length scheme, a child process loads the model (with the scheme's rope
+parameters where it has any), tokenizes the first long document of the offline suite to
+``--tokens`` tokens and runs what ``posgen length`` runs for one (scheme, document): one
+forward under the scheme with the drift capture, and the LM head in chunks. Measured:
+
+- peak extra memory: the child's peak resident set during that step (VmHWM, reset
+  through ``/proc/self/clear_refs`` after the model is loaded) minus its resident set
+  before it; the child's glibc serves large blocks by mmap (``MALLOC_MMAP_THRESHOLD_``),
+  so freed blocks leave the resident set and the peak is the step's own. Goal: ≤ 2 GB
+  at 16k tokens on the embedded model.
+- wall time of that step, on the cores the machine gives (``--threads``).
+
+The wall time depends on what else runs on the machine; the CPU time (user + system of
+the child) and the load average are printed beside it.
+
+A no-grad forward frees each layer's activations before the next layer runs, so the peak
+extra memory does not grow with depth: ``--layers K`` keeps the first K decoder layers to
+measure it at full length in a fraction of the time (the printed ``layers`` column says
+which figure is which; run once with and once without at a smaller length to see it).
+
+Usage: python benchmarks/bench_length.py [--tokens 16384] [--schemes "none;lambda:4,8192"]
+                                         [--layers K]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+GOAL_BYTES = 2 * 1024**3
+DEFAULT_SCHEMES = "none;lambda:4,8192;scale:2;yarn:2"
+
+
+def _vm(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def child(scheme_text: str, tokens: int, model_name: str, layers: int | None) -> dict:
+    import torch
+    from transformers import AutoTokenizer
+
+    from posgen.harness.embedded import resolve_pretrained
+    from posgen.harness.length.apply import length_forward, load_model
+    from posgen.harness.length.drift import drift_capture
+    from posgen.harness.length.nll import position_nll
+    from posgen.perturbations.length import parse_length
+    from posgen.tasks.long_documents import long_documents
+
+    path = resolve_pretrained(model_name)
+    scheme = parse_length(scheme_text)
+    model = load_model(path, scheme)
+    if layers:  # keep the first decoder layers only (see --layers)
+        model.model.layers = model.model.layers[:layers]
+        model.config.num_hidden_layers = layers
+    doc, text = next(iter(long_documents().items()))
+    ids = AutoTokenizer.from_pretrained(path)(text).input_ids[:tokens]
+    if len(ids) < tokens:
+        raise SystemExit(f"{doc} has only {len(ids)} tokens")
+    input_ids = torch.tensor([ids])
+    c = int(model.config.max_position_embeddings if scheme.rope_type != "yarn" else tokens // 2)
+    position_nll(model, input_ids[:, :64])  # page the mmapped weights in before measuring
+    base = _vm("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")
+    start, cpu = time.perf_counter(), time.process_time()
+    with length_forward(model, input_ids, scheme), drift_capture(model, c, c // 8, 16):
+        nll = position_nll(model, input_ids)
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return {
+        "scheme": scheme.to_string(),
+        "document": doc,
+        "tokens": tokens,
+        "extra_bytes": _vm("VmHWM") - base,
+        "seconds": seconds,
+        "cpu_seconds": cpu,
+        "mean_nll": float(nll[1:].mean()),
+        "threads": torch.get_num_threads(),
+        "layers": len(model.model.layers),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=16384)
+    parser.add_argument("--schemes", default=DEFAULT_SCHEMES)
+    parser.add_argument("--model", default="embedded")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--layers",
+        type=int,
+        default=None,
+        help="keep only the first K decoder layers (memory check at full length in less time)",
+    )
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.tokens, args.model, args.layers)))
+        return
+    env = dict(
+        os.environ,
+        MALLOC_MMAP_THRESHOLD_="131072",
+        OMP_NUM_THREADS=str(args.threads),
+    )
+    rows = []
+    for scheme in [s for s in args.schemes.split(";") if s]:
+        cmd = [sys.executable, __file__, "--child", scheme, "--tokens", str(args.tokens)]
+        cmd += ["--layers", str(args.layers)] if args.layers else []
+        out = subprocess.run([*cmd, "--model", args.model], env=env, capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.exit(f"{scheme}: child failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        print(f"done {scheme}", file=sys.stderr, flush=True)
+    print(
+        f"{'scheme':<16} {'tokens':>7} {'extra peak RSS':>15} {'/ 2 GB goal':>11} "
+        f"{'wall s':>8} {'CPU s':>8} {'threads':>7} {'layers':>6} {'mean NLL':>9}"
+    )
+    for r in rows:
+        print(
+            f"{r['scheme']:<16} {r['tokens']:>7} {r['extra_bytes'] / 2**20:>11.0f} MiB "
+            f"{r['extra_bytes'] / GOAL_BYTES:>11.2f} {r['seconds']:>8.1f} {r['cpu_seconds']:>8.1f} "
+            f"{r['threads']:>7} {r['layers']:>6} "
+            f"{r['mean_nll']:>9.4f}"
+        )
+    print(f"load average during the run: {os.getloadavg()} on {os.cpu_count()} CPUs")
+    print("GPU: no device was lent to this benchmark; figures are CPU only.")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""Putting a length scheme (and optionally a position scheme) on a model.
+
+- rope scalings (``dynamic``, ``yarn``) are load-time: :func:`load_model` passes the
+  scheme's ``rope_parameters`` to ``from_pretrained`` (editing a built model's config does
+  nothing: the rotary module reads it in ``__init__``);
+- ``scale:F`` and position schemes enter inside the rotary embedding
+  (:func:`posgen.harness.hf_posgen.position_hooks.rotary_positions`), combined as ``positions / F``;
+- ``lambda:G,W`` swaps the attention function (:mod:`.lambda_attention`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import torch
+
+from posgen.harness.hf_posgen.position_hooks import build_plan, rotary_positions
+from posgen.harness.length.lambda_attention import lambda_attention
+from posgen.perturbations.length import LengthLambda, LengthPerturbation, combined_positions
+from posgen.perturbations.positions import PositionPerturbation
+
+
+def load_model(path: str, length: LengthPerturbation, dtype: torch.dtype = torch.float32) -> Any:
+    """``AutoModelForCausalLM.from_pretrained(path, **length.load_kwargs(config))`` in eval
+    mode (sdpa attention)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(path)
+    kwargs = length.load_kwargs(config)
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=dtype, attn_implementation="sdpa", **kwargs
+    )
+    return model.eval()
+
+
+def check_loaded(model: Any, length: LengthPerturbation) -> None:
+    """Refuse a model that was not loaded with the rope scaling the scheme needs."""
+    have = dict(getattr(model.config, "rope_parameters", None) or {})
+    if length.rope_type is None:
+        if have.get("rope_type", "default") in ("dynamic", "yarn"):
+            raise RuntimeError(
+                f"length={length.to_string()} runs the model as trained, but it was loaded "
+                f"with rope scaling {have}"
+            )
+        return
+    factor = float(getattr(length, "factor", 0.0))
+    if have.get("rope_type") != length.rope_type or have.get("factor") != factor:
+        raise RuntimeError(
+            f"length={length.to_string()} is applied at load time, but this model was loaded "
+            f"with rope_parameters={have}; load it with posgen.harness.length.apply.load_model"
+        )
+
+
+@contextmanager
+def length_forward(
+    model: Any,
+    input_ids: torch.Tensor,
+    length: LengthPerturbation,
+    positions: PositionPerturbation | None = None,
+    seed: int = 1234,
+    block_size: int | None = None,
+) -> Iterator[None]:
+    """Within the block, a forward of ``input_ids`` ``[1, n]`` (one unpadded document)
+    runs under ``length`` and ``positions``. Rope-scaling schemes must already be loaded
+    (checked)."""
+    if input_ids.dim() != 2 or input_ids.shape[0] != 1:
+        raise ValueError(f"one document at a time: input_ids [1, n], got {tuple(input_ids.shape)}")
+    check_loaded(model, length)
+    scheme = combined_positions(positions, length)
+    with ExitStack() as stack:
+        if scheme is not None and not scheme.is_identity:
+            plan = build_plan(input_ids, [int(input_ids.shape[1])], (scheme,), seed)
+            assert plan.positions is not None
+            stack.enter_context(rotary_positions(model, plan.positions))
+        if isinstance(length, LengthLambda):
+            stack.enter_context(lambda_attention(model, length, block_size))
+        yield

@@ -1,0 +1,275 @@
+"""LM-Infinite's Λ-shaped attention (Han et al., 2023) as a transformers attention function.
+
+For query i (token index) and key j ≤ i, with ``G`` global tokens and window ``W``::
+
+    local  (0 ≤ i − j < W):         s_ij = ⟨R(p_i) q_i, R(p_j) k_j⟩ · scaling
+    global (j < G and i − j ≥ W):   s_ij = ⟨R(W) q_i, R(0) k_j⟩ · scaling
+    otherwise:                      masked
+
+``R(p)`` is the model's own rotary map at position p (including its attention scaling);
+``p`` are the positions the forward used (perturbed ones included), so local keys keep
+their true rotary distance and every global key sits at distance exactly W (LM-Infinite's
+``stationary_query_states``: un-rotated key, query rotated to the fixed position W).
+Softmax over the allowed keys (float32), output ``Σ_j a_ij v_j``.
+
+The attention function only sees post-RoPE ``q``, ``k`` (``[B, H, T, d]``, ``[B, Hkv,
+T, d]``). posgen recovers the pre-RoPE vectors with the model's own
+``apply_rotary_pos_emb`` at ``(cos, −sin)`` divided by ``cos² + sin²`` (the squared
+attention scaling), and gets ``R(W)``, ``R(0)`` from the model's own rotary module
+called with ``[W, 0, max position]`` (the max keeps dynamic rope scalings on the forward's
+own frequencies). ``(cos, sin)`` and the positions come from a forward hook on the
+rotary module. Queries are processed in blocks of ``Lq``; a block sees at most
+``Lq + W − 1`` local and ``G`` global keys, so memory is O(Lq·(W + G)) per head.
+
+When ``T ≤ W`` the Λ mask is plain causal attention and the model's own attention
+implementation is called unchanged (bit-identical to the plain model).
+Assumptions (checked, with an error otherwise): one rotary module, full-width rotary
+(``cos.shape[-1] == head_dim``), eval mode, no logit soft-capping, no attention sinks,
+and no padding mask (one unpadded sequence, or right padding without a mask as lm-eval
+sends).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import AttentionInterface, AttentionMaskInterface
+
+from posgen.compat import attn_implementation, internal
+from posgen.harness.model_family import family_of, require_rotary, rotary_modules
+from posgen.perturbations.length import LengthLambda
+
+ALL_ATTENTION_FUNCTIONS = internal("transformers.modeling_utils:ALL_ATTENTION_FUNCTIONS")
+ALL_MASK_ATTENTION_FUNCTIONS = internal("transformers.masking_utils:ALL_MASK_ATTENTION_FUNCTIONS")
+
+NAME_PREFIX = "posgen_lambda_"
+_REGISTERED: set[str] = set()
+_ACTIVE: ContextVar[_ForwardState | None] = ContextVar("posgen_lambda_state", default=None)
+BLOCK_BUDGET = 1 << 23  # score elements per query block (8 Mi floats = 32 MiB, ×2 for softmax)
+
+
+@dataclass
+class _ForwardState:
+    """What the Λ function needs from the current forward: scheme, block size, the
+    rotary module and its latest inputs/outputs, and the derived fixed-position maps."""
+
+    scheme: LengthLambda
+    block_size: int | None
+    rotary: torch.nn.Module | None = None
+    cos: torch.Tensor | None = None  # [B|1, T, d]
+    sin: torch.Tensor | None = None
+    positions: torch.Tensor | None = None  # [B|1, T]
+    x: torch.Tensor | None = None
+    fixed: tuple[torch.Tensor, torch.Tensor] | None = field(default=None)  # cos, sin at [W, 0]
+
+
+def attention_name(base: str) -> str:
+    return NAME_PREFIX + base
+
+
+def base_of(name: str) -> str:
+    return name[len(NAME_PREFIX) :] if name.startswith(NAME_PREFIX) else name
+
+
+def register(base: str) -> str:
+    """Register the Λ function for a model whose own implementation is ``base`` (used
+    for ``T ≤ W``), with the sdpa mask function (None for unpadded causal input)."""
+    if base != "eager" and base not in ALL_ATTENTION_FUNCTIONS:
+        raise ValueError(f"lambda attention cannot wrap unknown implementation {base!r}")
+    name = attention_name(base)
+    if name not in _REGISTERED:
+        AttentionInterface.register(name, _make_forward(base))
+        AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+        _REGISTERED.add(name)
+    return name
+
+
+def _make_forward(base: str) -> Callable[..., Any]:
+    def forward(
+        module: torch.nn.Module,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, None]:
+        state = _ACTIVE.get()
+        if state is None:
+            raise RuntimeError(
+                f"attention implementation {attention_name(base)!r} was called outside "
+                "posgen's lambda_attention context"
+            )
+        if query.shape[2] <= state.scheme.window or query.shape[2] != key.shape[2]:
+            if query.shape[2] != key.shape[2]:
+                raise RuntimeError("lambda attention needs one full forward (no KV cache)")
+            own_eager = family_of(module).eager_attention_function(module)
+            plain = ALL_ATTENTION_FUNCTIONS.get_interface(base, own_eager)
+            return plain(module, query, key, value, attention_mask, **kwargs)
+        _check_supported(module, attention_mask, kwargs)
+        scaling = kwargs.get("scaling") or module.scaling
+        out = lambda_attention_forward(module, query, key, value, state, float(scaling))
+        return out.transpose(1, 2).contiguous(), None
+
+    forward.__name__ = f"posgen_lambda_{base}_forward"
+    return forward
+
+
+def _check_supported(module: torch.nn.Module, mask: torch.Tensor | None, kwargs: dict) -> None:
+    if module.training:
+        raise RuntimeError("lambda attention is for evaluation: call model.eval()")
+    if mask is not None:
+        raise RuntimeError(
+            "lambda attention runs unpadded causal forwards; got an attention mask "
+            "(padding or a sliding window). Run one sequence at a time without a mask."
+        )
+    config = getattr(module, "config", None)
+    if (
+        getattr(config, "attn_logit_softcapping", None)
+        or getattr(module, "sinks", None) is not None
+    ):
+        raise RuntimeError("lambda attention does not support logit soft-capping or sinks")
+    if kwargs.get("sliding_window"):
+        raise RuntimeError("lambda attention does not combine with sliding-window layers")
+
+
+def _fixed_maps(state: _ForwardState) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, sin) of the model's rotary module at positions W and 0, shape ``[1, 2, d]``."""
+    if state.fixed is None:
+        assert state.rotary is not None and state.positions is not None and state.x is not None
+        pos = state.positions
+        top = pos.max().reshape(1, 1)
+        fixed = torch.tensor([[state.scheme.window, 0]], dtype=pos.dtype, device=pos.device)
+        ids = torch.cat([fixed, top], dim=1)
+        cos, sin = state.rotary.forward(state.x[:1, :3], ids)  # bypass posgen's hooks
+        state.fixed = (cos[:, :2], sin[:, :2])
+    return state.fixed
+
+
+def lambda_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    state: _ForwardState,
+    scaling: float,
+) -> torch.Tensor:
+    """Λ attention output ``[B, H, T, d]`` from post-RoPE ``query [B, H, T, d]``,
+    ``key``/``value [B, Hkv, T, d]`` (see the module docstring for the equation)."""
+    if state.cos is None or state.sin is None:
+        raise RuntimeError("lambda attention saw no rotary embedding in this forward")
+    apply = family_of(module).apply_rotary_function(module)
+    _, heads, n, dim = query.shape
+    if state.cos.shape[-1] != dim or state.cos.shape[-2] != n:
+        raise RuntimeError(
+            f"lambda attention needs full-width rotary on every token: cos has shape "
+            f"{tuple(state.cos.shape)}, queries {tuple(query.shape)}"
+        )
+    window, n_global = state.scheme.window, min(state.scheme.n_global, n)
+    cos, sin = state.cos, state.sin
+    norm = (cos * cos + sin * sin).unsqueeze(1)  # [B|1, 1, T, d]: squared attention scaling
+    fixed_cos, fixed_sin = _fixed_maps(state)
+    # stationary queries: R(W) applied to the un-rotated query of every token
+    q_plain = apply(query, query, cos, -sin)[0] / norm
+    q_fixed = apply(q_plain, q_plain, fixed_cos[:, :1], fixed_sin[:, :1])[0]
+    k_plain = apply(
+        key[:, :, :n_global], key[:, :, :n_global], cos[:, :n_global], -sin[:, :n_global]
+    )[0]
+    k_plain = k_plain / norm[:, :, :n_global]
+    k_global = apply(k_plain, k_plain, fixed_cos[:, 1:], fixed_sin[:, 1:])[0]
+    v_global = value[:, :, :n_global]
+    groups = heads // key.shape[1]
+    block = state.block_size or max(
+        16, min(1024, BLOCK_BUDGET // (heads * (window + n_global + 1024)))
+    )
+    out = torch.empty_like(query)
+    for start in range(0, n, block):
+        stop = min(n, start + block)
+        out[:, :, start:stop] = _block(
+            query, q_fixed, key, value, k_global, v_global, start, stop, window, groups, scaling
+        )
+    return out
+
+
+def _grouped_scores(q: torch.Tensor, k: torch.Tensor, groups: int) -> torch.Tensor:
+    """``q [B, H, Lq, d] · k [B, Hkv, Lk, d]ᵀ`` with query head h using key head h // groups
+    (transformers' repeat_kv order), shape ``[B, H, Lq, Lk]``, without copying keys."""
+    b, h, lq, d = q.shape
+    scores = q.view(b, h // groups, groups, lq, d) @ k.unsqueeze(2).transpose(-1, -2)
+    return scores.view(b, h, lq, k.shape[2])
+
+
+def _block(
+    query: torch.Tensor,
+    q_fixed: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    k_global: torch.Tensor,
+    v_global: torch.Tensor,
+    start: int,
+    stop: int,
+    window: int,
+    groups: int,
+    scaling: float,
+) -> torch.Tensor:
+    """Λ attention for queries ``start..stop-1``: ``[B, H, stop-start, d]``."""
+    lo = max(0, start - window + 1)
+    device = query.device
+    i = torch.arange(start, stop, device=device).unsqueeze(1)
+    j = torch.arange(lo, stop, device=device).unsqueeze(0)
+    scores = _grouped_scores(query[:, :, start:stop], key[:, :, lo:stop], groups) * scaling
+    allowed = (j <= i) & (i - j < window)
+    values = value[:, :, lo:stop]
+    n_global = k_global.shape[2]
+    if n_global and stop - 1 >= window:
+        g = torch.arange(n_global, device=device).unsqueeze(0)
+        g_scores = _grouped_scores(q_fixed[:, :, start:stop], k_global, groups) * scaling
+        scores = torch.cat([scores, g_scores], dim=-1)
+        allowed = torch.cat([allowed, i - g >= window], dim=-1)
+        values = torch.cat([values, v_global], dim=2)
+    scores = scores.float().masked_fill(~allowed, float("-inf"))
+    probs = torch.softmax(scores, dim=-1).to(query.dtype)
+    b, h, lq, lk = probs.shape
+    out = probs.view(b, h // groups, groups, lq, lk) @ values.unsqueeze(2)
+    return out.view(b, h, lq, -1)
+
+
+@contextmanager
+def lambda_attention(
+    model: torch.nn.Module, scheme: LengthLambda, block_size: int | None = None
+) -> Iterator[None]:
+    """Within the block, ``model`` runs Λ attention; its implementation is restored on
+    exit and the rotary hook removed. ``block_size``: queries per block (None: sized so
+    one block's scores stay near 32 MiB)."""
+    require_rotary(model, f"length={scheme.to_string()}")
+    modules = rotary_modules(model)
+    if len(modules) != 1:
+        raise RuntimeError(
+            f"lambda attention supports models with one rotary module, found {len(modules)}"
+        )
+    state = _ForwardState(scheme, block_size)
+
+    def hook(module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        state.rotary = module
+        state.x = kwargs.get("x", args[0] if args else None)
+        state.positions = kwargs["position_ids"] if "position_ids" in kwargs else args[1]
+        state.cos, state.sin = output
+        state.fixed = None
+
+    original = attn_implementation(model)
+    name = register(base_of(original))
+    handle = modules[0].register_forward_hook(hook, with_kwargs=True)
+    token = _ACTIVE.set(state)
+    try:
+        if original != name:
+            model.set_attn_implementation(name)
+        yield
+    finally:
+        handle.remove()
+        if attn_implementation(model) != original:
+            model.set_attn_implementation(original)
+        _ACTIVE.reset(token)

@@ -1,0 +1,65 @@
+"""Per-token negative log-likelihood by position: one forward per document.
+
+For a document of n tokens ``x_0 … x_{n−1}``, position t (1 ≤ t < n) carries
+
+    nll[t] = −log p(x_t | x_0 … x_{t−1})    (natural log, float64)
+
+The decoder runs once (``model.base_model``, no attention mask, so sdpa uses its causal
+kernel with no n × n mask); the LM head is then applied to the last hidden state
+``[n, hidden]`` in chunks of ``chunk`` positions, so at most ``chunk × vocab`` logits exist
+at a time (a 49k vocabulary × 16k positions would be 3.2 GB in float32). Models whose
+head post-processes logits (final soft-capping, logit scales) are refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def check_plain_head(model: Any) -> None:
+    """Refuse models whose logits are not ``lm_head(last hidden state)``."""
+    config = model.config
+    for attr in ("final_logit_softcapping", "logit_scale", "logits_scaling"):
+        value = getattr(config, attr, None)
+        if value not in (None, 1, 1.0):
+            raise RuntimeError(
+                f"posgen length computes logits as lm_head(hidden); this model has "
+                f"{attr}={value}, which it does not reproduce"
+            )
+    if model.get_output_embeddings() is None:
+        raise RuntimeError("posgen length needs a causal LM with an output embedding (LM head)")
+
+
+def position_nll(model: Any, input_ids: torch.Tensor, chunk: int = 1024) -> np.ndarray:
+    """``nll`` of shape ``[n]`` (float64) for ``input_ids`` ``[1, n]``; ``nll[0]`` is NaN
+    (the first token has no prediction). Runs inside whatever hooks are active."""
+    if input_ids.dim() != 2 or input_ids.shape[0] != 1:
+        raise ValueError(f"input_ids must be [1, n], got {tuple(input_ids.shape)}")
+    check_plain_head(model)
+    n = int(input_ids.shape[1])
+    out = np.full(n, np.nan)
+    head = model.get_output_embeddings()
+    with torch.no_grad():
+        hidden = model.base_model(input_ids=input_ids).last_hidden_state[0]  # [n, hidden]
+        targets = input_ids[0, 1:]
+        for start in range(0, n - 1, chunk):
+            stop = min(n - 1, start + chunk)
+            logits = head(hidden[start:stop]).float()  # [c, vocab]
+            logp = torch.log_softmax(logits, dim=-1)
+            picked = logp.gather(1, targets[start:stop, None])[:, 0]
+            out[start + 1 : stop + 1] = (-picked).double().cpu().numpy()
+    return out
+
+
+def bucket_sums(values: np.ndarray, width: int, n_buckets: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sum and count of the finite ``values[t]`` per position bucket ``⌊t / width⌋``
+    (``[n_buckets]`` each); positions past the last bucket are dropped."""
+    t = np.arange(values.size)
+    keep = np.isfinite(values) & (t < width * n_buckets)
+    idx = t[keep] // width
+    sums = np.bincount(idx, weights=values[keep], minlength=n_buckets)
+    counts = np.bincount(idx, minlength=n_buckets).astype(np.int64)
+    return sums, counts

@@ -1,0 +1,166 @@
+"""``posgen length``'s work: per-position NLL and attention drift for every (scheme,
+document), into a resumable run folder.
+
+Layout (every file written atomically)::
+
+    RUN/
+      config.json                       the resolved LengthRunConfig + its SHA-256
+      docs/<scheme>/<document>.json     one finished (scheme, document): bucket NLL sums
+                                        and counts, drift sums, seconds
+      length_scores.json                curves, effective lengths, drift (length_scores)
+      length.md, length_curves.png      the report block and its plot
+
+A rerun with the same config skips finished (scheme, document) files; a folder holding
+another config is refused.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from posgen.perturbations.length import LengthPerturbation, parse_length
+from posgen.results.schema import config_hash
+from posgen.results.store import RunConflictError, atomic_write_json, read_json, slug
+
+LENGTH_SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class LengthRunConfig:
+    """Everything that determines the figures of one ``posgen length`` run."""
+
+    model: str
+    max_length: int
+    trained_context: int
+    schemes: tuple[str, ...]
+    documents: tuple[str, ...]
+    bucket_width: int
+    positions: str | None = None
+    seed: int = 1234
+    chunk: int = 1024
+    block_size: int | None = None
+    threshold: float = 0.10
+
+    def __post_init__(self) -> None:
+        if self.max_length < 2 or self.trained_context < 2:
+            raise ValueError("max_length and trained_context must be >= 2")
+        if self.bucket_width < 1 or self.bucket_width > self.max_length:
+            raise ValueError(f"bucket width must be in [1, {self.max_length}]")
+        if not self.schemes or not self.documents:
+            raise ValueError("give at least one scheme and one document")
+        if not (self.threshold > 0 and math.isfinite(self.threshold)):
+            raise ValueError(f"threshold must be a finite number > 0, got {self.threshold}")
+        from posgen.results.length_scores import reference_buckets
+
+        reference_buckets(self.bucket_width, self.n_buckets, self.trained_context)
+
+    @property
+    def n_buckets(self) -> int:
+        return math.ceil(self.max_length / self.bucket_width)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "schemes": list(self.schemes), "documents": list(self.documents)}
+
+    def parsed_schemes(self) -> list[LengthPerturbation]:
+        return [parse_length(s) for s in self.schemes]
+
+
+def prepare_folder(folder: Path, config: LengthRunConfig) -> None:
+    """Write ``config.json``, or check that the folder holds this very config."""
+    record = {"schema": LENGTH_SCHEMA, "config": config.to_dict()}
+    record["config_sha256"] = config_hash(record["config"])
+    path = folder / "config.json"
+    if path.exists():
+        old = read_json(path, "length run config")
+        if old.get("config_sha256") != record["config_sha256"]:
+            raise RunConflictError(
+                f"{folder} holds a length run with another config; choose another --out"
+            )
+        return
+    atomic_write_json(path, record)
+
+
+def result_path(folder: Path, scheme: str, document: str) -> Path:
+    return folder / "docs" / slug(scheme) / f"{slug(document)}.json"
+
+
+def _load_groups(schemes: list[LengthPerturbation]) -> dict[str, list[LengthPerturbation]]:
+    """Schemes grouped by the model load they need (rope scalings load their own)."""
+    groups: dict[str, list[LengthPerturbation]] = {}
+    for s in schemes:
+        key = "plain" if s.rope_type is None else s.to_string()
+        groups.setdefault(key, []).append(s)
+    return groups
+
+
+def run_documents(
+    folder: Path,
+    config: LengthRunConfig,
+    model_path: str,
+    texts: dict[str, str],
+    log: Callable[[str], None] = print,
+) -> None:
+    """Compute every missing (scheme, document) file of the run folder."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from posgen.harness.length.apply import length_forward, load_model
+    from posgen.harness.length.drift import drift_capture
+    from posgen.harness.length.nll import bucket_sums, position_nll
+    from posgen.perturbations import parse
+
+    positions = parse("position", config.positions) if config.positions else None
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    ids = {d: tokenizer(texts[d]).input_ids[: config.max_length] for d in config.documents}
+    short = {d: len(v) for d, v in ids.items() if len(v) < config.max_length}
+    if short:
+        raise ValueError(f"documents shorter than --max-length {config.max_length}: {short}")
+    width, n_buckets = config.bucket_width, config.n_buckets
+    for group in _load_groups(config.parsed_schemes()).values():
+        todo = [
+            (s, d)
+            for s in group
+            for d in config.documents
+            if not result_path(folder, s.to_string(), d).exists()
+        ]
+        if not todo:
+            continue
+        model = load_model(model_path, group[0])
+        for scheme, doc in todo:
+            input_ids = torch.tensor([ids[doc]], dtype=torch.long)
+            start = time.perf_counter()
+            with (
+                length_forward(model, input_ids, scheme, positions, config.seed, config.block_size),
+                drift_capture(model, config.trained_context, width, n_buckets) as drift,
+            ):
+                nll = position_nll(model, input_ids, config.chunk)
+            seconds = time.perf_counter() - start
+            sums, counts = bucket_sums(nll, width, n_buckets)
+            record = {
+                "scheme": scheme.to_string(),
+                "spec": scheme.spec.to_dict(),
+                "document": doc,
+                "n_tokens": int(input_ids.shape[1]),
+                "nll_sum": sums.tolist(),
+                "count": counts.tolist(),
+                "drift": drift[-1].to_dict() if drift else None,
+                "seconds": seconds,
+            }
+            atomic_write_json(result_path(folder, scheme.to_string(), doc), record)
+            log(f"{scheme.to_string():>16}  {doc:<20} {input_ids.shape[1]} tokens  {seconds:.1f} s")
+        del model
+
+
+def read_results(folder: Path, config: LengthRunConfig) -> list[dict[str, Any]]:
+    """Every (scheme, document) record of the run, in config order; missing ones raise."""
+    out = []
+    for scheme in config.parsed_schemes():
+        for doc in config.documents:
+            path = result_path(folder, scheme.to_string(), doc)
+            out.append(read_json(path, f"length result {scheme.to_string()} / {doc}"))
+    return out

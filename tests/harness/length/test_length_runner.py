@@ -1,0 +1,217 @@
+"""posgen length on a tiny model with a 64-token trained context: NLL runner, drift
+capture, the command and its resumable folder."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from tests.tiny_models import build_short_context_model, build_tokenizer
+
+from posgen.harness.cli import main as cli_main
+from posgen.harness.length.apply import length_forward, load_model
+from posgen.harness.length.drift import drift_capture, token_cosines
+from posgen.harness.length.nll import bucket_sums, position_nll
+from posgen.perturbations.length import LengthLambda, LengthNone, LengthScale, LengthYarn
+from posgen.results.store import RunConflictError
+
+C = 64
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny-short")
+    build_short_context_model("llama", max_positions=C).save_pretrained(path)
+    build_tokenizer().save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def model():
+    return build_short_context_model("llama", max_positions=C)
+
+
+def _ids(n: int) -> torch.Tensor:
+    return torch.randint(3, 384, (1, n), generator=torch.Generator().manual_seed(5))
+
+
+def test_position_nll_matches_the_model_logits_in_any_chunking(model):
+    ids = _ids(150)
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids).logits[0].double(), dim=-1)
+    expected = -logp[:-1].gather(1, ids[0, 1:, None])[:, 0].numpy()
+    for chunk in (7, 1024):
+        got = position_nll(model, ids, chunk=chunk)
+        assert np.isnan(got[0])
+        np.testing.assert_allclose(got[1:], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_bucket_sums_skip_nan_and_overflow():
+    sums, counts = bucket_sums(np.array([np.nan, 1.0, 2.0, 3.0, 4.0, 5.0]), 2, 2)
+    assert sums.tolist() == [1.0, 5.0] and counts.tolist() == [1, 2]
+
+
+def test_schemes_change_only_what_they_should(model):
+    ids = _ids(2 * C)
+    plain = position_nll(model, ids)
+    with length_forward(model, ids, LengthNone()):
+        assert np.array_equal(position_nll(model, ids), plain, equal_nan=True)
+    with length_forward(model, ids, LengthLambda(4, C)):
+        lam = position_nll(model, ids)
+    # window = C: the first C+1 predictions see no capped key (float noise only)
+    np.testing.assert_allclose(lam[1 : C + 1], plain[1 : C + 1], rtol=1e-5, atol=1e-5)
+    assert not np.allclose(lam[C + 1 :], plain[C + 1 :])
+    with length_forward(model, ids, LengthScale(2.0)):
+        assert not np.allclose(position_nll(model, ids)[1:], plain[1:])
+    with (
+        pytest.raises(RuntimeError, match="load time"),
+        length_forward(model, ids, LengthYarn(2.0)),
+    ):
+        pass
+
+
+def test_token_cosines_planted_directions():
+    out = torch.zeros(8, 4)
+    out[:4, 0] = 2.0  # in-context tokens along e0
+    out[4:, 1] = 3.0  # later tokens along e1
+    cos, log_norm = token_cosines(out, (2, 4))
+    np.testing.assert_allclose(cos, [1, 1, 1, 1, 0, 0, 0, 0], atol=1e-12)
+    np.testing.assert_allclose(log_norm, np.log([2] * 4 + [3] * 4))
+
+
+def test_drift_capture_sums_per_layer(model):
+    ids = _ids(2 * C)
+    with torch.no_grad(), drift_capture(model, C, 16, 8) as found:
+        model(ids)
+    (sums,) = found
+    assert sums.cos_sum.shape == (2, 8) and sums.count.tolist() == [16] * 8
+    assert sums.region_count.tolist() == [C // 2, C]
+    drift, ratio = sums.layer_drift()
+    assert drift.shape == (2,) and np.isfinite(drift).all() and np.isfinite(ratio).all()
+    # bucket sums agree with the region sums
+    np.testing.assert_allclose(sums.cos_sum[:, 2:4].sum(1), sums.region_cos[:, 0])
+
+
+def test_rope_scalings_load_through_the_config(tiny_path):
+    yarn = load_model(str(tiny_path), LengthYarn(2.0))
+    assert yarn.model.rotary_emb.rope_type == "yarn"
+    assert yarn.config.max_position_embeddings == 2 * C
+
+
+def _run(tiny_path, out, *extra):
+    return cli_main(
+        [
+            "length",
+            "--model",
+            str(tiny_path),
+            "--schemes",
+            "none;lambda:2,32;scale:2;yarn:2;dynamic:2",
+            "--documents",
+            "2",
+            "--bucket-width",
+            "16",
+            "--out",
+            str(out),
+            *extra,
+        ]
+    )
+
+
+def test_command_writes_a_resumable_folder(tiny_path, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _run(tiny_path, out) == 0
+    printed = capsys.readouterr().out
+    assert "| yarn:2.0 |" in printed and "Attention-output drift" in printed
+    scores = json.loads((out / "length_scores.json").read_text())
+    assert set(scores["effective"]) == {
+        "none",
+        "lambda:2,32",
+        "scale:2.0",
+        "yarn:2.0",
+        "dynamic:2.0",
+    }
+    assert len(scores["curves"]) == 5 * 8 and len(scores["drift"]) == 5 * 2
+    assert (out / "length_curves.png").read_bytes()[:4] == b"\x89PNG"
+    files = sorted((out / "docs").rglob("*.json"))
+    assert len(files) == 10
+    stamps = [f.stat().st_mtime_ns for f in files]
+    assert _run(tiny_path, out) == 0  # resumes: nothing recomputed
+    assert [f.stat().st_mtime_ns for f in files] == stamps
+    with pytest.raises(RunConflictError):
+        _run(tiny_path, out, "--threshold", "0.2")
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["--schemes", "lambda:4"], "GLOBAL,WINDOW"),
+        (["--positions", "swapp:0.1"], "unknown position"),
+        (["--documents", "9"], r"\[1, 5\]"),
+        (["--bucket-width", "64"], "no position bucket"),
+    ],
+)
+def test_bad_input_is_refused_with_a_message(tiny_path, tmp_path, args, match):
+    with pytest.raises(SystemExit, match=match):
+        cli_main(["length", "--model", str(tiny_path), "--out", str(tmp_path / "x"), *args])
+
+
+def test_run_for_models_writes_length_folders_and_report_blocks(tiny_path, tmp_path, monkeypatch):
+    from posgen.harness.length import command
+    from posgen.results import report
+    from posgen.results.length_report import run_blocks
+
+    monkeypatch.setattr(report, "regenerate", lambda root: {"root": root})
+    models = [
+        {"label": "tiny", "path": str(tiny_path), "random_init": False},
+        {"label": "tiny+random-init", "path": str(tiny_path), "random_init": True},
+    ]
+    # 'quick' = 2 documents, none;lambda:4,C;scale:2 with C from the model config (64)
+    assert command.run_for_models(tmp_path, models, "quick") == {"root": tmp_path}
+    (folder,) = (tmp_path / "length").iterdir()
+    scores = json.loads((folder / "length_scores.json").read_text())
+    assert sorted(scores["effective"]) == ["lambda:4,64", "none", "scale:2.0"]
+    kinds = [b[0] for b in run_blocks(tmp_path)]
+    assert kinds == ["h", "p", "table", "p", "img", "p", "table"]
+
+
+def test_posgen_run_refuses_a_bad_length_before_loading(capsys):
+    assert cli_main(["run", "--length", "lambda:4", "--quick"]) == 2
+    assert "--length" in capsys.readouterr().err
+
+
+def test_scale_equals_interpolated_positions_and_composes(model):
+    from posgen.harness.hf_posgen.position_hooks import rotary_positions
+    from posgen.perturbations import parse
+
+    ids = _ids(100)
+    with torch.no_grad(), rotary_positions(model, torch.arange(100.0).unsqueeze(0) / 2):
+        expected = model(ids).logits
+    with torch.no_grad(), length_forward(model, ids, LengthScale(2.0)):
+        assert torch.equal(model(ids).logits, expected)
+    swap = parse("position", "swap:0.2")
+    values = torch.tensor(swap.position_values(ids[0].numpy(), 7), dtype=torch.float32) / 2
+    with torch.no_grad(), rotary_positions(model, values.unsqueeze(0)):
+        expected = model(ids).logits
+    with torch.no_grad(), length_forward(model, ids, LengthScale(2.0), swap, seed=7):
+        assert torch.equal(model(ids).logits, expected)
+
+
+def test_yarn_at_load_equals_a_model_built_with_that_config(tiny_path):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    loaded = load_model(str(tiny_path), LengthYarn(2.0))
+    config = AutoConfig.from_pretrained(tiny_path)
+    config.rope_parameters = {
+        "rope_type": "yarn",
+        "factor": 2.0,
+        "rope_theta": 10000.0,
+        "original_max_position_embeddings": C,
+    }
+    config.max_position_embeddings = 2 * C
+    built = AutoModelForCausalLM.from_config(config).eval()
+    built.load_state_dict(loaded.state_dict())
+    ids = _ids(120)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids).logits, built(ids).logits, rtol=0, atol=0)

@@ -1,0 +1,126 @@
+"""Length scores: t intervals, effective length on planted curves, drift rows."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from posgen.results.length_report import curves_figure, markdown
+from posgen.results.length_scores import (
+    crossing,
+    reference_buckets,
+    score_length,
+    t_interval,
+)
+
+CONFIG = {
+    "model": "m",
+    "trained_context": 64,
+    "max_length": 128,
+    "bucket_width": 16,
+    "threshold": 0.10,
+    "seed": 1,
+    "documents": ["a", "b", "c"],
+}
+
+
+def _record(scheme: str, doc: str, means: list[float], n: int = 16) -> dict:
+    drift = {
+        "cos_sum": [[0.0] * 8] * 2,
+        "log_norm_sum": [[0.0] * 8] * 2,
+        "count": [16.0] * 8,
+        "region_cos": [[32 * 0.9, 64 * 0.6], [32 * 0.8, 64 * 0.8]],
+        "region_log_norm": [[0.0, 64 * 0.5], [0.0, 0.0]],
+        "region_count": [32.0, 64.0],
+        "reference": [32, 64],
+    }
+    return {
+        "scheme": scheme,
+        "document": doc,
+        "nll_sum": [m * n for m in means],
+        "count": [n] * len(means),
+        "drift": drift,
+    }
+
+
+def test_t_interval_matches_scipy_and_degenerates():
+    v = np.array([1.0, 2.0, 4.0])
+    mean, lo, hi = t_interval(v)
+    want = stats.t.interval(0.95, 2, loc=v.mean(), scale=stats.sem(v))
+    assert mean == pytest.approx(7 / 3) and (lo, hi) == pytest.approx(want)
+    assert math.isnan(t_interval(np.array([3.0]))[1])
+
+
+def test_t_interval_coverage_by_simulation():
+    rng = np.random.default_rng(0)
+    hits = 0
+    reps = 2000
+    for _ in range(reps):
+        _, lo, hi = t_interval(rng.normal(5.0, 2.0, size=4))
+        hits += lo <= 5.0 <= hi
+    assert abs(hits / reps - 0.95) < 0.015
+
+
+def test_reference_buckets_and_crossing_on_a_planted_curve():
+    idx = reference_buckets(16, 8, 64)
+    assert idx.tolist() == [2, 3]
+    flat = np.full((2, 8), 2.0)
+    sums = flat.copy() * 10
+    sums[:, 6:] = 3.0 * 10  # jumps at position 96
+    first, ref = crossing(sums, np.full((2, 8), 10.0), idx, math.log1p(0.1), 4)
+    assert (first, ref) == (6, 2.0)
+    assert crossing(flat, np.ones((2, 8)), idx, 0.1, 4)[0] is None
+    sums[:, 2] = 2.5 * 10  # a noisy in-context bucket: not searched (search starts at C)
+    assert crossing(sums, np.full((2, 8), 10.0), idx, math.log1p(0.1), 4)[0] == 6
+    with pytest.raises(ValueError, match="smaller bucket width"):
+        reference_buckets(64, 2, 64)
+
+
+def test_score_length_effective_lengths_and_drift():
+    base = [4.0, 3.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0]
+    jump = [4.0, 3.0, 2.0, 2.0, 2.05, 2.5, 3.0, 3.5]
+    records = [_record("flat", d, [m + 0.01 * i for m in base]) for i, d in enumerate("abc")]
+    records += [_record("breaks", d, [m + 0.01 * i for m in jump]) for i, d in enumerate("abc")]
+    scores = score_length(records, CONFIG)
+    flat, breaks = scores["effective"]["flat"], scores["effective"]["breaks"]
+    assert flat["censored"] and flat["effective_length"] == 128
+    assert not breaks["censored"] and breaks["effective_length"] == 5 * 16
+    assert breaks["ci_low"] <= 80 <= breaks["ci_high"] and breaks["few_documents"]
+    assert breaks["reference_nll"] == pytest.approx(2.01)
+    rows = [r for r in scores["drift"] if r["scheme"] == "flat"]
+    assert [round(r["drift"], 12) for r in rows] == [0.3, 0.0]
+    assert rows[0]["log_norm_ratio"] == pytest.approx(0.5)
+    again = score_length(records, CONFIG)
+    assert again["effective"] == scores["effective"]  # seeded bootstrap
+    text = markdown(scores)
+    assert "| breaks | 2.010 |" in text and "≥ 128" in text and "not a calibrated" in text
+    assert len(curves_figure(scores).axes[0].lines) == 3
+
+
+def test_compare_lines_pair_runs_by_model_and_scheme(tmp_path):
+    import json
+
+    from posgen.results.length_report import compare_lines
+
+    scores = score_length([_record("none", d, [4, 3, 2, 2, 2, 2, 2, 2]) for d in "ab"], CONFIG)
+    for run in ("A", "B"):
+        (tmp_path / run / "length" / "m").mkdir(parents=True)
+        (tmp_path / run / "length" / "m" / "length_scores.json").write_text(json.dumps(scores))
+    lines = compare_lines(tmp_path / "A", tmp_path / "B")
+    assert lines[-1].split() == [
+        "m",
+        "none",
+        "A",
+        "≥128",
+        "[128,",
+        "128]",
+        "B",
+        "≥128",
+        "[128,",
+        "128]",
+    ]
+    assert compare_lines(tmp_path / "A", tmp_path / "nothing")[-1].endswith("only in A")
+    assert compare_lines(tmp_path / "x", tmp_path / "y") == []
