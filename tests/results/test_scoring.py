@@ -221,3 +221,58 @@ def test_an_accuracy_curve_from_a_zero_accuracy_baseline_is_not_measurable():
     assert not bool(tol.loc["chance-free", "measurable"])
     summary = model_summary(tol.reset_index(), {})
     assert set(summary["t|text"]) == {"trained"}
+
+
+def _perdoc(rng, n_docs, seeds, metric="word_perplexity"):
+    rows = []
+    w = rng.integers(100, 300, n_docs).astype(float)
+    base = rng.normal(3.0, 0.3, n_docs)
+    for s in seeds:
+        pert = base + rng.normal(0.1, 0.05, n_docs)
+        for i in range(n_docs):
+            num, den = (-pert[i] * w[i], w[i]) if metric != "acc" else (float(pert[i] < 3.1), 1.0)
+            bnum, bden = (-base[i] * w[i], w[i]) if metric != "acc" else (1.0, 1.0)
+            rows.append(
+                {
+                    "model": "m",
+                    "task": "t",
+                    "metric": metric,
+                    "kind": "position",
+                    "scheme": "swap",
+                    "rate": 0.1,
+                    "seed": s,
+                    "doc_key": f"d{i}",
+                    "base_num": bnum,
+                    "base_den": bden,
+                    "num": num,
+                    "den": den,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_degradation_table_averages_seeds_per_document_then_takes_the_doc_interval():
+    from posgen.results.intervals import ratio_interval
+
+    perdoc = _perdoc(np.random.default_rng(5), 12, [7, 8, 9])
+    cfg = ScoringConfig(iters=500)
+    row = scoring.degradation_table(perdoc, cfg).iloc[0]
+    assert row["n"] == 12 and row["n_seeds"] == 3 and row["seed"] == 7
+    g = perdoc.groupby("doc_key")[["base_num", "base_den", "num", "den"]].mean()
+    want = ratio_interval(
+        *(g[c].to_numpy() for c in g.columns),
+        iters=500,
+        key="m|t|word_perplexity|position|swap|7|0.1",
+    )
+    assert math.isclose(row["ci_lo"], want["ci_lo"]) and math.isclose(row["ci_hi"], want["ci_hi"])
+    log_t = scoring.degradation_table(perdoc, ScoringConfig(interval="log-t")).iloc[0]
+    assert log_t["degradation"] == row["degradation"] and log_t["ci_lo"] != row["ci_lo"]
+
+
+def test_accuracy_rows_use_agresti_min():
+    from posgen.results.intervals import agresti_min
+
+    perdoc = _perdoc(np.random.default_rng(6), 24, [1], metric="acc")
+    row = scoring.degradation_table(perdoc, ScoringConfig()).iloc[0]
+    want = agresti_min(perdoc["base_num"], perdoc["num"])
+    assert math.isclose(row["ci_lo"], want["ci_lo"]) and math.isclose(row["ci_hi"], want["ci_hi"])

@@ -60,6 +60,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, help="run folder (default ./posgen-runs/<name>)")
     parser.add_argument("--seed", type=int, default=1234, help="perturbation seed")
     parser.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="perturbation seeds per cell (seed, seed+1, ...; one model load); the "
+        "scores average each document over them and the intervals include the draw",
+    )
+    parser.add_argument(
         "--limit", type=int, help="documents per task (default: per-task limits of the preset)"
     )
     parser.add_argument(

@@ -103,6 +103,10 @@ def scores_json(store, scores: dict[str, Any]) -> dict[str, Any]:
     return {
         "config_hash": store.config_hash,
         "scoring": store.config.get("scoring", {}),
+        "interval_method": {
+            "perplexity": scoring_config(store.config).interval,
+            "accuracy": "agresti-min",
+        },
         "degradation": _records(scores["degradation"]),
         "tolerance": _records(scores["tolerance"]),
         "fit": scores["fit"],
@@ -345,10 +349,14 @@ def detail_table(scores: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 
 def not_shown_blocks(cfg: dict[str, Any], scores: dict[str, Any]) -> list[Block]:
+    seeds = cfg.get("seeds", 1)
     items = [
         "Only one perturbation seed per cell: the CIs cover document sampling (and, "
         "because every document draws its own perturbation, perturbation noise per "
-        "document), not a second draw of the whole sweep.",
+        "document), not a second draw of the whole sweep."
+        if seeds == 1
+        else f"{seeds} perturbation seeds per cell, averaged per document: the CIs "
+        "cover document sampling and the draw's variance.",
         f"Only the documents scored (limits {cfg.get('limits')}); the full tasks may "
         "give other figures.",
         "Per-document values, lm-eval's raw results and samples are in the run folder "
