@@ -181,13 +181,29 @@ def test_cross_model_below_three_models_is_not_estimable():
 
 def test_cross_model_recovers_a_planted_monotone_relation():
     per_model = {f"m{i}": {"x": i / 10, "y": (i / 10) ** 3} for i in range(8)}
-    res = cross_model(per_model, "x", "y", iters=500)
-    assert res["estimable"] and res["n"] == 8
+    res = cross_model(per_model, "x", "y")
+    assert res["estimable"] and res["n"] == 8 and res["claim"]
     assert res["spearman"]["r"] == pytest.approx(1.0)
-    assert 0.8 < res["pearson"]["r"] < 1.0
-    assert res["pearson"]["ci_lo"] <= res["pearson"]["r"] <= res["pearson"]["ci_hi"]
+    assert res["spearman"]["p"] == pytest.approx(2 / math.factorial(8))  # exact: ±1 only
+    assert 0.8 < res["pearson"]["r"] < 1.0 and res["pearson"]["p"] < 0.01
     anti = {k: {"x": v["x"], "y": -v["y"]} for k, v in per_model.items()}
-    assert cross_model(anti, "x", "y", iters=200)["spearman"]["r"] == pytest.approx(-1.0)
+    assert cross_model(anti, "x", "y")["spearman"]["r"] == pytest.approx(-1.0)
+
+
+def test_three_monotone_models_are_descriptive_with_p_one_third():
+    per_model = {f"m{i}": {"x": i, "y": i * i} for i in range(3)}
+    res = cross_model(per_model, "x", "y")
+    assert res["descriptive_only"] and not res["claim"]
+    assert res["spearman"]["p"] == pytest.approx(1 / 3)  # not a degenerate [1, 1] interval
+    assert "ci_lo" not in res["spearman"]
+
+
+def test_cross_model_excludes_twins():
+    per_model = {f"m{i}": {"x": i, "y": i} for i in range(5)}
+    per_model["m0+random-init"] = {"x": 9.0, "y": -9.0}
+    res = cross_model(per_model, "x", "y", twins={"m0+random-init"})
+    assert res["n"] == 5 and res["twins"] == ["m0+random-init"]
+    assert res["spearman"]["r"] == pytest.approx(1.0)
 
 
 def test_an_accuracy_curve_from_a_zero_accuracy_baseline_is_not_measurable():

@@ -59,7 +59,8 @@ def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
     results, perdoc = result_rows(cells), perdoc_rows(cells)
     decomps = load_decompositions(store)
     fits = {m: fit_quality(d) for m, d in decomps.items()}
-    scores = score_tables(perdoc, fits, scoring_config(store.config))
+    twins = {m["label"] for m in store.config.get("models", []) if m.get("random_init")}
+    scores = score_tables(perdoc, fits, scoring_config(store.config), twins)
     return store, {**scores, "results": results, "perdoc": perdoc, "decompositions": decomps}
 
 
@@ -290,41 +291,53 @@ def models_table(cfg: dict[str, Any], scores: dict[str, Any]) -> tuple[list[str]
         ]
         for k in kinds:
             v = summary[f"{task}|{k}"].get(m["label"], {})
-            row += [_fmt(v.get("tolerance")), _fmt(v.get("auc"), 3)]
+            row += [_fmt(v.get("tolerance")), _band(v, "tolerance_interp"), _fmt(v.get("auc"), 3)]
         rows.append(row)
     header = ["model", "random init", "mean r (3-axis)", "2-axis", "distance+key"]
     for k in kinds:
-        header += [f"{k} tolerance", f"{k} AUC"]
+        header += [f"{k} tolerance", f"{k} crossing [95% band]", f"{k} AUC"]
     return header, rows
 
 
+def _band(v: dict[str, Any], key: str) -> str:
+    if _missing(v.get(key)):
+        return "n/a"
+    lo, hi = v.get(f"{key}_lo"), v.get(f"{key}_hi")
+    band = "" if _missing(lo) or _missing(hi) else f" [{lo:.3g}, {hi:.3g}]"
+    return f"{v[key]:.3g}{band}"
+
+
 def correlation_blocks(scores: dict[str, Any]) -> list[Block]:
+    from posgen.results.association import RULE
+
     corr = scores["cross_model"]
     if not any(c["estimable"] for c in corr):
         n = max((c["n"] for c in corr), default=0)
         return [
             (
                 "p",
-                f"Not estimable: {n} model(s) with both a fit and a tolerance; a "
-                "correlation across models needs at least 3, so no number is given.",
+                f"Not estimable: {n} model(s) with both a fit and a tolerance (random-init "
+                "twins not counted); a correlation across models needs at least 3, so no "
+                "number is given.",
             )
         ]
     rows = []
     for c in corr:
-        cells = [c.get("reason", ""), ""]
+        cells = [c.get("reason", ""), "", "", ""]
         if c["estimable"]:
-            cells = [
-                f"{c[k]['r']:.2f} [{c[k]['ci_lo']:.2f}, {c[k]['ci_hi']:.2f}]"
-                for k in ("spearman", "pearson")
-            ]
-        rows.append([c["task"], c["kind"], f"r_3axis vs {c['y']}", str(c["n"]), *cells])
-    return [
-        (
-            "table",
-            ["task", "kind", "variables", "n models", "Spearman [95% CI]", "Pearson [95% CI]"],
-            rows,
-        )
-    ]
+            cells = [f"{c[k]['r']:.2f} (p = {c[k]['p']:.3g})" for k in ("spearman", "pearson")]
+            spread = c["spearman"].get("doc_resampled", {}).get("band", [None, None])
+            cells.append("n/a" if spread[0] is None else f"[{spread[0]:.2f}, {spread[1]:.2f}]")
+            cells.append(
+                "descriptive only"
+                if c["descriptive_only"]
+                else ("relation" if c["claim"] else "no relation shown")
+            )
+        twins = f" (+{len(c['twins'])} twin)" if c.get("twins") else ""
+        rows.append([c["task"], c["kind"], f"r_3axis vs {c['y']}", f"{c['n']}{twins}", *cells])
+    head = ["task", "kind", "variables", "n models", "Spearman ρ (exact p)", "Pearson r (exact p)"]
+    head += ["ρ over document resamples", "reading"]
+    return [("p", f"Rule: {RULE} p is two-sided."), ("table", head, rows)]
 
 
 def detail_table(scores: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -365,6 +378,9 @@ def not_shown_blocks(cfg: dict[str, Any], scores: dict[str, Any]) -> list[Block]
     missing = [m for m in cfg_models(cfg) if m not in scores["fit"]]
     if missing:
         items.append(f"No decomposition fit for {', '.join(missing)}.")
-    if len(cfg_models(cfg)) < 3:
-        items.append("Cross-model correlations need at least 3 models and are not estimated.")
+    if sum(not m.get("random_init") for m in cfg.get("models", [])) < 3:
+        items.append(
+            "Cross-model correlations need at least 3 models (random-init twins not "
+            "counted) and are not estimated."
+        )
     return [("h", 2, "What is not shown"), ("ul", items)]

@@ -26,7 +26,7 @@ folds the draw's variance in without assuming it is zero or independent of the d
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,9 +153,7 @@ def degradation_table(perdoc, cfg: ScoringConfig = ScoringConfig()):
         rule = METRIC_RULES[rec["metric"]]
         stats = cell_interval(rule, g, cfg, key)
         base = aggregate(rule, g["base_num"].to_numpy(float), g["base_den"].to_numpy(float))
-        rows.append(
-            {**rec, **stats, "baseline": float(base), "n_seeds": int(g["n_seeds"].max())}
-        )
+        rows.append({**rec, **stats, "baseline": float(base), "n_seeds": int(g["n_seeds"].max())})
     cols = [*GROUP, "rate", "degradation", "ci_lo", "ci_hi", "stderr", "n", "baseline"]
     return pd.DataFrame(rows, columns=[*cols, "n_seeds"])
 
@@ -264,51 +262,49 @@ def cross_model(
     x: str,
     y: str,
     *,
-    iters: int = 2000,
-    confidence: float = 0.95,
     seed: int = 0,
-    min_models: int = 3,
+    twins: Collection[str] = (),
+    resampled: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, Any]:
-    """Spearman and Pearson correlation of ``x`` and ``y`` across models, with a bootstrap
-    CI over models. Below ``min_models`` (or with a constant variable) the result is
-    marked not estimable and carries no number."""
-    from scipy import stats
+    """Spearman and Pearson correlation of ``x`` and ``y`` across models, each with an
+    exact permutation p-value (:mod:`posgen.results.association`, which states the
+    reading rule). Random-init ``twins`` are listed, not counted. ``resampled`` (per
+    model, replicates ``[B]`` of ``y`` under joint document resampling) adds the band of
+    each correlation over those replicates: the relation's spread from the models'
+    own tolerance uncertainty. Fewer than 3 models or a constant variable: not
+    estimable, no number."""
+    from posgen.results.association import MIN_CLAIM, RULE, permutation_correlation
+    from posgen.results.tolerance_resample import relation_spread
 
     names = sorted(
         m
         for m, v in per_model.items()
-        if np.isfinite(v.get(x, np.nan)) and np.isfinite(v.get(y, np.nan))
+        if m not in twins and np.isfinite(v.get(x, np.nan)) and np.isfinite(v.get(y, np.nan))
     )
     n = len(names)
-    out: dict[str, Any] = {"x": x, "y": y, "n": n, "models": names}
-    if n < min_models:
-        return {
-            **out,
-            "estimable": False,
-            "reason": f"not estimable: {n} model(s), at least {min_models} needed",
-        }
+    out: dict[str, Any] = {
+        "x": x,
+        "y": y,
+        "n": n,
+        "models": names,
+        "twins": sorted(m for m in per_model if m in twins),
+        "rule": RULE,
+    }
+    if n < 3:
+        return {**out, "estimable": False, "reason": f"not estimable: {n} model(s), 3 needed"}
     xs = np.array([per_model[m][x] for m in names])
     ys = np.array([per_model[m][y] for m in names])
     if np.ptp(xs) == 0 or np.ptp(ys) == 0:
         return {**out, "estimable": False, "reason": "not estimable: a variable is constant"}
-    counts = resample_counts(n, iters, seed, f"cross-model|{x}|{y}")
-    alpha = (1.0 - confidence) / 2.0
-    for name, fn in (("spearman", stats.spearmanr), ("pearson", stats.pearsonr)):
-        reps = np.array([_weighted_corr(fn, xs, ys, c) for c in counts])
-        lo, hi = (
-            np.nanquantile(reps, [alpha, 1 - alpha])
-            if np.isfinite(reps).any()
-            else (math.nan, math.nan)
-        )
-        out[name] = {"r": float(fn(xs, ys)[0]), "ci_lo": float(lo), "ci_hi": float(hi)}
-    return {**out, "estimable": True}
-
-
-def _weighted_corr(fn, xs: np.ndarray, ys: np.ndarray, counts: np.ndarray) -> float:
-    x, y = np.repeat(xs, counts), np.repeat(ys, counts)
-    if np.ptp(x) == 0 or np.ptp(y) == 0:
-        return math.nan  # a degenerate resample: correlation undefined
-    return float(fn(x, y)[0])
+    for method in ("spearman", "pearson"):
+        res = permutation_correlation(xs, ys, method, seed=seed, key=f"{x}|{y}")
+        if resampled is not None and all(m in resampled for m in names):
+            reps = {m: resampled[m] for m in names}
+            res["doc_resampled"] = relation_spread(dict(zip(names, xs, strict=True)), reps, method)
+        out[method] = res
+    descriptive = n < MIN_CLAIM
+    claim = not descriptive and out["spearman"]["p"] <= 0.05
+    return {**out, "estimable": True, "descriptive_only": descriptive, "claim": claim}
 
 
 def model_summary(tol, fits: Mapping[str, Mapping[str, float]]) -> dict[str, dict]:
@@ -344,21 +340,31 @@ def model_summary(tol, fits: Mapping[str, Mapping[str, float]]) -> dict[str, dic
 
 
 def score_tables(
-    perdoc, fits: Mapping[str, Mapping[str, float]], cfg: ScoringConfig = ScoringConfig()
+    perdoc,
+    fits: Mapping[str, Mapping[str, float]],
+    cfg: ScoringConfig = ScoringConfig(),
+    twins: Collection[str] = (),
 ) -> dict[str, Any]:
     """Every score of a run: degradation and tolerance tables, fit quality per model, and
-    the cross-model correlations (fit quality r_3axis vs tolerance and vs AUC, per task
-    and kind)."""
+    the cross-model correlations (fit quality r_3axis vs the interpolated tolerance and
+    vs AUC, per task and kind; ``twins`` are the random-init models, not counted)."""
+    from posgen.results.tolerance_resample import band, resampled_figures
+
     degr = degradation_table(perdoc, cfg)
     tol = tolerance_table(degr, cfg)
     summary = model_summary(tol, fits)
+    reps = resampled_figures(perdoc, cfg)
     corr = []
     for group, per_model in summary.items():
         task, kind = group.split("|")
         for y in ("tolerance_interp", "auc"):
-            res = cross_model(
-                per_model, "r_3axis", y, iters=cfg.iters, confidence=cfg.confidence, seed=cfg.seed
-            )
+            draws = {}
+            for model, v in per_model.items():
+                r = reps.get((model, task, v["metric"], kind, v["scheme"]))
+                if r is not None:
+                    draws[model] = r[y]
+                    v[f"{y}_lo"], v[f"{y}_hi"] = band(r[y], cfg.confidence)
+            res = cross_model(per_model, "r_3axis", y, seed=cfg.seed, twins=twins, resampled=draws)
             corr.append({"task": task, "kind": kind, **res})
     return {
         "degradation": degr,
