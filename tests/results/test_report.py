@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+import pandas as pd
 import pytest
 from synthetic_run import cli, make_run
 
@@ -111,3 +112,12 @@ def test_compare_prints_differences(two_models, tmp_path, capsys):
     )
     assert line.endswith("*")  # the doubled sensitivity is outside both CIs
     assert "tolerance A" in out
+
+
+def test_accuracy_cells_show_the_consistency_rate(two_models):
+    deg = pd.read_parquet(two_models / "degradation.parquet")
+    acc = deg[(deg["metric"] == "acc") & (deg["model"] == "embedded")]
+    assert acc["consistency"].between(0, 1).all() and (acc["consistency"] < 1).any()
+    assert (acc["consistency_lo"] <= acc["consistency"]).all()
+    assert deg[deg["metric"] == "word_perplexity"]["consistency"].isna().all()
+    assert "choice unchanged [95% CI]" in (two_models / "report.md").read_text()

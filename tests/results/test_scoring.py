@@ -292,3 +292,16 @@ def test_accuracy_rows_use_agresti_min():
     row = scoring.degradation_table(perdoc, ScoringConfig()).iloc[0]
     want = agresti_min(perdoc["base_num"], perdoc["num"])
     assert math.isclose(row["ci_lo"], want["ci_lo"]) and math.isclose(row["ci_hi"], want["ci_hi"])
+
+
+def test_consistency_is_the_share_of_unchanged_choices_with_a_wilson_interval():
+    from posgen.results.intervals import wilson
+
+    perdoc = _perdoc(np.random.default_rng(7), 20, [1], metric="acc")
+    perdoc["base_choice"] = 0
+    perdoc["choice"] = [0] * 15 + [1] * 5
+    row = scoring.degradation_table(perdoc, ScoringConfig()).iloc[0]
+    assert row["consistency"] == pytest.approx(0.75)
+    assert (row["consistency_lo"], row["consistency_hi"]) == pytest.approx(wilson(15, 20))
+    perdoc["choice"] = -1  # not logged: no figure rather than a wrong one
+    assert math.isnan(scoring.degradation_table(perdoc, ScoringConfig()).iloc[0]["consistency"])

@@ -353,12 +353,18 @@ def detail_table(scores: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 f"{r.degradation:+.4f}",
                 f"[{r.ci_lo:+.4f}, {r.ci_hi:+.4f}]",
                 str(r.n),
+                _consistency(r),
             ]
         )
-    return (
-        ["model", "task", "metric", "perturbation", "rate/σ", "degradation", "95% CI", "docs"],
-        rows,
-    )
+    head = ["model", "task", "metric", "perturbation", "rate/σ", "degradation", "95% CI", "docs"]
+    return ([*head, "choice unchanged [95% CI]"], rows)
+
+
+def _consistency(r: Any) -> str:
+    c = getattr(r, "consistency", math.nan)
+    if _missing(c):
+        return ""
+    return f"{c:.2f} [{r.consistency_lo:.2f}, {r.consistency_hi:.2f}]"
 
 
 def not_shown_blocks(cfg: dict[str, Any], scores: dict[str, Any]) -> list[Block]:

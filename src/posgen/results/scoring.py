@@ -116,7 +116,12 @@ def collapse_seeds(perdoc):
     """
     keys = [c for c in GROUP if c != "seed"] + ["rate", "doc_key"]
     cols = ["base_num", "base_den", "num", "den"]
-    agg = {c: "mean" for c in cols} | {"seed": "min"}
+    agg: dict[str, Any] = {c: "mean" for c in cols} | {"seed": "min"}
+    if "choice" in perdoc.columns:  # 1 when the predicted choice is unchanged, NaN: unknown
+        known = (perdoc["choice"] >= 0) & (perdoc["base_choice"] >= 0)
+        same = (perdoc["choice"] == perdoc["base_choice"]).astype(float)
+        perdoc = perdoc.assign(unchanged=same.where(known))
+        agg["unchanged"] = lambda v: v.mean() if v.notna().all() else math.nan
     out = perdoc.groupby(keys, sort=True).agg(agg)
     out["n_seeds"] = perdoc.groupby(keys, sort=True)["seed"].nunique()
     return out.reset_index()
@@ -153,9 +158,33 @@ def degradation_table(perdoc, cfg: ScoringConfig = ScoringConfig()):
         rule = METRIC_RULES[rec["metric"]]
         stats = cell_interval(rule, g, cfg, key)
         base = aggregate(rule, g["base_num"].to_numpy(float), g["base_den"].to_numpy(float))
-        rows.append({**rec, **stats, "baseline": float(base), "n_seeds": int(g["n_seeds"].max())})
+        rows.append(
+            {
+                **rec,
+                **stats,
+                "baseline": float(base),
+                "n_seeds": int(g["n_seeds"].max()),
+                **consistency(g, cfg.confidence),
+            }
+        )
     cols = [*GROUP, "rate", "degradation", "ci_lo", "ci_hi", "stderr", "n", "baseline"]
-    return pd.DataFrame(rows, columns=[*cols, "n_seeds"])
+    return pd.DataFrame(rows, columns=[*cols, "n_seeds", *CONSISTENCY])
+
+
+CONSISTENCY = ("consistency", "consistency_lo", "consistency_hi")
+
+
+def consistency(g, confidence: float = 0.95) -> dict[str, float]:
+    """Share of documents whose predicted choice is unchanged under the perturbation,
+    with its Wilson interval (documents independent; with several seeds a document
+    counts its share of unchanged draws). NaN where choices are not known."""
+    from posgen.results.intervals import wilson
+
+    u = g["unchanged"].to_numpy(float) if "unchanged" in g.columns else np.array([math.nan])
+    if u.size == 0 or not np.isfinite(u).all():
+        return dict.fromkeys(CONSISTENCY, math.nan)
+    lo, hi = wilson(float(u.sum()), u.size, confidence)
+    return {"consistency": float(u.mean()), "consistency_lo": lo, "consistency_hi": hi}
 
 
 def tolerance(rates: Sequence[float], values: Sequence[float], threshold: float) -> dict:
