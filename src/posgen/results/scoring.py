@@ -1,4 +1,4 @@
-"""Scores: degradation with paired bootstrap CIs, position tolerance, fit quality, and
+"""Scores: degradation with its CIs, position tolerance, fit quality, and
 the cross-model correlation between them.
 
 Degradation of a perturbed cell against its model's unperturbed baseline, on the same
@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from posgen.perturbations.seeding import item_rng
+from posgen.results.association import cross_model
 from posgen.results.schema import METRIC_RULES, PRIMARY_METRICS
 from posgen.results.tidy import aggregate
 
@@ -284,56 +285,6 @@ def primary_metric(metrics: Sequence[str]) -> str | None:
         if m in metrics:
             return m
     return None
-
-
-def cross_model(
-    per_model: Mapping[str, Mapping[str, float]],
-    x: str,
-    y: str,
-    *,
-    seed: int = 0,
-    twins: Collection[str] = (),
-    resampled: Mapping[str, np.ndarray] | None = None,
-) -> dict[str, Any]:
-    """Spearman and Pearson correlation of ``x`` and ``y`` across models, each with an
-    exact permutation p-value (:mod:`posgen.results.association`, which states the
-    reading rule). Random-init ``twins`` are listed, not counted. ``resampled`` (per
-    model, replicates ``[B]`` of ``y`` under joint document resampling) adds the band of
-    each correlation over those replicates: the relation's spread from the models'
-    own tolerance uncertainty. Fewer than 3 models or a constant variable: not
-    estimable, no number."""
-    from posgen.results.association import MIN_CLAIM, RULE, permutation_correlation
-    from posgen.results.tolerance_resample import relation_spread
-
-    names = sorted(
-        m
-        for m, v in per_model.items()
-        if m not in twins and np.isfinite(v.get(x, np.nan)) and np.isfinite(v.get(y, np.nan))
-    )
-    n = len(names)
-    out: dict[str, Any] = {
-        "x": x,
-        "y": y,
-        "n": n,
-        "models": names,
-        "twins": sorted(m for m in per_model if m in twins),
-        "rule": RULE,
-    }
-    if n < 3:
-        return {**out, "estimable": False, "reason": f"not estimable: {n} model(s), 3 needed"}
-    xs = np.array([per_model[m][x] for m in names])
-    ys = np.array([per_model[m][y] for m in names])
-    if np.ptp(xs) == 0 or np.ptp(ys) == 0:
-        return {**out, "estimable": False, "reason": "not estimable: a variable is constant"}
-    for method in ("spearman", "pearson"):
-        res = permutation_correlation(xs, ys, method, seed=seed, key=f"{x}|{y}")
-        if resampled is not None and all(m in resampled for m in names):
-            reps = {m: resampled[m] for m in names}
-            res["doc_resampled"] = relation_spread(dict(zip(names, xs, strict=True)), reps, method)
-        out[method] = res
-    descriptive = n < MIN_CLAIM
-    claim = not descriptive and out["spearman"]["p"] <= 0.05
-    return {**out, "estimable": True, "descriptive_only": descriptive, "claim": claim}
 
 
 def model_summary(tol, fits: Mapping[str, Mapping[str, float]]) -> dict[str, dict]:
