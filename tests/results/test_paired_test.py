@@ -78,4 +78,4 @@ def test_a_rerun_of_the_same_model_rarely_alarms_across_many_cells():
 
 def test_a_real_drop_of_004_nats_per_word_on_12_documents_is_caught():
     _, caught = _alarm_rates(0.04, cells=1, reps=200, seed=2)
-    assert caught >= 0.8  # the unpaired comparison caught ~12%
+    assert caught >= 0.8  # an unpaired Welch test on the same runs catches ~.4
