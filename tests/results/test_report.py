@@ -82,7 +82,12 @@ def test_twins_are_shown_but_not_counted(tmp_path):
     corr = scores["cross_model"][0]
     assert corr["n"] == 3 and corr["twins"] == ["m0+random-init"]
     assert "m0+random-init" not in corr["models"]
-    assert "3 (+1 twin)" in (tmp_path / "report.md").read_text()
+    md = (tmp_path / "report.md").read_text()
+    assert "3 (+1 twin)" in md
+    table = md[md.index("## Models side by side") : md.index("## Fit quality vs")]
+    rows = [r for r in table.splitlines() if r.startswith("| m") and not r.startswith("| model")]
+    order = [r.split("|")[1].strip() for r in rows]
+    assert order[:2] == ["m0", "m0+random-init"]  # the twin beside its model
 
 
 def test_regenerating_gives_identical_scores(two_models):

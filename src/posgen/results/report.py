@@ -282,7 +282,7 @@ def models_table(cfg: dict[str, Any], scores: dict[str, Any]) -> tuple[list[str]
     task = (cfg.get("tasks") or [""])[0]
     kinds = [k for k in ("text", "position", "feature") if f"{task}|{k}" in summary]
     rows = []
-    for m in cfg.get("models", []):
+    for m in twins_beside(cfg.get("models", [])):
         f = scores["fit"].get(m["label"], {})
         row = [
             m["label"],
@@ -305,6 +305,21 @@ def _band(v: dict[str, Any], key: str) -> str:
     lo, hi = v.get(f"{key}_lo"), v.get(f"{key}_hi")
     band = "" if _missing(lo) or _missing(hi) else f" [{lo:.3g}, {hi:.3g}]"
     return f"{v[key]:.3g}{band}"
+
+
+def twins_beside(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Models in config order, each random-init twin right after the model it copies."""
+    labels = {m["label"] for m in models}
+    base = [m for m in models if not (m.get("random_init") and _twin_of(m) in labels)]
+    out = []
+    for m in base:
+        out.append(m)
+        out += [t for t in models if t.get("random_init") and _twin_of(t) == m["label"]]
+    return out
+
+
+def _twin_of(m: dict[str, Any]) -> str:
+    return m["label"].removesuffix("+random-init")
 
 
 def correlation_blocks(scores: dict[str, Any]) -> list[Block]:
