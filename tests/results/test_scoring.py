@@ -281,8 +281,8 @@ def test_degradation_table_averages_seeds_per_document_then_takes_the_doc_interv
         key="m|t|word_perplexity|position|swap|7|0.1",
     )
     assert math.isclose(row["ci_lo"], want["ci_lo"]) and math.isclose(row["ci_hi"], want["ci_hi"])
-    log_t = scoring.degradation_table(perdoc, ScoringConfig(interval="log-t")).iloc[0]
-    assert log_t["degradation"] == row["degradation"] and log_t["ci_lo"] != row["ci_lo"]
+    boot_t = scoring.degradation_table(perdoc, ScoringConfig(interval="boot-t")).iloc[0]
+    assert boot_t["degradation"] == row["degradation"] and boot_t["ci_lo"] != row["ci_lo"]
 
 
 def test_accuracy_rows_use_agresti_min():

@@ -10,8 +10,8 @@ documents ``d = 1..n``:
 - mean metrics (``acc``): ``D = mean_d(s_base) - mean_d(s_pert)`` (the drop).
 
 Intervals (:mod:`posgen.results.intervals`, method recorded as ``interval`` in the
-scoring config): perplexities get a studentized interval on ``log(1 + D)`` (``boot-t``,
-default, or ``log-t``), accuracies the paired Agresti–Min interval. The percentile paired
+scoring config): perplexities get a t interval on ``log(1 + D)`` with its delta-method
+standard error (``log-t``, default, or the bootstrap-t ``boot-t``), accuracies the paired Agresti–Min interval. The percentile paired
 bootstrap (:func:`paired_bootstrap`) is kept for comparison only: at 12 documents it
 covers 85–89 % at nominal 95 %.
 
@@ -49,7 +49,7 @@ class ScoringConfig:
     seed: int = 0  # bootstrap seed
     threshold_ppl: float = 0.10  # tolerance: relative perplexity increase allowed
     threshold_acc: float = 0.05  # tolerance: absolute accuracy drop allowed
-    interval: str = "boot-t"  # perplexity CI method (posgen.results.intervals.METHODS)
+    interval: str = "log-t"  # perplexity CI method (posgen.results.intervals.METHODS)
 
     def threshold(self, metric: str) -> float:
         return self.threshold_ppl if METRIC_RULES[metric] == "perplexity" else self.threshold_acc
