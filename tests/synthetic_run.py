@@ -109,7 +109,8 @@ def cloze_output(name: str, acc: np.ndarray, perturbed: bool = False):
             "target": 0,
             "arguments": [["c", " a"], ["c", " b"]],
             "resps": [[[-1.0, True]], [[-2.0, False]]],
-            "filtered_resps": [[-1.0, True], [-2.0, False]],
+            # a right answer picks choice 0 (the target), a wrong one choice 1
+            "filtered_resps": [[-1.0, True], [-2.0, False]] if a else [[-2.0, False], [-1.0, True]],
             "filter": "none",
             "metrics": ["acc"],
             "doc_hash": _hash(i),

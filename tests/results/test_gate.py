@@ -6,6 +6,7 @@ import json
 import xml.etree.ElementTree as ET
 
 import pytest
+
 from synthetic_run import cli, make_run
 
 MODEL = {"embedded": {"sensitivity": 1.0, "fit": 0.6}}
@@ -20,24 +21,15 @@ def baseline(tmp_path_factory):
     return path
 
 
-def test_baseline_file_is_versioned_and_holds_uncertainty(baseline):
+def test_baseline_file_holds_per_document_values_of_the_primary_metrics(baseline):
     data = json.loads(baseline.read_text())
-    assert data["kind"] == "posgen-baseline" and data["baseline_version"] == 1
-    assert data["model"] == "embedded"
-    e = data["entries"][0]
-    assert {
-        "task",
-        "metric",
-        "kind",
-        "scheme",
-        "rate",
-        "degradation",
-        "stderr",
-        "ci_lo",
-        "ci_hi",
-        "n",
-    } <= set(e)
-    assert all(x["stderr"] > 0 for x in data["entries"] if x["degradation"] > 0)
+    assert data["kind"] == "posgen-baseline" and data["baseline_version"] == 2
+    assert data["model"] == "embedded" and data["limits"]
+    assert {c["metric"] for c in data["cells"]} == {"word_perplexity", "acc"}  # one per task
+    c = next(c for c in data["cells"] if c["metric"] == "word_perplexity")
+    assert {"task", "kind", "scheme", "rate", "degradation", "ci_lo", "ci_hi", "n"} <= set(c)
+    assert len(c["docs"]["keys"]) == len(c["docs"]["w"]) == len(c["docs"]["g"]) == 30
+    assert all(w >= 40 for w in c["docs"]["w"])  # words, not 1
     assert {"tolerance", "tolerance_lo", "tolerance_hi", "auc"} <= set(data["tolerance"][0])
 
 
@@ -83,32 +75,108 @@ def test_a_huge_tolerance_lets_the_weak_model_pass(baseline, tmp_path):
     )
 
 
+def _edit(baseline, tmp_path, fn):
+    data = json.loads(baseline.read_text())
+    fn(data)
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _set(path: str, value):
+    def fn(data):
+        *head, last = path.split(".")
+        obj = data
+        for k in head:
+            obj = obj[int(k)] if k.isdigit() else obj[k]
+        if value is KeyError:
+            del obj[last]
+        else:
+            obj[last] = value
+
+    return fn
+
+
 @pytest.mark.parametrize(
     "content,message",
     [
         (None, "baseline not found"),
         ("{oops", "not valid JSON"),
+        ("[1, 2]", "JSON object"),
+        ('{"kind": "posgen-baseline", "baseline_version": 2, "model": NaN}', "should be str"),
         ('{"kind": "something-else"}', "not a posgen baseline"),
-        ('{"kind": "posgen-baseline", "baseline_version": 1, "entries": []}', "corrupt"),
+        ('{"kind": "posgen-baseline", "baseline_version": 1, "entries": []}', "regenerate"),
+        ('{"kind": "posgen-baseline", "baseline_version": 2}', "missing key 'model'"),
+        (b"\xff\xfe\x00", "baseline"),
     ],
 )
-def test_invalid_baseline_exits_2_with_a_message(baseline, tmp_path, capsys, content, message):
+def test_unreadable_or_partial_baseline_exits_2_with_a_message(
+    baseline, tmp_path, capsys, content, message
+):
     path = tmp_path / "b.json"
-    if content is not None:
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
         path.write_text(content)
     make_run(tmp_path / "run", MODEL, seed=2)
     assert cli(["check", str(tmp_path / "run"), "--baseline", str(path)]) == 2
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (_set("cells", []), "'cells' is empty"),
+        (_set("cells.0.rate", None), "'rate' is null"),
+        (_set("cells.0.degradation", "0.1"), "'degradation' should be float"),
+        (_set("cells.0.rate", True), "'rate' should be float"),
+        (_set("cells.0.docs", KeyError), "missing key 'docs'"),
+        (_set("cells.0.docs.g", [0.1]), "same length"),
+        (_set("cells.0.docs.w", [None] * 60), "w must be numbers"),
+        (_set("limits", None), "'limits' is null"),
+        (_set("model", 3), "'model' should be str"),
+    ],
+)
+def test_wrongly_typed_baseline_exits_2(baseline, tmp_path, capsys, edit, message):
+    path = _edit(baseline, tmp_path, edit)
+    make_run(tmp_path / "run", MODEL, seed=2)
+    assert cli(["check", str(tmp_path / "run"), "--baseline", str(path)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_other_documents_or_limits_exit_2(baseline, tmp_path, capsys):
+    make_run(tmp_path / "run", MODEL, seed=2)
+    path = _edit(baseline, tmp_path, lambda d: d["cells"][0]["docs"]["keys"].__setitem__(0, "x"))
+    assert cli(["check", str(tmp_path / "run"), "--baseline", str(path)]) == 2
+    assert "other documents" in capsys.readouterr().err
+    path = _edit(baseline, tmp_path, lambda d: d["cells"][0]["docs"]["w"].__setitem__(0, 2.0))
+    assert cli(["check", str(tmp_path / "run"), "--baseline", str(path)]) == 2
+    assert "lengths differ" in capsys.readouterr().err
+    make_run(tmp_path / "limits", MODEL, seed=2, limits={"posgen_prose": 12})
+    assert cli(["check", str(tmp_path / "limits"), "--baseline", str(baseline)]) == 2
+    assert "limits mismatch" in capsys.readouterr().err
+
+
+def test_unwritable_junit_xml_exits_2(baseline, tmp_path, capsys):
+    make_run(tmp_path / "run", MODEL, seed=2)
+    bad = tmp_path / "no" / "such" / "gate.xml"
+    args = ["check", str(tmp_path / "run"), "--baseline", str(baseline), "--junit-xml"]
+    assert cli([*args, str(bad)]) == 2
+    assert "--junit-xml" in capsys.readouterr().err
+    assert cli([*args, str(tmp_path)]) == 2  # a folder
+
+
+def test_bad_alpha_exits_2(baseline, tmp_path):
+    make_run(tmp_path / "run", MODEL, seed=2)
+    run = ["check", str(tmp_path / "run"), "--baseline", str(baseline)]
+    assert cli([*run, "--alpha", "0"]) == 2 and cli([*run, "--tolerance", "-1"]) == 2
+
+
 def test_mismatched_suite_or_rates_exit_2(baseline, tmp_path, capsys):
     make_run(tmp_path / "other", MODEL, seed=2, suite="custom")
     assert cli(["check", str(tmp_path / "other"), "--baseline", str(baseline)]) == 2
     assert "suite mismatch" in capsys.readouterr().err
-    data = json.loads(baseline.read_text())
-    data["entries"][0]["rate"] = 0.33
-    edited = tmp_path / "edited.json"
-    edited.write_text(json.dumps(data))
+    edited = _edit(baseline, tmp_path, _set("cells.0.rate", 0.33))
     make_run(tmp_path / "run", MODEL, seed=2)
     assert cli(["check", str(tmp_path / "run"), "--baseline", str(edited)]) == 2
     assert "do not cover the same" in capsys.readouterr().err

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import re
 
+import pandas as pd
 import pytest
-from synthetic_run import cli, make_run
 
 from posgen.results.report import regenerate
+from synthetic_run import cli, make_run
 
 TWO = {
     "embedded": {"sensitivity": 1.0, "fit": 0.6},
@@ -48,7 +49,7 @@ def test_summary_table_quotes_the_planted_difference(two_models):
     trained = rows["embedded"].split("|")[1:-1][i].strip()
     twin = rows["embedded+random-init"].split("|")[1:-1][i].strip()
     assert float(trained) < float(twin)
-    assert "Not estimable: 2 model(s)" in md
+    assert "Not estimable: 1 model(s)" in md  # the random-init twin is not counted
 
 
 def test_three_models_give_correlations_with_n_and_ci(tmp_path):
@@ -61,10 +62,32 @@ def test_three_models_give_correlations_with_n_and_ci(tmp_path):
         for c in scores["cross_model"]
         if c["task"] == "posgen_prose" and c["kind"] == "position" and c["y"] == "auc"
     )
-    assert corr["estimable"] and corr["n"] == 4
-    # planted: higher fit quality, less sensitivity -> lower AUC
+    assert corr["estimable"] and corr["n"] == 4 and corr["descriptive_only"]
+    # planted: higher fit quality, less sensitivity -> lower AUC; exact p of 4 models
     assert corr["spearman"]["r"] == pytest.approx(-1.0)
-    assert "Spearman [95% CI]" in (tmp_path / "report.md").read_text()
+    assert corr["spearman"]["p"] == pytest.approx(2 / 24) and corr["spearman"]["exact"]
+    assert "ci_lo" not in corr["spearman"] and not corr["claim"]
+    lo, hi = corr["spearman"]["doc_resampled"]["band"]
+    assert -1.0 <= lo <= hi <= 1.0
+    md = (tmp_path / "report.md").read_text()
+    assert "Spearman ρ (exact p)" in md and "descriptive only" in md and "n ≤ 4" in md
+
+
+def test_twins_are_shown_but_not_counted(tmp_path):
+    models = {f"m{i}": {"sensitivity": 0.2 + i * 0.4, "fit": 0.8 - 0.15 * i} for i in range(3)}
+    models |= {"m0+random-init": {"sensitivity": 3.0, "fit": 0.9, "random_init": True}}
+    make_run(tmp_path, models)
+    regenerate(tmp_path)
+    scores = json.loads((tmp_path / "scores.json").read_text())
+    corr = scores["cross_model"][0]
+    assert corr["n"] == 3 and corr["twins"] == ["m0+random-init"]
+    assert "m0+random-init" not in corr["models"]
+    md = (tmp_path / "report.md").read_text()
+    assert "3 (+1 twin)" in md
+    table = md[md.index("## Models side by side") : md.index("## Fit quality vs")]
+    rows = [r for r in table.splitlines() if r.startswith("| m") and not r.startswith("| model")]
+    order = [r.split("|")[1].strip() for r in rows]
+    assert order[:2] == ["m0", "m0+random-init"]  # the twin beside its model
 
 
 def test_regenerating_gives_identical_scores(two_models):
@@ -94,3 +117,12 @@ def test_compare_prints_differences(two_models, tmp_path, capsys):
     )
     assert line.endswith("*")  # the doubled sensitivity is outside both CIs
     assert "tolerance A" in out
+
+
+def test_accuracy_cells_show_the_consistency_rate(two_models):
+    deg = pd.read_parquet(two_models / "degradation.parquet")
+    acc = deg[(deg["metric"] == "acc") & (deg["model"] == "embedded")]
+    assert acc["consistency"].between(0, 1).all() and (acc["consistency"] < 1).any()
+    assert (acc["consistency_lo"] <= acc["consistency"]).all()
+    assert deg[deg["metric"] == "word_perplexity"]["consistency"].isna().all()
+    assert "choice unchanged [95% CI]" in (two_models / "report.md").read_text()

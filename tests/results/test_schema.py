@@ -85,6 +85,10 @@ def test_perdoc_pairs_each_document_with_its_baseline(tmp_path):
     assert len(prose) == 3 * 30
     # planted: the NLL per word rises with the rate
     assert prose.groupby("rate")["delta"].mean().is_monotonic_increasing
+    acc = per[per["metric"] == "acc"]
+    # planted: a wrong answer picks choice 1, a right one choice 0
+    assert set(acc["choice"]) == {0, 1} and (acc["choice"] == (acc["num"] == 0)).all()
+    assert (prose["choice"] == -1).all() and (prose["base_choice"] == -1).all()
     res = tidy.result_rows(cells)
     assert list(res.columns) == list(RESULT_COLUMNS)
     assert set(res["kind"]) == {"none", "text", "position", "feature"}
@@ -112,3 +116,11 @@ def test_frame_refuses_missing_or_unknown_columns():
     row.pop("delta")
     with pytest.raises(SchemaError, match="missing columns"):
         frame([row], PERDOC_COLUMNS)
+
+
+def test_predicted_choice_is_the_argmax_of_the_choice_loglikelihoods():
+    assert (
+        tidy.predicted_choice({"filtered_resps": [[-3.0, False], [-1.5, True], [-2.0, False]]}) == 1
+    )
+    assert tidy.predicted_choice({"filtered_resps": [-2.0]}) == -1  # a perplexity sample
+    assert tidy.predicted_choice({}) == -1

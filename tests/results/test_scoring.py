@@ -181,13 +181,29 @@ def test_cross_model_below_three_models_is_not_estimable():
 
 def test_cross_model_recovers_a_planted_monotone_relation():
     per_model = {f"m{i}": {"x": i / 10, "y": (i / 10) ** 3} for i in range(8)}
-    res = cross_model(per_model, "x", "y", iters=500)
-    assert res["estimable"] and res["n"] == 8
+    res = cross_model(per_model, "x", "y")
+    assert res["estimable"] and res["n"] == 8 and res["claim"]
     assert res["spearman"]["r"] == pytest.approx(1.0)
-    assert 0.8 < res["pearson"]["r"] < 1.0
-    assert res["pearson"]["ci_lo"] <= res["pearson"]["r"] <= res["pearson"]["ci_hi"]
+    assert res["spearman"]["p"] == pytest.approx(2 / math.factorial(8))  # exact: ±1 only
+    assert 0.8 < res["pearson"]["r"] < 1.0 and res["pearson"]["p"] < 0.01
     anti = {k: {"x": v["x"], "y": -v["y"]} for k, v in per_model.items()}
-    assert cross_model(anti, "x", "y", iters=200)["spearman"]["r"] == pytest.approx(-1.0)
+    assert cross_model(anti, "x", "y")["spearman"]["r"] == pytest.approx(-1.0)
+
+
+def test_three_monotone_models_are_descriptive_with_p_one_third():
+    per_model = {f"m{i}": {"x": i, "y": i * i} for i in range(3)}
+    res = cross_model(per_model, "x", "y")
+    assert res["descriptive_only"] and not res["claim"]
+    assert res["spearman"]["p"] == pytest.approx(1 / 3)  # not a degenerate [1, 1] interval
+    assert "ci_lo" not in res["spearman"]
+
+
+def test_cross_model_excludes_twins():
+    per_model = {f"m{i}": {"x": i, "y": i} for i in range(5)}
+    per_model["m0+random-init"] = {"x": 9.0, "y": -9.0}
+    res = cross_model(per_model, "x", "y", twins={"m0+random-init"})
+    assert res["n"] == 5 and res["twins"] == ["m0+random-init"]
+    assert res["spearman"]["r"] == pytest.approx(1.0)
 
 
 def test_an_accuracy_curve_from_a_zero_accuracy_baseline_is_not_measurable():
@@ -221,3 +237,71 @@ def test_an_accuracy_curve_from_a_zero_accuracy_baseline_is_not_measurable():
     assert not bool(tol.loc["chance-free", "measurable"])
     summary = model_summary(tol.reset_index(), {})
     assert set(summary["t|text"]) == {"trained"}
+
+
+def _perdoc(rng, n_docs, seeds, metric="word_perplexity"):
+    rows = []
+    w = rng.integers(100, 300, n_docs).astype(float)
+    base = rng.normal(3.0, 0.3, n_docs)
+    for s in seeds:
+        pert = base + rng.normal(0.1, 0.05, n_docs)
+        for i in range(n_docs):
+            num, den = (-pert[i] * w[i], w[i]) if metric != "acc" else (float(pert[i] < 3.1), 1.0)
+            bnum, bden = (-base[i] * w[i], w[i]) if metric != "acc" else (1.0, 1.0)
+            rows.append(
+                {
+                    "model": "m",
+                    "task": "t",
+                    "metric": metric,
+                    "kind": "position",
+                    "scheme": "swap",
+                    "rate": 0.1,
+                    "seed": s,
+                    "doc_key": f"d{i}",
+                    "base_num": bnum,
+                    "base_den": bden,
+                    "num": num,
+                    "den": den,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_degradation_table_averages_seeds_per_document_then_takes_the_doc_interval():
+    from posgen.results.intervals import ratio_interval
+
+    perdoc = _perdoc(np.random.default_rng(5), 12, [7, 8, 9])
+    cfg = ScoringConfig(iters=500)
+    row = scoring.degradation_table(perdoc, cfg).iloc[0]
+    assert row["n"] == 12 and row["n_seeds"] == 3 and row["seed"] == 7
+    g = perdoc.groupby("doc_key")[["base_num", "base_den", "num", "den"]].mean()
+    want = ratio_interval(
+        *(g[c].to_numpy() for c in g.columns),
+        iters=500,
+        key="m|t|word_perplexity|position|swap|7|0.1",
+    )
+    assert math.isclose(row["ci_lo"], want["ci_lo"]) and math.isclose(row["ci_hi"], want["ci_hi"])
+    boot_t = scoring.degradation_table(perdoc, ScoringConfig(interval="boot-t")).iloc[0]
+    assert boot_t["degradation"] == row["degradation"] and boot_t["ci_lo"] != row["ci_lo"]
+
+
+def test_accuracy_rows_use_agresti_min():
+    from posgen.results.intervals import agresti_min
+
+    perdoc = _perdoc(np.random.default_rng(6), 24, [1], metric="acc")
+    row = scoring.degradation_table(perdoc, ScoringConfig()).iloc[0]
+    want = agresti_min(perdoc["base_num"], perdoc["num"])
+    assert math.isclose(row["ci_lo"], want["ci_lo"]) and math.isclose(row["ci_hi"], want["ci_hi"])
+
+
+def test_consistency_is_the_share_of_unchanged_choices_with_a_wilson_interval():
+    from posgen.results.intervals import wilson
+
+    perdoc = _perdoc(np.random.default_rng(7), 20, [1], metric="acc")
+    perdoc["base_choice"] = 0
+    perdoc["choice"] = [0] * 15 + [1] * 5
+    row = scoring.degradation_table(perdoc, ScoringConfig()).iloc[0]
+    assert row["consistency"] == pytest.approx(0.75)
+    assert (row["consistency_lo"], row["consistency_hi"]) == pytest.approx(wilson(15, 20))
+    perdoc["choice"] = -1  # not logged: no figure rather than a wrong one
+    assert math.isnan(scoring.degradation_table(perdoc, ScoringConfig()).iloc[0]["consistency"])

@@ -1,34 +1,42 @@
 """The CI regression gate: ``posgen baseline`` and ``posgen check``.
 
-``posgen baseline RUN -o FILE`` stores one model's degradation at every configured rate
-(with its bootstrap stderr and CI) and its tolerance figures, as versioned JSON.
-``posgen check RUN --baseline FILE`` compares a new run of (a new checkpoint of) the
-model against it. For every (task, metric, kind, scheme, rate) of the baseline:
+``posgen baseline RUN -o FILE`` stores one model's per-document degradations on each
+task's primary metric (see :mod:`posgen.results.baseline_file`). ``posgen check RUN
+--baseline FILE`` pairs a new run of (a new checkpoint of) the model with it, document
+by document, and for every (task, metric, kind, scheme, rate) cell tests whether the
+candidate degrades more (:mod:`posgen.results.paired_test`):
 
-    worse  =  D_run - D_base                      (D: degradation, > 0 is worse)
-    margin =  max(tolerance, z * sqrt(se_run^2 + se_base^2))
-    FAIL   if worse > margin
+    δ_d    = g_cand,d - g_base,d              (per-document degradation difference)
+    Δ      = Σ w δ / Σ w,  p = one-sided weighted paired t (H1: Δ > --tolerance)
+    FAIL   if the Holm-adjusted p over all cells <= --alpha
 
-Exit status: 0 when nothing fails, 1 when something does, 2 on invalid input (missing
-or corrupt baseline, another suite, other rates, no such model) with a message.
+so the chance of any false alarm on a same-model rerun is at most --alpha.
+
+Exit status: 0 when nothing fails, 1 only for a measured regression, 2 on invalid input
+(unreadable, partial or wrongly typed baseline, another suite, other limits, documents
+or cells, no such model, an unwritable --junit-xml) with the reason.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
-BASELINE_KIND = "posgen-baseline"
-BASELINE_VERSION = 1
-KEY = ("task", "metric", "kind", "scheme", "rate")
+from posgen.results.baseline_file import (
+    BASELINE_KIND,
+    BASELINE_VERSION,
+    KEY,
+    GateInputError,
+    gate_cells,
+    validate,
+)
 
-
-class GateInputError(ValueError):
-    """Invalid input to the gate (exit status 2)."""
+__all__ = ["BASELINE_KIND", "BASELINE_VERSION", "KEY", "GateInputError"]
 
 
 def configure_baseline_parser(parser: argparse.ArgumentParser) -> None:
@@ -48,12 +56,15 @@ def configure_check_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tolerance",
         type=float,
-        default=0.02,
-        help="absolute margin on the degradation (relative PPL increase or "
-        "accuracy drop); default 0.02",
+        default=0.0,
+        help="regression allowed per cell, in per-document units (nats per word or "
+        "byte; accuracy points); default 0",
     )
     parser.add_argument(
-        "--z", type=float, default=3.0, help="margin in combined standard errors; default 3"
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="family-wise false-alarm rate over all cells (Holm); default 0.05",
     )
     parser.add_argument("--junit-xml", type=Path, help="also write a JUnit XML report here")
 
@@ -65,11 +76,8 @@ def baseline_payload(run_dir: Path, model: str | None = None) -> dict[str, Any]:
 
     store, scores = load_scores(run_dir)
     model = pick_model(store, scores, model)
-    degr = scores["degradation"]
-    degr = degr[degr["model"] == model]
     tol = scores["tolerance"]
     tol = tol[tol["model"] == model]
-    cols = [*KEY, "degradation", "stderr", "ci_lo", "ci_hi", "n"]
     return {
         "kind": BASELINE_KIND,
         "baseline_version": BASELINE_VERSION,
@@ -78,8 +86,10 @@ def baseline_payload(run_dir: Path, model: str | None = None) -> dict[str, Any]:
         "model": model,
         "config_hash": store.config_hash,
         "suite": suite_of(store.config),
+        "limits": store.config.get("limits") or {},
+        "seeds": store.config.get("seeds", 1),
         "scoring": store.config.get("scoring", {}),
-        "entries": _records(degr[cols]),
+        "cells": gate_cells(scores, model),
         "tolerance": _records(tol.drop(columns=["model"])),
     }
 
@@ -125,36 +135,31 @@ def load_baseline(path: Path) -> dict[str, Any]:
         data = read_json(path, "baseline")
     except SchemaError as e:
         raise GateInputError(str(e)) from None
-    if data.get("kind") != BASELINE_KIND:
-        raise GateInputError(
-            f"{path} is not a posgen baseline (write one with `posgen baseline RUN -o FILE`)"
-        )
-    if data.get("baseline_version") != BASELINE_VERSION:
-        raise GateInputError(
-            f"{path} has baseline_version {data.get('baseline_version')!r}; "
-            f"this posgen reads {BASELINE_VERSION}: regenerate it"
-        )
-    entries = data.get("entries")
-    if (
-        not isinstance(entries, list)
-        or not entries
-        or not all(
-            isinstance(e, dict) and all(k in e for k in (*KEY, "degradation", "stderr"))
-            for e in entries
-        )
-    ):
-        raise GateInputError(f"{path} is corrupt: 'entries' must list degradations")
-    return data
+    except (OSError, UnicodeDecodeError) as e:
+        raise GateInputError(f"cannot read the baseline {path}: {e}") from None
+    return validate(data, path)
 
 
 def compare(
-    baseline: dict[str, Any], current: list[dict[str, Any]], tolerance: float, z: float
+    baseline: dict[str, Any], current: dict[str, Any], tolerance: float = 0.0, alpha: float = 0.05
 ) -> list[dict[str, Any]]:
-    """One row per baseline entry: both degradations, the margin and the verdict."""
-    if tolerance < 0 or z < 0 or not math.isfinite(tolerance) or not math.isfinite(z):
-        raise GateInputError("--tolerance and --z must be finite numbers >= 0")
-    now = {tuple(e[k] for k in KEY): e for e in current}
-    base = {tuple(e[k] for k in KEY): e for e in baseline["entries"]}
+    """One row per baseline cell: both degradations, the paired change, p (raw and
+    Holm-adjusted over all cells) and the verdict. Mismatched input: GateInputError."""
+    from posgen.results.paired_test import holm
+
+    if not (math.isfinite(tolerance) and tolerance >= 0 and 0 < alpha < 1):
+        raise GateInputError("--tolerance must be a finite number >= 0 and --alpha in (0, 1)")
+    if current["suite"] != baseline["suite"]:
+        raise GateInputError(
+            f"suite mismatch: baseline {baseline['suite']}, run {current['suite']}"
+        )
+    if current["limits"] != baseline["limits"]:
+        raise GateInputError(
+            f"limits mismatch: baseline scored {baseline['limits']} documents per task, the "
+            f"run {current['limits']}; rerun with the baseline's --limit"
+        )
+    now = {tuple(c[k] for k in KEY): c for c in current["cells"]}
+    base = {tuple(c[k] for k in KEY): c for c in baseline["cells"]}
     if set(now) != set(base):
         missing = sorted(set(base) - set(now), key=str)[:4]
         extra = sorted(set(now) - set(base), key=str)[:4]
@@ -163,40 +168,49 @@ def compare(
             f"kind, scheme, rate) cells: missing {missing}, extra {extra}; "
             "rerun with the baseline's settings or make a new baseline"
         )
-    rows = []
-    for key in sorted(base, key=str):
-        b, c = base[key], now[key]
-        se = math.hypot(_num(b["stderr"]), _num(c["stderr"]))
-        margin = max(tolerance, z * se)
-        worse = c["degradation"] - b["degradation"]
-        rows.append(
-            {
-                **dict(zip(KEY, key, strict=True)),
-                "baseline": b["degradation"],
-                "current": c["degradation"],
-                "worse_by": worse,
-                "margin": margin,
-                "failed": bool(worse > margin),
-            }
-        )
+    rows = [_paired_row(key, base[key], now[key], tolerance) for key in sorted(base, key=str)]
+    for row, adj in zip(rows, holm([r["p"] for r in rows]), strict=True):
+        row["p_holm"] = float(adj)
+        row["failed"] = bool(adj <= alpha)
     return rows
 
 
-def _num(x: Any) -> float:
-    return 0.0 if x is None or not math.isfinite(float(x)) else float(x)
+def _paired_row(key: tuple, b: dict[str, Any], c: dict[str, Any], tol: float) -> dict[str, Any]:
+    from posgen.results.paired_test import weighted_paired_t
+
+    where = "/".join(str(k) for k in key)
+    bd = dict(zip(b["docs"]["keys"], zip(b["docs"]["w"], b["docs"]["g"], strict=True), strict=True))
+    cd = dict(zip(c["docs"]["keys"], zip(c["docs"]["w"], c["docs"]["g"], strict=True), strict=True))
+    if set(bd) != set(cd):
+        diff = sorted(set(bd) ^ set(cd))[:4]
+        raise GateInputError(
+            f"{where}: the run scored other documents than the baseline (e.g. {diff}); "
+            "the gate pairs documents: rerun on the baseline's documents"
+        )
+    keys = sorted(bd)
+    w = [bd[k][0] for k in keys]
+    if not all(math.isclose(bd[k][0], cd[k][0], rel_tol=1e-9) for k in keys):
+        raise GateInputError(f"{where}: document lengths differ from the baseline's")
+    test = weighted_paired_t([cd[k][1] - bd[k][1] for k in keys], w, tol)
+    return {
+        **dict(zip(KEY, key, strict=True)),
+        "baseline": b["degradation"],
+        "current": c["degradation"],
+        **test,
+    }
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
     head = (
         f"{'task':<22} {'metric':<16} {'kind/scheme':<20} {'rate':>6} {'baseline':>9} "
-        f"{'current':>9} {'worse by':>9} {'margin':>8}  verdict"
+        f"{'current':>9} {'change/doc':>11} {'se':>7} {'p (Holm)':>9}  verdict"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
             f"{r['task']:<22} {r['metric']:<16} {r['kind'] + '/' + r['scheme']:<20} "
             f"{r['rate']:>6g} {r['baseline']:>9.4f} {r['current']:>9.4f} "
-            f"{r['worse_by']:>+9.4f} {r['margin']:>8.4f}  "
+            f"{r['change']:>+11.4f} {r['se']:>7.4f} {r['p_holm']:>9.3g}  "
             f"{'FAIL' if r['failed'] else 'ok'}"
         )
     return "\n".join(lines)
@@ -213,8 +227,9 @@ def junit_xml(rows: list[dict[str, Any]]) -> str:
         out.append(f'  <testcase classname="posgen.gate" name={quoteattr(name)}>')
         if r["failed"]:
             msg = (
-                f"degradation {r['current']:.4f} vs baseline {r['baseline']:.4f}: worse "
-                f"by {r['worse_by']:.4f} > margin {r['margin']:.4f}"
+                f"degradation {r['current']:.4f} vs baseline {r['baseline']:.4f}: paired "
+                f"change {r['change']:+.4f} per document (se {r['se']:.4f}), Holm p "
+                f"{r['p_holm']:.3g}"
             )
             out.append(f"    <failure message={quoteattr(msg)}/>")
         out.append("  </testcase>")
@@ -228,15 +243,25 @@ def main_baseline(args: argparse.Namespace) -> int:
 
     try:
         payload = baseline_payload(args.run, args.model)
-    except (GateInputError, SchemaError) as e:
+        atomic_write_json(args.output, payload)
+    except (GateInputError, SchemaError, OSError) as e:
         print(f"posgen baseline: {e}", file=sys.stderr)
         return 2
-    atomic_write_json(args.output, payload)
     print(
-        f"posgen baseline: {len(payload['entries'])} degradations of {payload['model']} "
+        f"posgen baseline: {len(payload['cells'])} cells of {payload['model']} "
         f"written to {args.output}"
     )
     return 0
+
+
+def _writable(path: Path | None) -> None:
+    if path is None:
+        return
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir() or not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise GateInputError(
+            f"--junit-xml {path}: cannot write there (no such folder, or not writable)"
+        )
 
 
 def main_check(args: argparse.Namespace) -> int:
@@ -244,22 +269,20 @@ def main_check(args: argparse.Namespace) -> int:
     from posgen.results.store import atomic_write_text
 
     try:
+        _writable(args.junit_xml)
         baseline = load_baseline(args.baseline)
         current = baseline_payload(args.run, args.model)
-        if current["suite"] != baseline["suite"]:
-            raise GateInputError(
-                f"suite mismatch: baseline {baseline['suite']}, run {current['suite']}"
-            )
-        rows = compare(baseline, current["entries"], args.tolerance, args.z)
-    except (GateInputError, SchemaError) as e:
+        rows = compare(baseline, current, args.tolerance, args.alpha)
+        if args.junit_xml:
+            atomic_write_text(args.junit_xml, junit_xml(rows))
+    except (GateInputError, SchemaError, OSError) as e:
         print(f"posgen check: {e}", file=sys.stderr)
         return 2
     print(format_table(rows))
     failed = sum(r["failed"] for r in rows)
-    if args.junit_xml:
-        atomic_write_text(args.junit_xml, junit_xml(rows))
     print(
-        f"\nposgen check: {failed} of {len(rows)} degradations worse than the baseline "
-        f"({current['model']} vs {baseline['model']}; tolerance {args.tolerance}, z {args.z})"
+        f"\nposgen check: {failed} of {len(rows)} cells degrade more than the baseline "
+        f"({current['model']} vs {baseline['model']}; paired by document, Holm over "
+        f"{len(rows)} cells at alpha {args.alpha}, tolerance {args.tolerance})"
     )
     return 1 if failed else 0

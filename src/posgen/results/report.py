@@ -38,7 +38,8 @@ def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
     results, perdoc = result_rows(cells), perdoc_rows(cells)
     decomps = load_decompositions(store)
     fits = {m: fit_quality(d) for m, d in decomps.items()}
-    scores = score_tables(perdoc, fits, scoring_config(store.config))
+    twins = {m["label"] for m in store.config.get("models", []) if m.get("random_init")}
+    scores = score_tables(perdoc, fits, scoring_config(store.config), twins)
     return store, {**scores, "results": results, "perdoc": perdoc, "decompositions": decomps}
 
 
@@ -82,6 +83,10 @@ def scores_json(store, scores: dict[str, Any]) -> dict[str, Any]:
     return {
         "config_hash": store.config_hash,
         "scoring": store.config.get("scoring", {}),
+        "interval_method": {
+            "perplexity": scoring_config(store.config).interval,
+            "accuracy": "agresti-min",
+        },
         "degradation": _records(scores["degradation"]),
         "tolerance": _records(scores["tolerance"]),
         "fit": scores["fit"],
@@ -258,7 +263,7 @@ def models_table(cfg: dict[str, Any], scores: dict[str, Any]) -> tuple[list[str]
     task = (cfg.get("tasks") or [""])[0]
     kinds = [k for k in ("text", "position", "feature") if f"{task}|{k}" in summary]
     rows = []
-    for m in cfg.get("models", []):
+    for m in twins_beside(cfg.get("models", [])):
         f = scores["fit"].get(m["label"], {})
         row = [
             m["label"],
@@ -267,41 +272,68 @@ def models_table(cfg: dict[str, Any], scores: dict[str, Any]) -> tuple[list[str]
         ]
         for k in kinds:
             v = summary[f"{task}|{k}"].get(m["label"], {})
-            row += [_fmt(v.get("tolerance")), _fmt(v.get("auc"), 3)]
+            row += [_fmt(v.get("tolerance")), _band(v, "tolerance_interp"), _fmt(v.get("auc"), 3)]
         rows.append(row)
     header = ["model", "random init", "mean r (3-axis)", "2-axis", "distance+key"]
     for k in kinds:
-        header += [f"{k} tolerance", f"{k} AUC"]
+        header += [f"{k} tolerance", f"{k} crossing [95% band]", f"{k} AUC"]
     return header, rows
 
 
+def _band(v: dict[str, Any], key: str) -> str:
+    if _missing(v.get(key)):
+        return "n/a"
+    lo, hi = v.get(f"{key}_lo"), v.get(f"{key}_hi")
+    band = "" if _missing(lo) or _missing(hi) else f" [{lo:.3g}, {hi:.3g}]"
+    return f"{v[key]:.3g}{band}"
+
+
+def twins_beside(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Models in config order, each random-init twin right after the model it copies."""
+    labels = {m["label"] for m in models}
+    base = [m for m in models if not (m.get("random_init") and _twin_of(m) in labels)]
+    out = []
+    for m in base:
+        out.append(m)
+        out += [t for t in models if t.get("random_init") and _twin_of(t) == m["label"]]
+    return out
+
+
+def _twin_of(m: dict[str, Any]) -> str:
+    return m["label"].removesuffix("+random-init")
+
+
 def correlation_blocks(scores: dict[str, Any]) -> list[Block]:
+    from posgen.results.association import RULE
+
     corr = scores["cross_model"]
     if not any(c["estimable"] for c in corr):
         n = max((c["n"] for c in corr), default=0)
         return [
             (
                 "p",
-                f"Not estimable: {n} model(s) with both a fit and a tolerance; a "
-                "correlation across models needs at least 3, so no number is given.",
+                f"Not estimable: {n} model(s) with both a fit and a tolerance (random-init "
+                "twins not counted); a correlation across models needs at least 3, so no "
+                "number is given.",
             )
         ]
     rows = []
     for c in corr:
-        cells = [c.get("reason", ""), ""]
+        cells = [c.get("reason", ""), "", "", ""]
         if c["estimable"]:
-            cells = [
-                f"{c[k]['r']:.2f} [{c[k]['ci_lo']:.2f}, {c[k]['ci_hi']:.2f}]"
-                for k in ("spearman", "pearson")
-            ]
-        rows.append([c["task"], c["kind"], f"r_3axis vs {c['y']}", str(c["n"]), *cells])
-    return [
-        (
-            "table",
-            ["task", "kind", "variables", "n models", "Spearman [95% CI]", "Pearson [95% CI]"],
-            rows,
-        )
-    ]
+            cells = [f"{c[k]['r']:.2f} (p = {c[k]['p']:.3g})" for k in ("spearman", "pearson")]
+            spread = c["spearman"].get("doc_resampled", {}).get("band", [None, None])
+            cells.append("n/a" if spread[0] is None else f"[{spread[0]:.2f}, {spread[1]:.2f}]")
+            cells.append(
+                "descriptive only"
+                if c["descriptive_only"]
+                else ("relation" if c["claim"] else "no relation shown")
+            )
+        twins = f" (+{len(c['twins'])} twin)" if c.get("twins") else ""
+        rows.append([c["task"], c["kind"], f"r_3axis vs {c['y']}", f"{c['n']}{twins}", *cells])
+    head = ["task", "kind", "variables", "n models", "Spearman ρ (exact p)", "Pearson r (exact p)"]
+    head += ["ρ over document resamples", "reading"]
+    return [("p", f"Rule: {RULE} p is two-sided."), ("table", head, rows)]
 
 
 def detail_table(scores: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -317,19 +349,29 @@ def detail_table(scores: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 f"{r.degradation:+.4f}",
                 f"[{r.ci_lo:+.4f}, {r.ci_hi:+.4f}]",
                 str(r.n),
+                _consistency(r),
             ]
         )
-    return (
-        ["model", "task", "metric", "perturbation", "rate/σ", "degradation", "95% CI", "docs"],
-        rows,
-    )
+    head = ["model", "task", "metric", "perturbation", "rate/σ", "degradation", "95% CI", "docs"]
+    return ([*head, "choice unchanged [95% CI]"], rows)
+
+
+def _consistency(r: Any) -> str:
+    c = getattr(r, "consistency", math.nan)
+    if _missing(c):
+        return ""
+    return f"{c:.2f} [{r.consistency_lo:.2f}, {r.consistency_hi:.2f}]"
 
 
 def not_shown_blocks(cfg: dict[str, Any], scores: dict[str, Any]) -> list[Block]:
+    seeds = cfg.get("seeds", 1)
     items = [
         "Only one perturbation seed per cell: the CIs cover document sampling (and, "
         "because every document draws its own perturbation, perturbation noise per "
-        "document), not a second draw of the whole sweep.",
+        "document), not a second draw of the whole sweep."
+        if seeds == 1
+        else f"{seeds} perturbation seeds per cell, averaged per document: the CIs "
+        "cover document sampling and the draw's variance.",
         f"Only the documents scored (limits {cfg.get('limits')}); the full tasks may "
         "give other figures.",
         "Per-document values, lm-eval's raw results and samples are in the run folder "
@@ -338,6 +380,9 @@ def not_shown_blocks(cfg: dict[str, Any], scores: dict[str, Any]) -> list[Block]
     missing = [m for m in cfg_models(cfg) if m not in scores["fit"]]
     if missing:
         items.append(f"No decomposition fit for {', '.join(missing)}.")
-    if len(cfg_models(cfg)) < 3:
-        items.append("Cross-model correlations need at least 3 models and are not estimated.")
+    if sum(not m.get("random_init") for m in cfg.get("models", [])) < 3:
+        items.append(
+            "Cross-model correlations need at least 3 models (random-init twins not "
+            "counted) and are not estimated."
+        )
     return [("h", 2, "What is not shown"), ("ul", items)]

@@ -66,6 +66,8 @@ PERDOC_COLUMNS: dict[str, str] = {
     "num": "float64",
     "den": "float64",
     "delta": "float64",  # base_num/base_den - num/den: > 0 is worse (NLL rise, score drop)
+    "base_choice": "int64",  # acc: the choice predicted in the baseline cell; -1 otherwise
+    "choice": "int64",  # acc: the choice predicted in this cell; -1 otherwise
 }
 
 # Metrics and how degradation is measured on them.

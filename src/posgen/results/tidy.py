@@ -61,11 +61,24 @@ def extract_docs(samples: Iterable[Mapping[str, Any]], split: str = "test") -> d
             slot["keys"].append(key)
             slot["num"].append(num)
             slot["den"].append(den)
+            if metric == "acc":  # the predicted choice, for the consistency rate
+                slot.setdefault("choice", []).append(predicted_choice(sample))
     if len(set(keys)) != len(keys):
         raise SchemaError(
             "duplicate document keys in the logged samples; documents cannot be paired"
         )
     return out
+
+
+def predicted_choice(sample: Mapping[str, Any]) -> int:
+    """The choice lm-eval's ``acc`` picked: the argmax of the per-choice loglikelihoods
+    in ``filtered_resps`` (``[(ll, is_greedy), ...]``); -1 when they are not logged."""
+    resps = sample.get("filtered_resps")
+    try:
+        lls = [float(r[0]) for r in resps]  # type: ignore[union-attr]
+    except (TypeError, ValueError, IndexError, KeyError):
+        return -1
+    return int(np.argmax(lls)) if lls else -1
 
 
 def _num_den(value: Any, rule: str, metric: str) -> tuple[float, float]:
@@ -201,6 +214,9 @@ def _pair_rows(
         k: (n, d)
         for k, n, d in zip(base_slot["keys"], base_slot["num"], base_slot["den"], strict=True)
     }
+    no_choice = [-1] * len(base_slot["keys"])
+    base_choice = dict(zip(base_slot["keys"], base_slot.get("choice", no_choice), strict=True))
+    choices = slot.get("choice", [-1] * len(slot["keys"]))
     if set(base) != set(slot["keys"]):
         missing = sorted(set(base) ^ set(slot["keys"]))[:5]
         raise SchemaError(
@@ -208,7 +224,7 @@ def _pair_rows(
             "perturbed and baseline cells must score the same documents"
         )
     rows = []
-    for key, num, den in zip(slot["keys"], slot["num"], slot["den"], strict=True):
+    for key, num, den, choice in zip(slot["keys"], slot["num"], slot["den"], choices, strict=True):
         bn, bd = base[key]
         # > 0 means worse: for perplexities num/den = -NLL per word (byte), so this is the
         # NLL increase; for scores it is the drop
@@ -223,6 +239,8 @@ def _pair_rows(
                 "num": num,
                 "den": den,
                 "delta": delta,
+                "base_choice": int(base_choice[key]),
+                "choice": int(choice),
             }
         )
     return rows

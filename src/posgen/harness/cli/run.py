@@ -40,6 +40,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--seed", type=int, default=DEFAULT_SEED, help=f"perturbation seed ({DEFAULT_SEED})"
     )
     parser.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="perturbation seeds per cell (seed, seed+1, ...; one model load); the "
+        "scores average each document over them and the intervals include the draw",
+    )
+    parser.add_argument(
         "--limit", type=int, help="documents per task (default: per-task limits of the preset)"
     )
     parser.add_argument(

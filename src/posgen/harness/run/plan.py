@@ -166,6 +166,8 @@ def resolve_config(args: argparse.Namespace) -> dict[str, Any]:
     preset = "quick" if args.quick else "default"
     if args.limit is not None and args.limit < 1:
         raise PlanError("--limit must be >= 1")
+    if getattr(args, "seeds", 1) < 1:
+        raise PlanError("--seeds must be >= 1")
     if args.batch_size < 1:
         raise PlanError("--batch-size must be >= 1")
     if not (args.threshold > 0 and args.threshold_acc > 0):
@@ -177,7 +179,10 @@ def resolve_config(args: argparse.Namespace) -> dict[str, Any]:
     tasks, suite_version = suite_tasks(args.suite)
     models = model_entries(args.models or ["embedded"], args.random_init, args.seed)
     limits = {t: args.limit or LIMITS[preset].get(t, OTHER_TASK_LIMIT[preset]) for t in tasks}
+    # "seeds" only when > 1, so a one-seed run keeps its config hash and folder
+    seeds = {"seeds": args.seeds} if getattr(args, "seeds", 1) > 1 else {}
     return {
+        **seeds,
         "posgen_version": __version__,
         "schema_version": SCHEMA_VERSION,
         "lm_eval_version": importlib.metadata.version("lm_eval"),
@@ -225,6 +230,7 @@ def plan_cells(config: dict[str, Any]) -> list[dict[str, Any]]:
     from posgen.tasks.lm_eval_tasks import perturbed_task_name
 
     cells = []
+    seeds = [config["seed"] + k for k in range(config.get("seeds", 1))]
     for task in config["tasks"]:
         cells.append(_cell(task, task, "none", "none", 0.0, config["seed"], None))
         for kind, spec in config["sweep"].items():
@@ -236,12 +242,16 @@ def plan_cells(config: dict[str, Any]) -> list[dict[str, Any]]:
                         raise PlanError(str(e)) from None
                     if value == 0 and p.is_identity:
                         continue
-                    lm_task = (
-                        perturbed_task_name(scheme, value, task, config["seed"])
-                        if kind == "text"
-                        else task
-                    )
-                    cells.append(_cell(task, lm_task, kind, scheme, value, config["seed"], p))
+                    for seed in seeds:
+                        lm_task = (
+                            perturbed_task_name(scheme, value, task, seed)
+                            if kind == "text"
+                            else task
+                        )
+                        cell = _cell(task, lm_task, kind, scheme, value, seed, p)
+                        if seed != config["seed"]:  # the first seed keeps its old cell id
+                            cell["cell_id"] += f"_seed{seed}"
+                        cells.append(cell)
     return cells
 
 

@@ -1,0 +1,33 @@
+"""``posgen run --seeds K``: the plan and the config hash (unit tier: no model)."""
+
+from __future__ import annotations
+
+import argparse
+
+from posgen.harness.run.plan import plan_cells, resolve_config
+from posgen.harness.cli.run import configure_parser
+from posgen.results.schema import config_hash
+
+
+def _config(*extra: str) -> dict:
+    parser = argparse.ArgumentParser()
+    configure_parser(parser)
+    return resolve_config(parser.parse_args(["--quick", "--suite", "posgen_prose", *extra]))
+
+
+def test_one_seed_keeps_the_config_hash_of_runs_made_before_seeds_existed():
+    one, explicit = _config(), _config("--seeds", "1")
+    assert "seeds" not in one and config_hash(one) == config_hash(explicit)
+    assert config_hash(_config("--seeds", "3")) != config_hash(one)
+
+
+def test_k_seeds_plan_k_cells_per_perturbation_and_one_baseline():
+    one, three = plan_cells(_config()), plan_cells(_config("--seeds", "3"))
+    perturbed = [c for c in one if c["kind"] != "none"]
+    assert len(three) == 1 + 3 * len(perturbed)
+    ids = [c["cell_id"] for c in three]
+    assert len(set(ids)) == len(ids)
+    assert {c["cell_id"] for c in one} <= set(ids)  # the first seed keeps its cell ids
+    text = [c for c in three if c["kind"] == "text" and c["rate"] == 0.05]
+    assert sorted(c["seed"] for c in text) == [1234, 1235, 1236]
+    assert len({c["lm_eval_task"] for c in text}) == 3  # each seed its own text draw
