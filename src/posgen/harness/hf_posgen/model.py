@@ -135,6 +135,8 @@ class HFPosgenLM(HFLM):
         super().__init__(pretrained=pretrained, **kwargs)
         self._cache_db: Any = None
         self._row_lengths: deque[list[int]] | None = None
+        # called as plan_observer(inps, plan) for every padded loglikelihood batch
+        self.plan_observer: Any = None
         self._perturbation = ModelPerturbation(seed=perturbation.seed)
         self.set_perturbation(perturbation.positions, perturbation.features, perturbation.seed)
 
@@ -212,7 +214,10 @@ class HFPosgenLM(HFLM):
         p = self._perturbation
         if not p.changes_model or attn_mask is not None or labels is not None:
             return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
+        observed = self._row_lengths is not None and self.plan_observer is not None
         plan = build_plan(inps, self._take_row_lengths(inps), p.positions, p.features, p.seed)
+        if observed:
+            self.plan_observer(inps, plan)
         with ExitStack() as stack:
             if plan.positions is not None:
                 stack.enter_context(rotary_positions(self.model, plan.positions))
