@@ -62,6 +62,7 @@ def common_axis(results, degr, model: str, metrics: Mapping[str, str]) -> bytes:
             )
         ax.axhline(0.0, color="grey", lw=0.6)
         ax.set_xscale("symlog", linthresh=0.1)
+        ax.margins(x=0.08, y=0.1)
         ax.set_xlabel(
             "realised mean |Δposition| per item\n(text: words; position, feature: tokens)"
         )
@@ -80,7 +81,7 @@ def common_axis(results, degr, model: str, metrics: Mapping[str, str]) -> bytes:
                 va="top",
             )
         if ax.lines:
-            ax.legend(fontsize=8, loc="lower right")
+            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, 0.9))
         else:
             ax.text(0.5, 0.5, "nothing measured", ha="center", va="center", transform=ax.transAxes)
     fig.suptitle(f"Degradation on a common realised axis (95% CI): {model}", fontsize=11)
