@@ -161,7 +161,46 @@ def planted_cells(sensitivity: float, seed: int):
             else:
                 flip = noise.random(60) < sensitivity * x
                 out = cloze_output(lm_task, np.where(flip, 0.0, acc), kind == "text")
+            if kind == "text":
+                plant_text_realised(out[1][lm_task], rate)
             yield cell, *out
+
+
+def plant_text_realised(samples: list[dict], rate: float) -> None:
+    """What posgen's perturbed task adds to a logged doc: its realised order statistics
+    (planted: every other document moves 2·rate of its 50 words, the others nothing)."""
+    for i, s in enumerate(samples):
+        moved = 2 * rate if i % 2 == 0 else 0.0
+        stats = {"n": 50, "fraction_moved": moved, "mean_displacement": 3 * moved}
+        s["doc"].update({f"posgen_{k}": v for k, v in stats.items()})
+        s["doc"].update({"posgen_dnd": moved, "posgen_idc": moved, "posgen_too_short": False})
+
+
+def planted_model_side(kind: str, scheme: str, rate: float) -> dict | None:
+    """What the model-side recorder measures (planted): 10 rows of 40 tokens."""
+    if kind not in ("position", "feature"):
+        return None
+    moved = rate if kind == "position" else 1.0
+    shift = rate * 5 if kind == "position" else rate * math.sqrt(2 / math.pi)
+    items = [
+        {
+            "key": f"{r:02x}",
+            "n": 40,
+            "fraction_moved": moved,
+            "mean_displacement": shift,
+            "dnd": moved,
+            "idc": moved,
+        }
+        for r in range(10)
+    ]
+    tokens = [f" w{t}" for t in range(12)]
+    positions = list(range(12))
+    if kind == "position":
+        positions[2], positions[7] = 7, 2
+    else:
+        positions = [t + rate * 0.3 for t in positions]
+    rows = [{"key": "00", "n": 40, "tokens": tokens, "positions": positions}]
+    return {"realised": {"unit": "row", "items": items}, "rows": rows}
 
 
 def decomposition(fit: float, layers: int = 3, heads: int = 4) -> pd.DataFrame:
@@ -193,7 +232,8 @@ def make_run(root, models: dict[str, dict], seed: int = 1234, **extra) -> RunSto
             "random_init": bool(spec.get("random_init")),
         }
         for cell, results, samples in planted_cells(spec["sensitivity"], seed):
-            rec = cell_record(cell, info, results, samples, __version__, seed=0)
+            side = planted_model_side(cell["kind"], cell["scheme"], cell["rate"])
+            rec = cell_record(cell, info, results, samples, __version__, seed=0, model_side=side)
             cid = f"{cell['task']}__{cell['kind']}_{cell['scheme']}_{cell['rate']:g}"
             store.write_cell(label, cid, rec, raw_results={"results": results}, samples=samples)
         if "fit" in spec:

@@ -67,12 +67,12 @@ def test_spec_round_trips_and_refuses_other_versions() -> None:
     assert spec.to_dict() == {
         "kind": "text",
         "name": "adjacent",
-        "version": 1,
+        "version": 2,
         "params": {"rate": 0.2},
     }
     assert registry.from_spec(spec.to_dict()) == p
     assert PerturbationSpec.from_dict(spec.to_dict()).to_string() == "adjacent:0.2"
-    assert spec.to_json() == '{"kind":"text","name":"adjacent","params":{"rate":0.2},"version":1}'
+    assert spec.to_json() == '{"kind":"text","name":"adjacent","params":{"rate":0.2},"version":2}'
     with pytest.raises(PerturbationError, match="version 9 was recorded"):
         registry.from_spec({**spec.to_dict(), "version": 9})
     with pytest.raises(PerturbationError, match="has no parameter"):

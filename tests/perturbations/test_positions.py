@@ -65,13 +65,13 @@ def test_reorderings_are_permutations_and_deterministic(text):
     assert not np.array_equal(a, p.apply(IDS + 1, seed=7).values)  # keyed by content
 
 
-def test_swap_moves_floor_rate_n_over_2_pairs_and_is_nested():
+def test_swap_moves_the_rounded_pair_count_and_is_nested():
     n = IDS.size
     previous: set[int] = set()
     for rate in (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0):
         values = parse("position", f"swap:{rate}").apply(IDS, seed=3).values
         moved = set(np.flatnonzero(values != np.arange(n)).tolist())
-        assert len(moved) == 2 * n_swap_pairs(n, rate)
+        assert len(moved) // 2 in (n_swap_pairs(n, rate, 0.0), n_swap_pairs(n, rate, 0.999999))
         assert previous <= moved  # nested: every pair swapped at a lower rate stays swapped
         assert np.array_equal(values[values], np.arange(n))  # an involution: pairs
         previous = moved

@@ -144,8 +144,9 @@ def check_window(name: str, value: int) -> None:
 
 class RateMixin:
     """Shared parts of the rate-parameterised, nested reorderings (text and position
-    ``swap`` and ``adjacent``): ``rate`` ∈ [0, 1] is the short form's value, it does not
-    select the random stream (nesting), and rate 0 is the identity. Put it first among
+    ``swap`` and ``adjacent``): ``rate`` ∈ [0, 1] is the short form's value and the
+    expected fraction of items moved at every length, it does not select the random
+    stream (nesting), and rate 0 is the identity. Put it first among
     the bases so that its ``validate`` and ``is_identity`` win."""
 
     short_param: ClassVar[str] = "rate"

@@ -109,10 +109,14 @@ class _RateScheme(RateMixin, PositionPerturbation):
 @registry.register
 @dataclass(frozen=True)
 class PositionSwap(_RateScheme):
-    """Swap the position indices of ⌊rate·n/2⌋ random disjoint token pairs (nested)."""
+    """Swap the position indices of random disjoint token pairs; the expected fraction
+    of tokens whose position changes is ``rate`` at every sequence length n:
+    ``pairs = min(⌊rate·n/2 + u⌋, ⌊n/2⌋)``, u ∈ [0, 1) one rate-free draw per sequence
+    (see :func:`posgen.perturbations.orderings.n_swap_pairs`). Nested across rates.
+    Version 2 (version 1 swapped ⌊rate·n/2⌋ pairs: nothing under 50 tokens at 2%)."""
 
     name: ClassVar[str] = "swap"
-    version: ClassVar[int] = 2  # v2: only the context of a request is perturbed
+    version: ClassVar[int] = 3  # v2: only a request's context; v3: E[fraction moved] = rate
     rate: float = 0.05
 
     def values(self, n: int, rng: np.random.Generator | None) -> tuple[np.ndarray, int]:
@@ -123,10 +127,11 @@ class PositionSwap(_RateScheme):
 @registry.register
 @dataclass(frozen=True)
 class PositionAdjacentSwap(_RateScheme):
-    """Swap the position indices of ⌊rate·n/2⌋ disjoint neighbouring pairs (nested)."""
+    """Swap the position indices of disjoint neighbouring pairs; the expected fraction
+    moved is ``rate`` (stochastic rounding as :class:`PositionSwap`). Nested. Version 2."""
 
     name: ClassVar[str] = "adjacent"
-    version: ClassVar[int] = 2  # v2: only the context of a request is perturbed
+    version: ClassVar[int] = 3  # v2: only a request's context; v3: E[fraction moved] = rate
     rate: float = 0.05
 
     def values(self, n: int, rng: np.random.Generator | None) -> tuple[np.ndarray, int]:

@@ -2,7 +2,8 @@
 
 Words are the whitespace-separated tokens of a text (punctuation stays attached to its
 word); the whitespace between them is kept exactly, so only the order of the words
-changes. ``rate`` is the fraction of words moved. A text with fewer than two movable
+changes. ``rate`` is the expected fraction of words moved, at every text length (see
+:class:`WordSwap`). A text with fewer than two movable
 words passes through unchanged (and :attr:`TextResult.too_short` says so).
 """
 
@@ -175,9 +176,19 @@ class TextPerturbation(Perturbation):
 @registry.register
 @dataclass(frozen=True)
 class WordSwap(RateMixin, TextPerturbation):
-    """Swap ⌊rate·n/2⌋ random disjoint pairs of words (nested across rates)."""
+    """Swap random disjoint pairs of words so that the expected fraction moved is ``rate``.
+
+    With n movable words and one uniform u ∈ [0, 1) per text from the rate-free stream,
+    ``pairs = min(⌊rate·n/2 + u⌋, ⌊n/2⌋)``; the fraction moved is ``2·pairs/n`` and its
+    expectation over u is ``rate`` at every n (below ⌊n/2⌋ pairs). A 40-word text at
+    rate 0.02 thus gets one pair (fraction 0.05) with probability 0.4 and none otherwise.
+    Nested across rates: the pairs swapped at a rate are a subset of those at any
+    higher rate. Version 2 (version 1 swapped ⌊rate·n/2⌋ pairs, so short texts moved
+    nothing at small rates).
+    """
 
     name: ClassVar[str] = "swap"
+    version: ClassVar[int] = 2
     rate: float = 0.05
 
     def reorder(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, int]:
@@ -187,9 +198,14 @@ class WordSwap(RateMixin, TextPerturbation):
 @registry.register
 @dataclass(frozen=True)
 class AdjacentSwap(RateMixin, TextPerturbation):
-    """Swap ⌊rate·n/2⌋ disjoint pairs of neighbouring words (nested across rates)."""
+    """Swap disjoint pairs of neighbouring words; the expected fraction moved is ``rate``.
+
+    ``pairs = min(⌊rate·n/2 + u⌋, ⌊n/2⌋)`` as for :class:`WordSwap`, chosen among the
+    tiles (0,1), (2,3), ...; nested across rates. Version 2 (stochastic rounding).
+    """
 
     name: ClassVar[str] = "adjacent"
+    version: ClassVar[int] = 2
     rate: float = 0.05
 
     def reorder(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, int]:

@@ -7,7 +7,7 @@ import base64
 import html
 
 Block = tuple  # ("h", level, text) | ("p", text) | ("ul", items) | ("table", header, rows)
-#              | ("img", title, png_bytes)
+#              | ("img", title, png_bytes) | ("marked", [(text, is_marked), ...])
 
 
 def render_markdown(blocks: list[Block], images: dict[int, str]) -> str:
@@ -32,7 +32,19 @@ def render_markdown(blocks: list[Block], images: dict[int, str]) -> str:
             )
         elif b[0] == "img":
             out.append(f"![{b[1]}]({images[id(b)]})")
+        elif b[0] == "marked":
+            out.append("".join(_md_marked(t, m) for t, m in b[1]))
     return "\n\n".join(out) + "\n"
+
+
+def _md_marked(text: str, marked: bool) -> str:
+    """Inline text, ``**bold**`` when marked (whitespace kept outside the markers)."""
+    text = text.replace("\n", " ").replace("*", "\\*").replace("_", "\\_")
+    core = text.strip()
+    if not marked or not core:
+        return text
+    lead, trail = text[: len(text) - len(text.lstrip())], text[len(text.rstrip()) :]
+    return f"{lead}**{core}**{trail}"
 
 
 def _md_cell(text: str) -> str:
@@ -70,6 +82,14 @@ def render_html(blocks: list[Block], title: str) -> str:
                 f'<figure><img alt="{html.escape(b[1])}" '
                 f'src="data:image/png;base64,{data}"><figcaption>'
                 f"{html.escape(b[1])}</figcaption></figure>"
+            )
+        elif b[0] == "marked":
+            body.append(
+                "<p>"
+                + "".join(
+                    f"<mark>{html.escape(t)}</mark>" if m else html.escape(t) for t, m in b[1]
+                )
+                + "</p>"
             )
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>'

@@ -13,6 +13,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from posgen.results.examples import examples_section
+from posgen.results.realised_plots import common_axis_blocks
 from posgen.results.render import Block, render_html, render_markdown
 from posgen.results.schema import METRIC_RULES
 from posgen.results.scoring import FIT_COLUMNS
@@ -40,7 +42,13 @@ def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
     fits = {m: fit_quality(d) for m, d in decomps.items()}
     twins = {m["label"] for m in store.config.get("models", []) if m.get("random_init")}
     scores = score_tables(perdoc, fits, scoring_config(store.config), twins)
-    return store, {**scores, "results": results, "perdoc": perdoc, "decompositions": decomps}
+    return store, {
+        **scores,
+        "results": results,
+        "perdoc": perdoc,
+        "decompositions": decomps,
+        "cells": cells,
+    }
 
 
 def load_decompositions(store) -> dict[str, Any]:
@@ -142,6 +150,7 @@ def build_blocks(store, scores: dict[str, Any]) -> list[Block]:
                 plots.degradation_curves(scores["degradation"], m, metrics, thresholds),
             )
         )
+    blocks += common_axis_blocks([m["label"] for m in cfg.get("models", [])], scores, metrics)
     for m, d in scores["decompositions"].items():
         blocks.append(("img", f"Fit quality per head: {m}", plots.fit_heatmap(d, m)))
     if scores["summary"]:
@@ -149,10 +158,22 @@ def build_blocks(store, scores: dict[str, Any]) -> list[Block]:
             ("img", "Degradation vs fit quality", plots.fit_vs_tolerance(scores["summary"]))
         )
     blocks += [("h", 2, "Degradation at each rate")]
+    blocks += [("p", REALISED_TEXT)]
     blocks.append(("table", *detail_table(scores)))
     blocks += length_run_blocks(store.root)  # posgen run --length: RUN/length/<model>/
+    blocks += examples_section([m["label"] for m in cfg.get("models", [])], scores["cells"])
     blocks += not_shown_blocks(cfg, scores)
     return blocks
+
+
+REALISED_TEXT = (
+    "Realised = what the perturbation really did in the cell, beside the nominal rate: "
+    "for text cells the mean share of words moved per document and the documents in "
+    "which anything moved; for position cells the same per model input row (tokens); "
+    "for feature cells the mean |Δposition| per token (rope_noise) or none (qk_noise "
+    "moves no position). A cell marked NOTHING MOVED scored unperturbed input: its "
+    "degradation says nothing about the rate."
+)
 
 
 def cfg_models(cfg: dict[str, Any]) -> list[str]:
@@ -337,8 +358,15 @@ def correlation_blocks(scores: dict[str, Any]) -> list[Block]:
 
 
 def detail_table(scores: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    from posgen.results.realised import realised_text
+
+    res = scores["results"]
+    realised = res.drop_duplicates(["model", "task", "kind", "scheme", "rate"]).set_index(
+        ["model", "task", "kind", "scheme", "rate"]
+    )
     rows = []
     for r in scores["degradation"].itertuples(index=False):
+        key = (r.model, r.task, r.kind, r.scheme, r.rate)
         rows.append(
             [
                 r.model,
@@ -346,14 +374,15 @@ def detail_table(scores: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 r.metric,
                 f"{r.kind} {r.scheme}",
                 f"{r.rate:g}",
+                realised_text(realised.loc[key]) if key in realised.index else "not recorded",
                 f"{r.degradation:+.4f}",
                 f"[{r.ci_lo:+.4f}, {r.ci_hi:+.4f}]",
                 str(r.n),
                 _consistency(r),
             ]
         )
-    head = ["model", "task", "metric", "perturbation", "rate/σ", "degradation", "95% CI", "docs"]
-    return ([*head, "choice unchanged [95% CI]"], rows)
+    head = ["model", "task", "metric", "perturbation", "rate/σ", "realised", "degradation"]
+    return ([*head, "95% CI", "docs", "choice unchanged [95% CI]"], rows)
 
 
 def _consistency(r: Any) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: realised amounts per cell and document (swap rates v2)
 CELL_KINDS = ("none", "text", "position", "feature")
 PERTURBED_KINDS = ("text", "position", "feature")
 
@@ -46,6 +46,16 @@ RESULT_COLUMNS: dict[str, str] = {
     "posgen_version": "string",
     "perturbation_spec": "string",  # canonical JSON of the PerturbationSpec ("" for none)
     "perturbation_version": "int64",  # 0 for the baseline
+    # what the perturbation really did (posgen.results.realised): unit "document" (text,
+    # indices in words), "row" (position/feature, model input sequences, indices in
+    # tokens) or "" (baseline, not recorded); item means, NaN where not measured
+    "realised_unit": "string",
+    "realised_items": "int64",  # items measured
+    "realised_items_moved": "int64",  # items in which anything moved (0: nothing moved)
+    "realised_fraction_moved": "float64",  # mean share of items moved (nominal: the rate)
+    "realised_mean_displacement": "float64",  # mean |new index - old index| per word/token
+    "realised_dnd": "float64",
+    "realised_idc": "float64",
 }
 
 # perdoc.parquet: one row per (model, task, perturbed cell, metric, document), paired
@@ -68,6 +78,13 @@ PERDOC_COLUMNS: dict[str, str] = {
     "delta": "float64",  # base_num/base_den - num/den: > 0 is worse (NLL rise, score drop)
     "base_choice": "int64",  # acc: the choice predicted in the baseline cell; -1 otherwise
     "choice": "int64",  # acc: the choice predicted in this cell; -1 otherwise
+    # the document's realised order change (text cells; NaN for position/feature cells,
+    # whose amounts are measured per model row and summarised in results.parquet)
+    "realised_n": "float64",  # words that could move
+    "realised_fraction_moved": "float64",
+    "realised_mean_displacement": "float64",  # in words
+    "realised_dnd": "float64",
+    "realised_idc": "float64",
 }
 
 # Metrics and how degradation is measured on them.

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from posgen.results.realised import STATS, summary
 from posgen.results.schema import (
     METRIC_RULES,
     PERDOC_COLUMNS,
@@ -163,6 +164,7 @@ def result_rows(cells: Iterable[Mapping[str, Any]]):
                     "posgen_version": c["posgen_version"],
                     "perturbation_spec": cell["perturbation_spec"],
                     "perturbation_version": int(cell["perturbation_version"]),
+                    **summary(c["realised"]),
                 }
             )
     return frame(rows, RESULT_COLUMNS)
@@ -223,9 +225,12 @@ def _pair_rows(
             f"{where}: documents differ from the baseline's (e.g. {missing}); "
             "perturbed and baseline cells must score the same documents"
         )
+    realised = c["realised"]
+    per_doc = {i["key"]: i for i in realised["items"]} if realised["unit"] == "document" else {}
     rows = []
     for key, num, den, choice in zip(slot["keys"], slot["num"], slot["den"], choices, strict=True):
         bn, bd = base[key]
+        item = per_doc.get(key, {})
         # > 0 means worse: for perplexities num/den = -NLL per word (byte), so this is the
         # NLL increase; for scores it is the drop
         delta = bn / bd - num / den
@@ -241,6 +246,8 @@ def _pair_rows(
                 "delta": delta,
                 "base_choice": int(base_choice[key]),
                 "choice": int(choice),
+                "realised_n": float(item.get("n", math.nan)),
+                **{f"realised_{k}": float(item.get(k, math.nan)) for k in STATS},
             }
         )
     return rows
@@ -253,12 +260,15 @@ def cell_record(
     samples: Mapping[str, list],
     posgen_version: str,
     seed: int = 0,
+    model_side: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The record of one finished cell from lm-eval's output for its single task.
 
     ``cell`` holds task, lm_eval_task, kind, scheme, rate, seed, perturbation_spec and
     perturbation_version; ``results``/``samples`` are ``simple_evaluate``'s
-    ``["results"]`` and ``["samples"]``.
+    ``["results"]`` and ``["samples"]``. ``model_side`` (position and feature cells):
+    ``{"realised": ..., "rows": [...]}`` as measured in the model
+    (posgen.harness.run.realised_rows); text cells take theirs from the logged docs.
     """
     name = cell["lm_eval_task"]
     if name not in results or name not in samples:
@@ -279,4 +289,22 @@ def cell_record(
         "posgen_version": posgen_version,
         "metrics": cell_metrics(docs, results[name], seed),
         "docs": docs,
+        **realised_record(cell["kind"], samples[name], split, model_side),
     }
+
+
+def realised_record(
+    kind: str, samples: list[Mapping[str, Any]], split: str, model_side: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """A record's ``realised`` amount and ``examples`` (see posgen.results.realised)."""
+    from posgen.results.realised import doc_examples, text_items
+
+    keys = doc_keys(samples, split)
+    examples: dict[str, Any] = {"docs": doc_examples(samples, keys)}
+    realised: Mapping[str, Any] = {"unit": "", "items": []}
+    if kind == "text":
+        realised = {"unit": "document", "items": text_items(samples, keys)}
+    elif kind != "none" and model_side is not None:
+        realised = model_side["realised"]
+        examples["rows"] = list(model_side.get("rows", []))
+    return {"realised": dict(realised), "examples": examples}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from posgen.harness.run.plan import plan_cells, resolve_config
 from posgen.harness.cli.run import configure_parser
+from posgen.harness.run.plan import plan_cells, resolve_config
 from posgen.results.schema import config_hash
 
 

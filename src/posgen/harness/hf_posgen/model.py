@@ -167,6 +167,8 @@ class HFPosgenLM(HFLM):
         self._cache_db: Any = None
         self._row_lengths: deque[RowSplit] | None = None
         self._whole_rows = False
+        # called as plan_observer(inps, plan) for every padded loglikelihood batch
+        self.plan_observer: Any = None
         self._perturbation = ModelPerturbation(seed=perturbation.seed)
         self._length = length_scheme
         self.set_perturbation(perturbation.positions, perturbation.features, perturbation.seed)
@@ -270,9 +272,12 @@ class HFPosgenLM(HFLM):
         p = self._perturbation
         if not p.changes_model or attn_mask is not None or labels is not None:
             return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
+        observed = self._row_lengths is not None and self.plan_observer is not None
         lengths, spans = self._take_row_lengths(inps)
         moved = combined_positions(p.positions, p.length)
         plan = build_plan(inps, lengths, (moved, p.features), p.seed, spans)
+        if observed:
+            self.plan_observer(inps, plan)
         with ExitStack() as stack:
             if isinstance(p.length, LengthLambda):
                 stack.enter_context(lambda_attention(self.model, p.length))

@@ -65,6 +65,15 @@ def _stderr_fd_to_devnull():
         os.close(saved)
 
 
+@contextlib.contextmanager
+def _observer_removed(lm: Any):
+    """The model's plan observer is unset on leaving, whatever happens."""
+    try:
+        yield
+    finally:
+        lm.plan_observer = None
+
+
 class ModelSession:
     """``with ModelSession(store, model_entry) as s: s.evaluate(cell); s.decompose()``.
 
@@ -150,6 +159,7 @@ class ModelSession:
         a launch every rank scores its share and rank 0 writes (the others return None)."""
         import lm_eval
 
+        from posgen.harness.run.realised_rows import RowRecorder
         from posgen.results.tidy import cell_record
 
         cfg = self.store.config
@@ -158,7 +168,9 @@ class ModelSession:
             positions=args["positions"], features=args["features"], seed=cell["seed"]
         )
         task = cell["lm_eval_task"]
-        with self._quiet(), _env_info_once():
+        recorder = RowRecorder() if cell["kind"] in ("position", "feature") else None
+        self.lm.plan_observer = recorder
+        with self._quiet(), _env_info_once(), _observer_removed(self.lm):
             out = lm_eval.simple_evaluate(
                 model=self.lm,
                 tasks=[task],
@@ -189,6 +201,9 @@ class ModelSession:
             out["samples"],
             __version__,
             seed=cfg["seed"],
+            model_side=None
+            if recorder is None
+            else {"realised": recorder.realised(), "rows": recorder.examples(self.lm.tokenizer)},
         )
         raw = {
             k: out.get(k)

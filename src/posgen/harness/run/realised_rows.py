@@ -1,0 +1,90 @@
+"""The realised position change of every row a model-side cell ran.
+
+:class:`RowRecorder` is set as ``HFPosgenLM.plan_observer`` for a position or feature
+cell: the model calls it with every padded batch and the :class:`BatchPlan` it built for
+it, so what is measured is exactly what the rotary embedding was given, not a second
+draw. Only the perturbed part of a row counts (the context of a log-likelihood request,
+the whole window in rolling perplexity), once per distinct context. For that part, n
+tokens with position values ``p`` (shape ``[n]``):
+
+- ``fraction_moved`` = share of tokens with ``p[t] ≠ t``;
+- ``mean_displacement`` = mean_t |p[t] − t| (for ``rope_noise:σ`` its expectation is
+  ``σ·√(2/π)``, the mean of a half-normal);
+- ``dnd``, ``idc``: order statistics of the order the positions put the tokens in
+  (``argsort(p)``; see :mod:`posgen.perturbations.order_stats`).
+
+A plan without position values (``qk_noise``) moves no position: its rows carry NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from posgen.perturbations.order_stats import order_stats
+
+EXAMPLE_ROWS = 2
+EXAMPLE_TOKENS = 80
+
+
+class RowRecorder:
+    """Collects one realised-statistics item per distinct row (keyed by its tokens)."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, dict[str, Any]] = {}
+        self._rows: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
+
+    def __call__(self, inps: Any, plan: Any) -> None:
+        ids = inps.detach().to("cpu").numpy()
+        table = None if plan.positions is None else plan.positions.detach().cpu().numpy()
+        for b, n in enumerate(plan.spans):  # the perturbed tokens: a request's context
+            row = ids[b, :n].astype(np.int64)
+            key = plan.keys[b].hex()  # the same context (all choices of a document) counts once
+            if key in self._items:
+                continue
+            values = None if table is None else table[b, :n].astype(np.float64)
+            self._items[key] = row_stats(key, values, n)
+            self._rows[key] = (row, values)
+
+    def realised(self) -> dict[str, Any]:
+        """``{"unit": "row", "items": [...]}`` sorted by key (see posgen.results.realised)."""
+        return {"unit": "row", "items": [self._items[k] for k in sorted(self._items)]}
+
+    def examples(self, tokenizer: Any, k: int = EXAMPLE_ROWS) -> list[dict[str, Any]]:
+        """The ``k`` rows with the smallest keys (the same rows at every rate): their
+        first ``EXAMPLE_TOKENS`` tokens as text pieces, with the position each was given."""
+        out = []
+        for key in sorted(self._rows)[:k]:
+            row, values = self._rows[key]
+            row = row[:EXAMPLE_TOKENS]
+            out.append(
+                {
+                    "key": key,
+                    "n": int(self._items[key]["n"]),
+                    "tokens": [tokenizer.decode([int(t)]) for t in row],
+                    "positions": None if values is None else values[:EXAMPLE_TOKENS].tolist(),
+                }
+            )
+        return out
+
+
+def row_stats(key: str, values: np.ndarray | None, n: int) -> dict[str, Any]:
+    """Realised statistics of one row of n tokens given position ``values`` (``[n]``)."""
+    if values is None:
+        return {"key": key, "n": n, **dict.fromkeys(_STATS, math.nan)}
+    delta = values - np.arange(n, dtype=np.float64)
+    moved = delta != 0
+    order = order_stats(np.argsort(values, kind="stable"), int(moved.sum()))
+    return {
+        "key": key,
+        "n": n,
+        "fraction_moved": float(moved.mean()) if n else 0.0,
+        "mean_displacement": float(np.abs(delta).mean()) if n else 0.0,
+        "dnd": order.dnd,
+        "idc": order.idc,
+    }
+
+
+_STATS = ("fraction_moved", "mean_displacement", "dnd", "idc")
