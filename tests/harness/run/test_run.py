@@ -101,7 +101,7 @@ def test_an_interrupted_run_resumes_only_the_missing_cells(tiny_model_dir, tmp_p
     original = sweep_cells.ModelSession.evaluate
 
     def counting(self, cell):
-        seen.append(cell["cell_id"])
+        seen.append(cell.cell_id)
         return original(self, cell)
 
     monkeypatch.setattr(sweep_cells.ModelSession, "evaluate", counting)

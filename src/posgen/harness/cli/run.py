@@ -73,7 +73,7 @@ def main(args: argparse.Namespace) -> int:
 
     out = args.out or default_out(config)
     try:
-        store = RunStore.create(out, config)
+        store = RunStore.create(out, config.to_dict())  # results/ stores plain JSON data
     except RunConflictError as e:
         print(f"posgen run: {e}", file=sys.stderr)
         return 2

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from posgen import __version__
+from posgen.harness.run.config import Cell, ModelEntry, RunConfig
 from posgen.results.store import RunStore, atomic_write_parquet, slug
 
 _ENV_INFO: dict[str, Any] = {}
@@ -63,15 +64,17 @@ def _stderr_fd_to_devnull():
 
 
 class ModelSession:
-    """``with ModelSession(store, model_entry) as s: s.evaluate(cell); s.decompose()``.
+    """``with ModelSession(store, config, model) as s: s.evaluate(cell); s.decompose()``.
 
     Holds one ``HFPosgenLM`` (the model loaded once); each cell switches the model-side
     perturbation with ``set_perturbation`` and runs ``lm_eval.simple_evaluate`` on one
     task. lm-eval's own log and progress bars go to ``raw/<model>/lm_eval.log``.
     """
 
-    def __init__(self, store: RunStore, model: dict[str, Any], device: str | None = None):
-        self.store, self.model, self.device = store, model, device
+    def __init__(
+        self, store: RunStore, config: RunConfig, model: ModelEntry, device: str | None = None
+    ):
+        self.store, self.config, self.model, self.device = store, config, model, device
         self.lm: Any = None
         self.task_manager: Any = None
 
@@ -85,17 +88,13 @@ class ModelSession:
         register_all()
         self.task_manager = shared_task_manager()
         device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        kwargs = {
-            "batch_size": self.store.config["batch_size"],
-            "device": device,
-            "dtype": self.model["dtype"],
-        }
+        kwargs = {"batch_size": self.config.batch_size, "device": device, "dtype": self.model.dtype}
         with self._quiet():
-            if self.model["random_init"]:
+            if self.model.random_init:
                 net, tok = self._random_init_twin()
                 self.lm = HFPosgenLM(pretrained=net, tokenizer=tok, **kwargs)
             else:
-                self.lm = HFPosgenLM(pretrained=self.model["path"], **kwargs)
+                self.lm = HFPosgenLM(pretrained=self.model.path, **kwargs)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -108,16 +107,16 @@ class ModelSession:
         from posgen.harness.decomposition.pipeline import random_init_twin
         from posgen.harness.embedded import resolve_pretrained
 
-        path = resolve_pretrained(self.model["path"])
+        path = resolve_pretrained(self.model.path)
         net = random_init_twin(
-            AutoConfig.from_pretrained(path), seed=self.store.config["random_init_seed"], name=path
+            AutoConfig.from_pretrained(path), seed=self.config.random_init_seed, name=path
         )
         return net, AutoTokenizer.from_pretrained(path)
 
     @contextlib.contextmanager
     def _quiet(self):
         """lm-eval's stderr (progress bars, warnings) into the model's log file."""
-        log = self.store.root / "raw" / slug(self.model["label"]) / "lm_eval.log"
+        log = self.store.root / "raw" / slug(self.model.label) / "lm_eval.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with (
             open(log, "a", encoding="utf-8") as f,
@@ -126,31 +125,28 @@ class ModelSession:
         ):
             yield
 
-    def evaluate(self, cell: dict[str, Any]) -> Path:
+    def evaluate(self, cell: Cell) -> Path:
         """Run one cell through lm-eval and write it (raw results, samples, record)."""
         import lm_eval
 
         from posgen.results.tidy import cell_record
 
-        cfg = self.store.config
-        args = cell["model_args"]
-        self.lm.set_perturbation(
-            positions=args["positions"], features=args["features"], seed=cell["seed"]
-        )
-        task = cell["lm_eval_task"]
+        cfg = self.config
+        self.lm.set_perturbation(positions=cell.positions, features=cell.features, seed=cell.seed)
+        task = cell.lm_eval_task
         with self._quiet(), _env_info_once():
             out = lm_eval.simple_evaluate(
                 model=self.lm,
                 tasks=[task],
                 task_manager=self.task_manager,
-                limit=cfg["limits"][cell["task"]],
+                limit=cfg.limits[cell.task],
                 log_samples=True,
                 bootstrap_iters=0,
                 verbosity="ERROR",
-                random_seed=cfg["seed"],
-                numpy_random_seed=cfg["seed"],
-                torch_random_seed=cfg["seed"],
-                fewshot_random_seed=cfg["seed"],
+                random_seed=cfg.seed,
+                numpy_random_seed=cfg.seed,
+                torch_random_seed=cfg.seed,
+                fewshot_random_seed=cfg.seed,
             )
         if out is None:  # a non-zero rank of a data-parallel launch gets no results
             raise RuntimeError(
@@ -159,14 +155,13 @@ class ModelSession:
             )
         task_cfg = out["configs"].get(task, {})
         split = task_cfg.get("test_split") or task_cfg.get("validation_split") or "test"
-        meta = {k: v for k, v in cell.items() if k not in ("cell_id", "model_args")}
-        record = cell_record(
-            {**meta, "split": split},
-            self.model_info(),
+        record = cell_record(  # results/ takes plain data: no harness types cross
+            {**cell.record(), "split": split},
+            self.model.info(),
             out["results"],
             out["samples"],
             __version__,
-            seed=cfg["seed"],
+            seed=cfg.seed,
         )
         raw = {
             k: out.get(k)
@@ -181,35 +176,26 @@ class ModelSession:
             )
         }
         return self.store.write_cell(
-            self.model["label"], cell["cell_id"], record, raw_results=raw, samples=out["samples"]
+            self.model.label, cell.cell_id, record, raw_results=raw, samples=out["samples"]
         )
-
-    def model_info(self) -> dict[str, Any]:
-        m = self.model
-        return {
-            "model_path": str(m["path"]),
-            "model_revision": m["revision"],
-            "dtype": m["dtype"],
-            "random_init": m["random_init"],
-        }
 
     def decompose(self) -> Path:
         """The per-(doc, layer, head) decomposition of the loaded weights."""
         from posgen.harness.decomposition.pipeline import decompose_model
 
-        spec = self.store.config["decompose"]
+        spec = self.config.decompose
         self.lm.set_perturbation(positions=None, features=None)
         with self._quiet():
             table = decompose_model(
                 self.lm.model,
                 tokenizer=self.lm.tokenizer,
-                docs=spec["docs"],
-                tokens=spec["tokens"],
-                seed=self.store.config["seed"],
+                docs=spec.docs,
+                tokens=spec.tokens,
+                seed=self.config.seed,
                 progress=False,
             )
-        table["model"] = self.model["label"]
-        table["random_init"] = self.model["random_init"]
-        path = self.store.decomposition_path(self.model["label"])
+        table["model"] = self.model.label
+        table["random_init"] = self.model.random_init
+        path = self.store.decomposition_path(self.model.label)
         atomic_write_parquet(path, table)
         return path

