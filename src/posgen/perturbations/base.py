@@ -217,22 +217,29 @@ class Registry:
         declared). Examples: ``swap:0.05``, ``local_shuffle:4``, ``shuffle``, ``shift:100``.
         """
         text = text.strip()
-        name, _, value = text.partition(":")
-        cls = self.get(kind, name.strip())
-        if not value:
-            if cls.short_param is not None and _required(cls, cls.short_param):
+        name, colon, value = text.partition(":")
+        cls = self.get(kind, name.strip())  # an unknown name's error lists the forms
+        accepted = f"; accepted {kind} forms: " + ", ".join(
+            self._classes[(kind, n)].usage() for n in self.names(kind)
+        )
+        value = value.strip()
+        if cls.short_param is not None and not value:  # no silent default value
+            raise PerturbationError(
+                f"{kind} perturbation {text!r} needs a value: write {cls.usage()}{accepted}"
+            )
+        if cls.short_param is None:
+            if colon:
                 raise PerturbationError(
-                    f"{kind} perturbation {name!r} needs a value: write {cls.usage()}"
+                    f"{kind} perturbation {name!r} takes no value: write {name}{accepted}"
                 )
             return cls()
-        if cls.short_param is None:
-            raise PerturbationError(f"{kind} perturbation {name!r} takes no value: write {name}")
         field_type = {f.name: f.type for f in dataclasses.fields(cls)}[cls.short_param]
         try:
             parsed: Any = int(value) if field_type in (int, "int") else float(value)
         except ValueError:
             raise PerturbationError(
-                f"{kind} perturbation {text!r}: {value!r} is not a number; write {cls.usage()}"
+                f"{kind} perturbation {text!r}: {value!r} is not a number; "
+                f"write {cls.usage()}{accepted}"
             ) from None
         return cls(**{cls.short_param: parsed})
 
@@ -246,11 +253,6 @@ class Registry:
                 f"but this posgen implements version {cls.version}; results are not comparable"
             )
         return cls.from_params(dict(spec.params))
-
-
-def _required(cls: type[Perturbation], field_name: str) -> bool:
-    f = {f.name: f for f in dataclasses.fields(cls)}[field_name]
-    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 
 registry = Registry()

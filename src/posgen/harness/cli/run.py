@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
@@ -68,15 +69,38 @@ def main(args: argparse.Namespace) -> int:
     except PlanError as e:
         print(f"posgen run: {e}", file=sys.stderr)
         return 2
-    from posgen.harness.run.sweep import run_sweep
-    from posgen.results.store import RunConflictError, RunStore
+    from posgen.results.run_lock import RunLock, RunLockedError
+    from posgen.results.store import RunConflictError, check_run_folder
 
     out = args.out or default_out(config)
     try:
-        store = RunStore.create(out, config.to_dict())  # results/ stores plain JSON data
-    except RunConflictError as e:
+        check_run_folder(out)  # before the lock file is put into someone else's folder
+        with RunLock(out) as lock:  # refused at once if another run writes there
+            if lock.removed:
+                print(
+                    f"posgen run: removed {len(lock.removed)} temporary file(s) left by an "
+                    "interrupted run",
+                    file=sys.stderr,
+                )
+            paths = _run_locked(args, config, out, fresh=lock.created)
+    except (RunConflictError, RunLockedError) as e:
         print(f"posgen run: {e}", file=sys.stderr)
         return 2
-    paths = run_sweep(store, device=args.device, progress=not args.no_progress)
     print(f"posgen run: report in {paths['html']} (and {paths['md'].name})")
     return 0
+
+
+def _run_locked(args: argparse.Namespace, config, out: Path, fresh: bool) -> dict[str, Path]:
+    """The run, with the folder's lock held; a folder this run created is removed again
+    if the run fails before anything finished (no half-made run folder is left)."""
+    from posgen.harness.run.sweep import run_sweep
+    from posgen.results.store import RunStore
+
+    store = None
+    try:
+        store = RunStore.create(out, config.to_dict())  # results/ stores plain JSON data
+        return run_sweep(store, device=args.device, progress=not args.no_progress)
+    except BaseException:
+        if fresh and (store is None or not store.has_results()):
+            shutil.rmtree(out, ignore_errors=True)
+        raise

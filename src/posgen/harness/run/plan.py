@@ -10,6 +10,8 @@ import argparse
 import difflib
 import hashlib
 import importlib.metadata
+import json
+import math
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -99,6 +101,7 @@ def _local_or_hub(name: str) -> str:
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise PlanError(f"{path} has no config.json: not a Hugging Face model folder")
+        _check_model_config(path / "config.json")
         return str(path.resolve())
     if path.exists() or name.startswith((".", "/", "~")) or not _HUB_ID.match(name):
         raise PlanError(
@@ -108,12 +111,30 @@ def _local_or_hub(name: str) -> str:
     return name
 
 
+def _check_model_config(path: Path) -> None:
+    """A model folder's config.json must say which architecture transformers builds."""
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise PlanError(f"{path} is not readable JSON ({e}); fix or re-download it") from None
+    if not isinstance(cfg, dict) or not cfg.get("model_type"):
+        raise PlanError(
+            f"{path} has no model_type, so transformers cannot tell which architecture to "
+            'build; add it (e.g. "model_type": "llama") or re-download the model'
+        )
+
+
 def _revision(name: str) -> str:
     """A local folder's fingerprint: SHA-256 of config.json and the weight files' names and
-    sizes (12 hex); 'main' for a hub id."""
+    sizes (12 hex); a hub id's resolved commit (the hub, else the local cache)."""
     path = Path(name).expanduser()
     if not path.is_dir():
-        return "main"
+        from posgen.harness.run.hub import HubModelError, resolve_commit
+
+        try:
+            return resolve_commit(name)
+        except HubModelError as e:
+            raise PlanError(str(e)) from None
     h = hashlib.sha256((path / "config.json").read_bytes())
     for f in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin")):
         h.update(f"{f.name}:{f.stat().st_size}".encode())
@@ -158,8 +179,10 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
         raise PlanError("--limit must be >= 1")
     if args.batch_size < 1:
         raise PlanError("--batch-size must be >= 1")
-    if not (args.threshold > 0 and args.threshold_acc > 0):
-        raise PlanError("--threshold and --threshold-acc must be > 0")
+    if not 0 <= args.seed < 2**32:
+        raise PlanError(f"--seed must be an integer in [0, 2**32), got {args.seed}")
+    _check_threshold("--threshold", args.threshold, 10.0, "relative perplexity increase")
+    _check_threshold("--threshold-acc", args.threshold_acc, 1.0, "absolute accuracy drop")
     rates = parse_values(args.rates, QUICK_RATES if args.quick else DEFAULT_RATES, "rates", 1.0)
     sigmas = parse_values(
         args.sigmas, QUICK_SIGMAS if args.quick else DEFAULT_SIGMAS, "sigmas", None
@@ -185,6 +208,11 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
         decompose=Decompose(**DECOMPOSE[preset]),
         scoring=Scoring(threshold_ppl=args.threshold, threshold_acc=args.threshold_acc),
     )
+
+
+def _check_threshold(flag: str, value: float, upper: float, what: str) -> None:
+    if not (math.isfinite(value) and 0 < value < upper):
+        raise PlanError(f"{flag} ({what}) must be a number in (0, {upper:g}), got {value}")
 
 
 def default_out(config: RunConfig) -> Path:
