@@ -219,29 +219,11 @@ class Registry:
         text = text.strip()
         name, colon, value = text.partition(":")
         cls = self.get(kind, name.strip())  # an unknown name's error lists the forms
-        accepted = f"; accepted {kind} forms: " + ", ".join(
-            self._classes[(kind, n)].usage() for n in self.names(kind)
-        )
-        value = value.strip()
-        if cls.short_param is not None and not value:  # no silent default value
-            raise PerturbationError(
-                f"{kind} perturbation {text!r} needs a value: write {cls.usage()}{accepted}"
-            )
-        if cls.short_param is None:
-            if colon:
-                raise PerturbationError(
-                    f"{kind} perturbation {name!r} takes no value: write {name}{accepted}"
-                )
-            return cls()
-        field_type = {f.name: f.type for f in dataclasses.fields(cls)}[cls.short_param]
         try:
-            parsed: Any = int(value) if field_type in (int, "int") else float(value)
-        except ValueError:
-            raise PerturbationError(
-                f"{kind} perturbation {text!r}: {value!r} is not a number; "
-                f"write {cls.usage()}{accepted}"
-            ) from None
-        return cls(**{cls.short_param: parsed})
+            return _build(cls, kind, text, name, bool(colon), value.strip())
+        except PerturbationError as exc:
+            forms = ", ".join(self._classes[(kind, n)].usage() for n in self.names(kind))
+            raise PerturbationError(f"{exc}. Accepted {kind} forms: {forms}") from None
 
     def from_spec(self, spec: PerturbationSpec | Mapping[str, Any]) -> Perturbation:
         if not isinstance(spec, PerturbationSpec):
@@ -253,6 +235,25 @@ class Registry:
                 f"but this posgen implements version {cls.version}; results are not comparable"
             )
         return cls.from_params(dict(spec.params))
+
+
+def _build(
+    cls: type[Perturbation], kind: str, text: str, name: str, colon: bool, value: str
+) -> Perturbation:
+    if cls.short_param is not None and not value:  # no silent default value
+        raise PerturbationError(f"{kind} perturbation {text!r} needs a value: write {cls.usage()}")
+    if cls.short_param is None:
+        if colon:
+            raise PerturbationError(f"{kind} perturbation {name!r} takes no value: write {name}")
+        return cls()
+    field_type = {f.name: f.type for f in dataclasses.fields(cls)}[cls.short_param]
+    try:
+        parsed: Any = int(value) if field_type in (int, "int") else float(value)
+    except ValueError:
+        raise PerturbationError(
+            f"{kind} perturbation {text!r}: {value!r} is not a number; write {cls.usage()}"
+        ) from None
+    return cls(**{cls.short_param: parsed})
 
 
 registry = Registry()
