@@ -6,6 +6,7 @@ import argparse
 import importlib.metadata
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,48 @@ def test_model_labels_are_short_names_and_the_path_stays_in_the_config(tmp_path)
     assert entry.label == "llama" and entry.path == str(llama.resolve())
     two = resolve_config(_args(["--model", str(a), "--model", str(b)]))
     assert [m.label for m in two.models] == ["a/model", "b/model"]
+
+
+def test_lm_eval_hf_loading_options_are_recorded_and_passed(tmp_path) -> None:
+    model = _local_model(tmp_path / "m")
+    argv = ["--model", str(model), "--dtype", "bfloat16", "--attn-implementation", "eager"]
+    config = resolve_config(_args([*argv, "--trust-remote-code", "--batch-size", "auto:4"]))
+    (entry,) = config.models
+    assert entry.load_options() == {"trust_remote_code": True, "attn_implementation": "eager"}
+    as_dict = config.to_dict()
+    assert as_dict["batch_size"] == "auto:4" and as_dict["models"][0]["dtype"] == "bfloat16"
+    assert as_dict["models"][0]["attn_implementation"] == "eager"
+    assert RunConfig.from_dict(as_dict) == config
+    plain = resolve_config(_args(["--model", str(model)])).to_dict()["models"][0]
+    assert set(plain) == {"label", "path", "embedded", "revision", "dtype", "random_init"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--batch-size", "0"], "--batch-size: '0'"),
+        (["--batch-size", "auto:x"], "--batch-size: 'auto:x'"),
+        (["--dtype", "float8"], "--dtype: 'float8'"),
+        (["--peft", "/no/such/adapter"], "no such adapter folder"),
+    ],
+)
+def test_bad_loading_options_are_refused(tmp_path, argv, message) -> None:
+    model = _local_model(tmp_path / "m")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        resolve_config(_args(["--model", str(model), *argv]))
+
+
+def test_a_hub_model_is_recorded_and_loaded_at_its_commit(tmp_path, monkeypatch) -> None:
+    import huggingface_hub.constants
+
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    repo = tmp_path / "models--org--tiny"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(sha)
+    (repo / "snapshots" / sha).mkdir(parents=True)
+    (repo / "snapshots" / sha / "config.json").write_text('{"model_type": "llama"}')
+    (entry,) = resolve_config(_args(["--model", "org/tiny"])).models
+    assert entry.label == "org/tiny" and entry.revision == sha
+    assert entry.load_options() == {"revision": sha}

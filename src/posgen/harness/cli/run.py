@@ -63,7 +63,17 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         default=0.05,
         help="tolerance threshold: absolute accuracy drop (0.05)",
     )
-    parser.add_argument("--batch-size", type=int, default=8, help="lm-eval batch size")
+    parser.add_argument(
+        "--batch-size", default="8", help="lm-eval batch size: N, auto or auto:N (default 8)"
+    )
+    load = parser.add_argument_group("model loading (as lm-eval's hf model)")
+    load.add_argument(
+        "--dtype", default="float32", help="float32 (default), bfloat16, float16, auto"
+    )
+    load.add_argument("--revision", help="hub branch, tag or commit (recorded as its commit)")
+    load.add_argument("--trust-remote-code", action="store_true", help="run the hub repo's code")
+    load.add_argument("--attn-implementation", help="eager, sdpa, flash_attention_2, ...")
+    load.add_argument("--peft", metavar="ADAPTER", help="a PEFT adapter folder or hub id")
     parser.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 

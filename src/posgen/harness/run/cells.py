@@ -88,7 +88,12 @@ class ModelSession:
         register_all()
         self.task_manager = shared_task_manager()
         device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        kwargs = {"batch_size": self.config.batch_size, "device": device, "dtype": self.model.dtype}
+        kwargs = {
+            "batch_size": self.config.batch_size,
+            "device": device,
+            "dtype": self.model.dtype,
+            **({} if self.model.random_init else self.model.load_options()),
+        }
         with self._quiet():
             if self.model.random_init:
                 net, tok = self._random_init_twin()

@@ -28,6 +28,10 @@ class ModelEntry:
     revision: str
     dtype: str = "float32"
     random_init: bool = False
+    # lm-eval ``hf`` loading options; in the config only when set (hashes stay as they were)
+    trust_remote_code: bool = False
+    attn_implementation: str | None = None
+    peft: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -37,7 +41,22 @@ class ModelEntry:
             "revision": self.revision,
             "dtype": self.dtype,
             "random_init": self.random_init,
+            **{k: v for k, v in self.load_options().items() if k != "revision"},
         }
+
+    def load_options(self) -> dict[str, Any]:
+        """Keyword arguments of lm-eval's ``hf`` model beyond ``pretrained`` and ``dtype``:
+        the resolved commit of a hub model, and the options the user set."""
+        out: dict[str, Any] = {}
+        if self.revision and len(self.revision) == 40 and not self.embedded:
+            out["revision"] = self.revision  # a hub commit: load exactly what was recorded
+        if self.trust_remote_code:
+            out["trust_remote_code"] = True
+        if self.attn_implementation:
+            out["attn_implementation"] = self.attn_implementation
+        if self.peft:
+            out["peft"] = self.peft
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ModelEntry:
@@ -104,7 +123,7 @@ class RunConfig:
     seed: int
     random_init_seed: int
     models: tuple[ModelEntry, ...]
-    batch_size: int
+    batch_size: int | str  # N, or lm-eval's auto / auto:N
     sweep: Mapping[str, SweepAxis]  # kind -> axis, in sweep order
     decompose: Decompose
     scoring: Scoring

