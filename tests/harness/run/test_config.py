@@ -109,17 +109,8 @@ def test_bad_loading_options_are_refused(tmp_path, argv, message) -> None:
         resolve_config(_args(["--model", str(model), *argv]))
 
 
-def test_a_hub_model_is_recorded_and_loaded_at_its_commit(tmp_path, monkeypatch) -> None:
-    import huggingface_hub.constants
-
-    sha = "0123456789abcdef0123456789abcdef01234567"
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
-    repo = tmp_path / "models--org--tiny"
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(sha)
-    (repo / "snapshots" / sha).mkdir(parents=True)
-    (repo / "snapshots" / sha / "config.json").write_text('{"model_type": "llama"}')
+def test_a_hub_model_is_recorded_and_loaded_at_its_commit(offline_cache) -> None:
+    sha = "0123456789abcdef0123456789abcdef01234567"  # conftest.HUB_SHA
     (entry,) = resolve_config(_args(["--model", "org/tiny"])).models
     assert entry.label == "org/tiny" and entry.revision == sha
     assert entry.load_options() == {"revision": sha}

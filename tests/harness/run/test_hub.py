@@ -6,21 +6,7 @@ import pytest
 
 from posgen.harness.run.hub import HubModelError, resolve_commit
 
-SHA = "0123456789abcdef0123456789abcdef01234567"
-
-
-@pytest.fixture
-def offline_cache(tmp_path, monkeypatch):
-    import huggingface_hub.constants
-
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
-    repo = tmp_path / "models--org--tiny"
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(SHA)
-    (repo / "snapshots" / SHA).mkdir(parents=True)
-    (repo / "snapshots" / SHA / "config.json").write_text('{"model_type": "llama"}')
-    return tmp_path
+SHA = "0123456789abcdef0123456789abcdef01234567"  # conftest.HUB_SHA
 
 
 def test_a_cached_model_resolves_to_its_commit_not_main(offline_cache):
