@@ -56,7 +56,7 @@ def test_cells_equal_those_of_the_untyped_code(case) -> None:
 
 def _local_model(root: Path) -> Path:
     root.mkdir(parents=True)
-    (root / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (root / "config.json").write_text(json.dumps({"model_type": "llama", "rope_theta": 1e4}))
     return root
 
 

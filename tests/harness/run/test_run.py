@@ -224,3 +224,23 @@ def test_a_run_that_fails_to_load_leaves_no_folder(tmp_path, capsys):
     with pytest.raises(Exception):  # noqa: B017  (whatever transformers raises)
         run(model, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_model_without_rope_gets_the_text_cells_and_a_note(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "gpt2"
+    assert run(tiny_model_dir("gpt2", 0), out) == 0
+    assert (
+        "has no rotary position embedding: it gets the text cells only" in capsys.readouterr().err
+    )
+    res = pd.read_parquet(out / "results.parquet")
+    assert set(res["kind"]) == {"none", "text"}
+    assert (out / "report.md").is_file()
+
+
+def test_only_model_side_kinds_for_a_model_without_rope_is_refused(
+    tiny_model_dir, tmp_path, monkeypatch, capsys
+):
+    _refuse_model_load(monkeypatch)
+    assert run(tiny_model_dir("gpt2", 0), tmp_path / "out", "--kinds", "position,feature") == 2
+    assert "add --kinds text" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

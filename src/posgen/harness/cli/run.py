@@ -7,7 +7,12 @@ import shutil
 import sys
 from pathlib import Path
 
-from posgen.harness.run.plan import PlanError, default_out, resolve_config
+from posgen.harness.run.plan import (
+    PlanError,
+    check_model_side_kinds,
+    default_out,
+    resolve_config,
+)
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -81,9 +86,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     try:
         config = resolve_config(args)  # every check before any model loads
+        notes = check_model_side_kinds(config)
     except PlanError as e:
         print(f"posgen run: {e}", file=sys.stderr)
         return 2
+    for note in notes:
+        print(f"posgen run: note: {note}", file=sys.stderr)
     from posgen.results.run_lock import RunLock, RunLockedError
     from posgen.results.store import RunConflictError, check_run_folder
 

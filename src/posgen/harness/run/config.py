@@ -32,6 +32,7 @@ class ModelEntry:
     trust_remote_code: bool = False
     attn_implementation: str | None = None
     peft: str | None = None
+    rope: bool = True  # False: no rotary position embedding, so no model-side cells
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -42,6 +43,7 @@ class ModelEntry:
             "dtype": self.dtype,
             "random_init": self.random_init,
             **{k: v for k, v in self.load_options().items() if k != "revision"},
+            **({} if self.rope else {"rope": False}),
         }
 
     def load_options(self) -> dict[str, Any]:

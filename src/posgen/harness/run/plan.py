@@ -87,6 +87,7 @@ def model_entries(
         else:
             path = _local_or_hub(name)
             entry = ModelEntry(short[name], path, False, _revision(name, wanted_revision))
+            entry = replace(entry, rope=has_rotary_embedding(path))
         entry = replace(entry, **options)
         out.append(entry)
         if random_init:
@@ -134,6 +135,38 @@ def _local_or_hub(name: str) -> str:
             "'org/name'); pass a local folder, a hub id or 'embedded'"
         )
     return name
+
+
+MODEL_SIDE_KINDS = ("position", "feature")
+
+
+def has_rotary_embedding(path: str) -> bool:
+    """Whether a local model's config.json describes rotary position embeddings (a
+    ``rope_*`` or ``*rotary*`` setting, as transformers writes for every RoPE family);
+    True for a hub id, whose config is not read here (loading then checks)."""
+    config = Path(path) / "config.json"
+    if not config.is_file():
+        return True
+    keys = json.loads(config.read_text(encoding="utf-8"))
+    return any("rope" in k or "rotary" in k for k in keys)
+
+
+def check_model_side_kinds(config: RunConfig) -> list[str]:
+    """Notes for models without RoPE (they get only the text cells); refuses a run that
+    asked only for model-side kinds of such a model."""
+    flat = [m.label for m in config.models if not m.rope and not m.random_init]
+    if not flat or not any(k in config.sweep for k in MODEL_SIDE_KINDS):
+        return []
+    if all(k in MODEL_SIDE_KINDS for k in config.sweep):
+        raise PlanError(
+            f"{', '.join(flat)} has no rotary position embedding, so position and feature "
+            "perturbations do not apply; add --kinds text or choose a RoPE model"
+        )
+    return [
+        f"{label} has no rotary position embedding: it gets the text cells only "
+        "(position and feature cells and the attention-logit decomposition do not apply)"
+        for label in flat
+    ]
 
 
 def _check_model_config(path: Path) -> None:
@@ -294,7 +327,7 @@ def default_out(config: RunConfig) -> Path:
     return Path("posgen-runs") / name
 
 
-def plan_cells(config: RunConfig) -> list[Cell]:
+def plan_cells(config: RunConfig, model: ModelEntry | None = None) -> list[Cell]:
     """Every (task, perturbation) cell of a model, the shared baseline first per task.
 
     Rate 0 of each scheme is the identity (checked), so it is the baseline cell; a scheme
@@ -307,6 +340,8 @@ def plan_cells(config: RunConfig) -> list[Cell]:
     for task in config.tasks:
         cells.append(_cell(task, task, "none", "none", 0.0, seed, None))
         for kind, axis in config.sweep.items():
+            if model is not None and not model.rope and kind in MODEL_SIDE_KINDS:
+                continue
             for scheme in axis.schemes:
                 for value in axis.values:
                     try:

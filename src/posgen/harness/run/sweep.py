@@ -35,9 +35,9 @@ def run_sweep(store, device: str | None = None, progress: bool = True) -> dict[s
     from posgen.results.report import regenerate
 
     config = RunConfig.from_dict(store.config)
-    plan = plan_cells(config)
-    units = [(m, c) for m in config.models for c in plan]
-    decomp = [m for m in config.models if config.decompose.docs > 0]
+    plans = {m.label: plan_cells(config, m) for m in config.models}
+    units = [(m, c) for m in config.models for c in plans[m.label]]
+    decomp = [m for m in config.models if config.decompose.docs > 0 and m.rope]
     done = sum(store.has_cell(m.label, c.cell_id) for m, c in units) + sum(
         store.decomposition_path(m.label).is_file() for m in decomp
     )
@@ -50,7 +50,7 @@ def run_sweep(store, device: str | None = None, progress: bool = True) -> dict[s
         dynamic_ncols=True,
     )
     for model in config.models:
-        todo = [c for c in plan if not store.has_cell(model.label, c.cell_id)]
+        todo = [c for c in plans[model.label] if not store.has_cell(model.label, c.cell_id)]
         need_fit = model in decomp and not store.decomposition_path(model.label).is_file()
         if not todo and not need_fit:
             continue
