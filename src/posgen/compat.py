@@ -1,6 +1,8 @@
 """Every place posgen reaches into lm-eval's or transformers' internals, in one module.
 
-posgen is tested with lm-eval 0.4.13 and transformers 5.x. Outside their public APIs it
+posgen is tested with lm-eval 0.4.13 and transformers 5.x; another lm-eval release is
+refused by :func:`require_supported_lm_eval` (posgen uses its private task index and
+factory) before any of its internals load. Outside their public APIs it
 relies on the names listed in :data:`LM_EVAL_INTERNALS` and :data:`TRANSFORMERS_INTERNALS`;
 every patch of a library function goes through a context manager here that restores the
 original on exit. :func:`check` verifies each internal against the installed libraries
@@ -18,6 +20,7 @@ import importlib
 import importlib.metadata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from importlib import metadata
 from typing import Any
 
 LM_EVAL_TESTED = "0.4.13"
@@ -63,6 +66,30 @@ def attn_implementation(model: Any) -> str:
 
 class CompatError(RuntimeError):
     """An lm-eval or transformers internal that posgen relies on is missing."""
+
+
+class UnsupportedLmEvalError(RuntimeError):
+    """The installed lm-eval is not the release posgen is tested with."""
+
+
+def require_supported_lm_eval(installed: str | None = None) -> None:
+    """Raise :class:`UnsupportedLmEvalError` unless lm-eval ``LM_EVAL_TESTED`` is installed
+    (a local or development build of that release, ``0.4.13+local``, is accepted)."""
+    if installed is None:
+        try:
+            installed = metadata.version("lm_eval")
+        except metadata.PackageNotFoundError:
+            raise UnsupportedLmEvalError(
+                f"lm-eval is not installed; posgen needs lm-eval=={LM_EVAL_TESTED}: "
+                f"pip install 'lm-eval[hf]=={LM_EVAL_TESTED}'"
+            ) from None
+    release = installed.split("+")[0]
+    if release != LM_EVAL_TESTED:
+        raise UnsupportedLmEvalError(
+            f"posgen is tested with lm-eval {LM_EVAL_TESTED} only and uses its task "
+            f"internals, but lm-eval {installed} is installed: "
+            f"pip install 'lm-eval[hf]=={LM_EVAL_TESTED}'"
+        )
 
 
 def _resolve(path: str) -> Any:

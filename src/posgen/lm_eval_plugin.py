@@ -1,7 +1,8 @@
 """Everything posgen registers with lm-evaluation-harness, in one place.
 
-Called by the ``.pth`` start-up hook in the ``lm_eval`` CLI, and by posgen itself before
-it calls ``lm_eval.simple_evaluate``.
+Called by posgen itself before it calls ``lm_eval.simple_evaluate``, and by users who call
+lm-eval from Python. The ``lm_eval`` CLI gets the same registrations lazily from the
+``.pth`` start-up hook (:mod:`posgen._lm_eval_hook`).
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ def test_a_duplicate_name_is_refused() -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("swap:0.05", WordSwap(0.05)), (" swap : 0.5 ", WordSwap(0.5)), ("swap", WordSwap())],
+    [("swap:0.05", WordSwap(0.05)), (" swap : 0.5 ", WordSwap(0.5))],
 )
 def test_short_forms_parse(text: str, expected) -> None:
     assert parse("text", text) == expected
@@ -85,3 +85,34 @@ def test_the_rate_does_not_change_the_random_stream() -> None:
         parse("text", "local_shuffle:3").stream_name()
         != parse("text", "local_shuffle:4").stream_name()
     )
+
+
+@pytest.mark.parametrize(
+    ("kind", "text", "form"),
+    [
+        ("position", "swap", "swap:RATE"),
+        ("position", "shift:", "shift:OFFSET"),
+        ("position", "scale:", "scale:FACTOR"),
+        ("position", "shift", "shift:OFFSET"),
+        ("text", "adjacent", "adjacent:RATE"),
+        ("feature", "rope_noise:", "rope_noise:SIGMA"),
+    ],
+)
+def test_a_scheme_with_a_parameter_needs_its_value(kind, text, form) -> None:
+    """No silent default: ``positions=swap`` is an error, not swap at some rate."""
+    with pytest.raises(PerturbationError) as info:
+        registry.parse(kind, text)
+    message = str(info.value)
+    assert f"write {form}" in message
+    assert message.lower().count("accepted") == 1 and message.count(form) == 2
+
+
+def test_hf_posgen_names_the_accepted_forms_once() -> None:
+    pytest.importorskip("torch")
+    from posgen.harness.hf_posgen.model import parse_spec
+
+    for value in ("swap", "swop:0.1", "shuffle:3"):
+        with pytest.raises(PerturbationError) as info:
+            parse_spec("position", value)
+        assert str(info.value).startswith(f"positions={value}: ")
+        assert str(info.value).lower().count("accepted") == 1

@@ -49,11 +49,28 @@ def test_same_config_resumes_and_reuses_finished_cells(tmp_path):
 
 
 def test_a_different_config_is_refused_and_nothing_is_overwritten(tmp_path):
-    RunStore.create(tmp_path, CONFIG)
+    RunStore.create(tmp_path, CONFIG).write_cell("embedded", "prose__none", {"cell": {}})
     before = (tmp_path / "config.json").read_bytes()
     with pytest.raises(RunConflictError, match=r"different config.*seed: 1234 -> 99"):
         RunStore.create(tmp_path, {**CONFIG, "seed": 99})
     assert (tmp_path / "config.json").read_bytes() == before
+
+
+def test_the_refusal_names_each_differing_setting_with_both_values(tmp_path):
+    old = {"seed": 1, "models": [{"label": "m", "revision": "a"}], "sweep": {"text": [0, 0.5]}}
+    RunStore.create(tmp_path, old).write_cell("m", "c", {"cell": {}})
+    new = {"seed": 1, "models": [{"label": "m", "revision": "b"}], "sweep": {"text": [0, 0.2]}}
+    with pytest.raises(RunConflictError) as info:
+        RunStore.create(tmp_path, new)
+    message = str(info.value)
+    assert "models[0].revision: 'a' -> 'b'" in message
+    assert "sweep.text: [0, 0.5] -> [0, 0.2]" in message and "seed" not in message
+
+
+def test_a_folder_whose_run_finished_nothing_takes_the_new_config(tmp_path):
+    RunStore.create(tmp_path, CONFIG)  # e.g. killed while its model loaded
+    run = RunStore.create(tmp_path, {**CONFIG, "seed": 99})
+    assert RunStore.open(tmp_path).config == run.config == {**CONFIG, "seed": 99}
 
 
 def test_a_non_empty_foreign_folder_is_refused(tmp_path):

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from posgen.tasks import family, offline
-from posgen.tasks.lm_eval_tasks import installed_yaml_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,21 +16,20 @@ def test_shipped_yaml_is_generated_from_the_family() -> None:
     assert present == family.yaml_files(), "run: python -m posgen.tasks.family --write"
 
 
-def test_the_wheel_installs_the_yaml_under_lm_eval_tasks() -> None:
+def test_the_wheel_writes_nothing_into_lm_eval() -> None:
+    """An editable lm-eval would be shadowed by a stray ``lm_eval`` folder in site-packages."""
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
     build = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"]
-    force = build["targets"]["wheel"]["force-include"]
-    assert force["src/posgen/tasks/lm_eval_yaml"] == f"lm_eval/tasks/{family.INSTALLED_SUBDIR}"
-    installed = {p.name: p.read_text(encoding="utf-8") for p in installed_yaml_dir().glob("*")}
-    assert installed == family.yaml_files(), "stale install: run pip install --no-deps -e ."
+    force = build["targets"]["wheel"].get("force-include", {})
+    assert force == {"src/posgen/_lm_eval_hook.pth": "posgen_lm_eval_hook.pth"}
 
 
 @pytest.fixture(scope="module")
 def plain_tm():
-    """lm-eval's own TaskManager: what lm_eval sees without posgen's start-up hook."""
+    """lm-eval's own TaskManager given the family's folder: lm_eval without posgen's hook."""
     from posgen.tasks.lm_eval_tasks import _original_task_manager
 
-    return _original_task_manager()
+    return _original_task_manager(include_path=str(family.YAML_DIR))
 
 
 def test_plain_lm_eval_lists_every_shipped_task(plain_tm) -> None:

@@ -218,24 +218,13 @@ class Registry:
         declared). Examples: ``swap:0.05``, ``local_shuffle:4``, ``shuffle``, ``shift:100``.
         """
         text = text.strip()
-        name, _, value = text.partition(":")
-        cls = self.get(kind, name.strip())
-        if not value:
-            if cls.short_param is not None and _required(cls, cls.short_param):
-                raise PerturbationError(
-                    f"{kind} perturbation {name!r} needs a value: write {cls.usage()}"
-                )
-            return cls()
-        if cls.short_param is None:
-            raise PerturbationError(f"{kind} perturbation {name!r} takes no value: write {name}")
-        field_type = {f.name: f.type for f in dataclasses.fields(cls)}[cls.short_param]
+        name, colon, value = text.partition(":")
+        cls = self.get(kind, name.strip())  # an unknown name's error lists the forms
         try:
-            parsed: Any = int(value) if field_type in (int, "int") else float(value)
-        except ValueError:
-            raise PerturbationError(
-                f"{kind} perturbation {text!r}: {value!r} is not a number; write {cls.usage()}"
-            ) from None
-        return cls(**{cls.short_param: parsed})
+            return _build(cls, kind, text, name, bool(colon), value.strip())
+        except PerturbationError as exc:
+            forms = ", ".join(self._classes[(kind, n)].usage() for n in self.names(kind))
+            raise PerturbationError(f"{exc}. Accepted {kind} forms: {forms}") from None
 
     def from_spec(self, spec: PerturbationSpec | Mapping[str, Any]) -> Perturbation:
         if not isinstance(spec, PerturbationSpec):
@@ -249,9 +238,23 @@ class Registry:
         return cls.from_params(dict(spec.params))
 
 
-def _required(cls: type[Perturbation], field_name: str) -> bool:
-    f = {f.name: f for f in dataclasses.fields(cls)}[field_name]
-    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+def _build(
+    cls: type[Perturbation], kind: str, text: str, name: str, colon: bool, value: str
+) -> Perturbation:
+    if cls.short_param is not None and not value:  # no silent default value
+        raise PerturbationError(f"{kind} perturbation {text!r} needs a value: write {cls.usage()}")
+    if cls.short_param is None:
+        if colon:
+            raise PerturbationError(f"{kind} perturbation {name!r} takes no value: write {name}")
+        return cls()
+    field_type = {f.name: f.type for f in dataclasses.fields(cls)}[cls.short_param]
+    try:
+        parsed: Any = int(value) if field_type in (int, "int") else float(value)
+    except ValueError:
+        raise PerturbationError(
+            f"{kind} perturbation {text!r}: {value!r} is not a number; write {cls.usage()}"
+        ) from None
+    return cls(**{cls.short_param: parsed})
 
 
 registry = Registry()

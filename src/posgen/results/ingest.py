@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from posgen import __version__
+from posgen.results.labels import short_labels
 from posgen.results.lm_eval_output import (
     EvaluatedTask,
     evaluated_tasks,
@@ -179,12 +180,14 @@ def ingest_config(
             spec["schemes"] = sorted(set(spec["schemes"]) | {c["scheme"]})
             spec["values"] = sorted(set(spec["values"]) | {c["rate"]})
     models = []
+    names = list(dict.fromkeys(label for label, _, _ in items))
+    short = dict(zip(names, short_labels(names), strict=True))
     for label, _, ev in items:
-        if label not in [m["label"] for m in models]:
+        if short[label] not in [m["label"] for m in models]:
             rev = ev.config.get("model_sha") or ev.config.get("model_revision")
             models.append(
                 {
-                    "label": label,
+                    "label": short[label],
                     "path": label,
                     "embedded": label == "embedded",
                     "revision": str(rev),
@@ -225,8 +228,11 @@ def ingest(dirs: list[Path], out: Path, scoring: Mapping[str, Any]) -> dict[str,
     items = collect(dirs)
     recs = records(items)
     store = RunStore.create(out, ingest_config(items, scoring))
+    names = list(dict.fromkeys(rec["model"] for rec, _ in recs))
+    short = dict(zip(names, short_labels(names), strict=True))
     for rec, ev in recs:
         raw = {k: ev.results.get(k) for k in RAW_KEYS}
+        rec = {**rec, "model": short[rec["model"]]}  # the full path stays in model_path
         store.write_cell(
             rec["model"],
             rec["cell_id"],

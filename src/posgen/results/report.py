@@ -102,6 +102,26 @@ def scores_json(store, scores: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def excluded_blocks(cells: list[dict[str, Any]]) -> list[Block]:
+    """A note of the documents left out of perplexity ratios (no words or no bytes), the
+    most of any cell per model, task and metric; nothing when there are none."""
+    counts: dict[tuple[str, str, str], int] = {}
+    for c in cells:
+        for metric, slot in c.get("docs", {}).items():
+            key = (c["model"], c["cell"]["task"], metric)
+            counts[key] = max(counts.get(key, 0), len(slot.get("excluded", [])))
+    found = [f"{m} / {t} / {metric}: {n}" for (m, t, metric), n in sorted(counts.items()) if n]
+    if not found:
+        return []
+    return [
+        (
+            "p",
+            "Documents with no words or no bytes (lm-eval logs [0, 0]) have no perplexity "
+            "ratio and are left out of it: " + "; ".join(found) + ".",
+        )
+    ]
+
+
 # --- content ------------------------------------------------------------------------------
 def build_blocks(store, scores: dict[str, Any]) -> list[Block]:
     from posgen.results import plots
@@ -123,6 +143,7 @@ def build_blocks(store, scores: dict[str, Any]) -> list[Block]:
         )
     ]
     blocks.append(("table", *summary_table(scores)))
+    blocks += excluded_blocks(store.read_cells())
     blocks += [("h", 2, "Models side by side: fit quality and tolerance")]
     blocks += [
         (

@@ -17,7 +17,10 @@ Layout (every file written atomically: a temporary file in the same folder, then
 
 A cell file is written last, after its raw files, so its presence means "finished". A
 rerun with the same config skips finished cells; a rerun into a folder that holds
-another config is refused (:class:`RunConflictError`) and nothing is overwritten.
+results of another config is refused (:class:`RunConflictError`, naming each setting
+that differs with both values) and nothing is overwritten; a folder whose run finished
+nothing yet takes the new config. ``posgen run`` holds the folder's lock while it writes
+(:mod:`posgen.results.run_lock`).
 """
 
 from __future__ import annotations
@@ -81,6 +84,21 @@ def read_json(path: Path, what: str) -> dict[str, Any]:
     return data
 
 
+def check_run_folder(root: Path) -> None:
+    """Refuse an ``--out`` that is a file, or a non-empty folder that is not a run folder
+    (dot files, the run lock and interrupted writes, do not count)."""
+    root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise RunConflictError(f"{root} is a file, not a folder; choose another --out folder")
+    if (root / CONFIG_FILE).exists() or not root.exists():
+        return
+    if any(not p.name.startswith(".") for p in root.iterdir()):
+        raise RunConflictError(
+            f"{root} exists, is not empty and is not a posgen run "
+            "folder (no config.json); choose another --out folder"
+        )
+
+
 class RunStore:
     """One run folder. Build with :meth:`create` (a run) or :meth:`open` (read it)."""
 
@@ -98,18 +116,17 @@ class RunStore:
         path = root / CONFIG_FILE
         if path.exists():
             old = cls.open(root)
-            if old.config_hash != digest:
+            if old.config_hash == digest:
+                return old
+            if old.has_results():
                 raise RunConflictError(
                     f"{root} holds a run with a different config "
                     f"({_describe_diff(old.config, config)}); nothing was overwritten. "
                     "Use another --out folder, or rerun with the same settings to resume."
                 )
-            return old
-        if root.exists() and any(root.iterdir()):
-            raise RunConflictError(
-                f"{root} exists, is not empty and is not a posgen run "
-                "folder (no config.json); choose another --out folder"
-            )
+            # a run that stopped before finishing anything (e.g. its model failed to load)
+        else:
+            check_run_folder(root)
         atomic_write_json(
             path, {"schema_version": SCHEMA_VERSION, "config_hash": digest, "config": config}
         )
@@ -129,6 +146,12 @@ class RunStore:
                 f"{root / CONFIG_FILE} is corrupt: its config does not match its config_hash"
             )
         return cls(root, config, data["config_hash"])
+
+    def has_results(self) -> bool:
+        """True when any cell or decomposition has been written into the folder."""
+        return any((self.root / "cells").glob("*/*.json")) or any(
+            (self.root / "decomposition").glob("*.parquet")
+        )
 
     # cells ---------------------------------------------------------------------------
     def cell_path(self, model: str, cell_id: str) -> Path:
@@ -220,10 +243,28 @@ class RunStore:
 
 
 def _describe_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
-    keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-    parts = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys[:4]]
-    more = f", and {len(keys) - 4} more" if len(keys) > 4 else ""
+    """``setting: old -> new`` for every leaf setting that differs (dotted paths)."""
+    diffs = _leaf_diffs(old, new, "")
+    parts = [f"{k}: {a!r} -> {b!r}" for k, a, b in diffs[:4]]
+    more = f", and {len(diffs) - 4} more" if len(diffs) > 4 else ""
     return "; ".join(_shorten(p) for p in parts) + more
+
+
+_ABSENT = "(absent)"
+
+
+def _leaf_diffs(old: Any, new: Any, where: str) -> list[tuple[str, Any, Any]]:
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        out = []
+        for k in sorted(set(old) | set(new)):
+            key = f"{where}.{k}" if where else str(k)
+            out += _leaf_diffs(old.get(k, _ABSENT), new.get(k, _ABSENT), key)
+        return out
+    lists = isinstance(old, list) and isinstance(new, list) and len(old) == len(new)
+    if lists and all(isinstance(x, Mapping) for x in old + new):  # models: item by item
+        pairs = enumerate(zip(old, new, strict=True))
+        return [d for i, (a, b) in pairs for d in _leaf_diffs(a, b, f"{where}[{i}]")]
+    return [] if old == new else [(where, old, new)]
 
 
 def _shorten(text: str, limit: int = 120) -> str:

@@ -48,8 +48,11 @@ def doc_keys(samples: list[Mapping[str, Any]], split: str) -> list[str]:
 
 
 def extract_docs(samples: Iterable[Mapping[str, Any]], split: str = "test") -> dict[str, dict]:
-    """Per metric: ``{"keys": [...], "num": [...], "den": [...]}`` from logged samples;
-    ``split`` is the split lm-eval evaluated (for documents without an id field)."""
+    """Per metric: ``{"keys": [...], "num": [...], "den": [...], "excluded": [...]}`` from
+    logged samples; ``split`` is the split lm-eval evaluated (for documents without an id
+    field). A document with no words or no bytes (lm-eval logs ``[0, 0]``) has no
+    perplexity ratio: it is left out of ``keys``/``num``/``den`` and its key listed in
+    ``excluded`` (it adds nothing to lm-eval's sums either)."""
     samples = list(samples)
     keys = doc_keys(samples, split)
     out: dict[str, dict[str, list]] = {}
@@ -58,7 +61,10 @@ def extract_docs(samples: Iterable[Mapping[str, Any]], split: str = "test") -> d
             if metric not in sample:
                 continue
             num, den = _num_den(sample[metric], rule, metric)
-            slot = out.setdefault(metric, {"keys": [], "num": [], "den": []})
+            slot = out.setdefault(metric, {"keys": [], "num": [], "den": [], "excluded": []})
+            if rule == "perplexity" and den == 0:
+                slot["excluded"].append(key)
+                continue
             slot["keys"].append(key)
             slot["num"].append(num)
             slot["den"].append(den)
@@ -126,6 +132,8 @@ def cell_metrics(
     for metric, slot in docs.items():
         rule = METRIC_RULES[metric]
         num, den = np.asarray(slot["num"]), np.asarray(slot["den"])
+        if len(num) == 0:  # every document excluded: nothing to score
+            continue
         value = float(aggregate(rule, num, den))
         lm_value = reported.get(f"{metric},none")
         if isinstance(lm_value, (int, float)) and not math.isclose(
@@ -139,7 +147,12 @@ def cell_metrics(
         stderr = (
             float(lm_se) if isinstance(lm_se, (int, float)) else metric_stderr(rule, num, den, seed)
         )
-        out[metric] = {"value": value, "stderr": stderr, "n": len(num)}
+        out[metric] = {
+            "value": value,
+            "stderr": stderr,
+            "n": len(num),
+            "excluded": len(slot.get("excluded", [])),
+        }
     return out
 
 
@@ -216,6 +229,11 @@ def _pair_rows(
         k: (n, d)
         for k, n, d in zip(base_slot["keys"], base_slot["num"], base_slot["den"], strict=True)
     }
+    # a document excluded on either side (no words or bytes) is paired on neither
+    dropped = set(base_slot.get("excluded", [])) | set(slot.get("excluded", []))
+    base = {k: v for k, v in base.items() if k not in dropped}
+    kept = [i for i, k in enumerate(slot["keys"]) if k not in dropped]
+    slot = {f: [slot[f][i] for i in kept] for f in ("keys", "num", "den", "choice") if f in slot}
     no_choice = [-1] * len(base_slot["keys"])
     base_choice = dict(zip(base_slot["keys"], base_slot.get("choice", no_choice), strict=True))
     choices = slot.get("choice", [-1] * len(slot["keys"]))

@@ -73,8 +73,18 @@ def template_fields(template: Any) -> list[str]:
     return sorted(set(_TEMPLATE_VAR.findall(template)))
 
 
+def _is_rolling(config: Mapping[str, Any]) -> bool:
+    """A perplexity task: the text scored is its ``doc_to_target`` (``doc_to_text`` is "")."""
+    return config.get("output_type") == "loglikelihood_rolling"
+
+
 def candidate_fields(config: Mapping[str, Any]) -> list[str]:
-    """Fields the prompt reads and the answer does not: the likely content fields."""
+    """Fields the prompt reads and the answer does not: the likely content fields (for a
+    rolling-loglikelihood task, the fields its ``doc_to_target`` reads)."""
+    if _is_rolling(config):
+        target = config.get("doc_to_target")
+        found = template_fields(target)
+        return found or ([target] if isinstance(target, str) and target.isidentifier() else [])
     text = template_fields(config.get("doc_to_text"))
     if not text and isinstance(config.get("doc_to_text"), str) and config["doc_to_text"]:
         text = [config["doc_to_text"]]  # a bare field name
@@ -97,12 +107,13 @@ def resolve_fields(
     if base_task in KNOWN_FIELDS:
         return KNOWN_FIELDS[base_task]
     cands = candidate_fields(config)
-    shown = ", ".join(cands) if cands else "none found in its doc_to_text (it is a function)"
+    where = "doc_to_target" if _is_rolling(config) else "doc_to_text"
+    shown = ", ".join(cands) if cands else "none found (it is a function or no template)"
     example = cands or ["FIELD"]
     as_json = json.dumps({"posgen_fields": {base_task: example}})
     raise UnknownContentFields(
         f"posgen does not know which doc fields of task {base_task!r} are content. "
-        f"Its prompt reads: {shown}. Choose them with lm_eval --metadata '{as_json}', "
+        f"Its {where} reads: {shown}. Choose them with lm_eval --metadata '{as_json}', "
         f"or write a config with `posgen tasks write {base_task} --fields {','.join(example)}`. "
         f"Known tasks: {', '.join(sorted(KNOWN_FIELDS))}."
     )

@@ -122,6 +122,13 @@ def britannica_paragraphs() -> list[str]:
     return [p for p in paragraphs if len(p.split()) >= 20]
 
 
+def britannica_text() -> str:
+    """The cleaned article as one text: its paragraphs (:func:`britannica_paragraphs`)
+    separated by blank lines. posgen ships it as package data (the decomposition's probe
+    text); ``python -m posgen.tasks.offline --check`` rebuilds it byte for byte."""
+    return "\n\n".join(britannica_paragraphs()) + "\n"
+
+
 def pydoc_paragraphs() -> list[tuple[str, str]]:
     """(topic, paragraph) pairs of prose: unindented, mostly letters, no grammar rules."""
     from pydoc_data.topics import topics

@@ -1,11 +1,12 @@
 """The shipped task family and its lm-eval YAML files.
 
 The YAML files in ``posgen/tasks/lm_eval_yaml/`` are generated from :func:`shipped_perturbations` by
-:func:`yaml_files` (``python -m posgen.tasks.family --write``; ``--check`` compares) and
-installed by the wheel under ``lm_eval/tasks/posgen/``, where lm-eval's default task scan
-finds them: ``lm_eval --tasks perm_swap_5pct`` needs no flag, and ``lm-eval ls tasks``
-lists them. Perturbed tasks of any other rate, seed or base task resolve dynamically
-(:mod:`posgen.tasks.lm_eval_tasks`).
+:func:`yaml_files` (``python -m posgen.tasks.family --write``; ``--check`` compares). They
+stay inside posgen (nothing is written into lm-eval's package folder): posgen's task
+manager resolves the family by name, so ``lm_eval --tasks perm_swap_5pct`` needs no flag
+and ``lm-eval ls tasks`` lists it; lm-eval without posgen's start-up hook reads them with
+``--include_path`` :data:`YAML_DIR`. Perturbed tasks of any other rate, seed or base task
+resolve dynamically (:mod:`posgen.tasks.lm_eval_tasks`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from posgen.tasks.naming import DEFAULT_SEED, format_name
 from posgen.tasks.perturbed_task import TaskPerturbation
 
 YAML_DIR = Path(__file__).parent / "lm_eval_yaml"
-INSTALLED_SUBDIR = "posgen"  # under lm_eval/tasks/
 SHIPPED_RATES = {"swap": (0, 1, 2, 5, 10, 20, 50), "adjacent": (1, 2, 5, 10, 20, 50)}
 SHIPPED_OTHER = ("local_shuffle:3", "local_shuffle:5", "shuffle")
 

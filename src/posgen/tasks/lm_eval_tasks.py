@@ -2,8 +2,8 @@
 
 Two routes, both tested:
 
-- The shipped family (:mod:`posgen.tasks.family`) is YAML installed under
-  ``lm_eval/tasks/posgen/``: any ``TaskManager`` finds it.
+- The shipped family (:mod:`posgen.tasks.family`): :class:`PosgenTaskManager` knows it by
+  name; lm-eval's own ``TaskManager`` finds its YAML with ``include_path=family.YAML_DIR``.
 - :class:`PosgenTaskManager` also resolves *any* name of the grammar in
   :mod:`posgen.tasks.naming` on demand (another rate or seed, or any lm-eval task,
   group or tag as the base): ``perm_swap_0p5pct_hellaswag``, ``perm_adjacent_5pct_seed7_arc_easy``.
@@ -15,10 +15,15 @@ Content fields of tasks posgen does not know are chosen with the TaskManager met
 (``lm_eval --metadata '{"posgen_fields": {"mytask": ["question"]}}'``).
 """
 
+# ruff: noqa: E402  (lm-eval's release is checked before its private modules load)
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+from posgen.compat import require_supported_lm_eval
+
+require_supported_lm_eval()  # before lm-eval's private modules below are imported
 
 from lm_eval.tasks import TaskManager
 
@@ -208,10 +213,3 @@ def register() -> None:
     this process (its CLI, ``lm-eval ls tasks``, ``simple_evaluate`` without a
     ``task_manager``). Idempotent."""
     install_task_manager(PosgenTaskManager)
-
-
-def installed_yaml_dir() -> Path:
-    """Where the wheel installs the family's YAML (``lm_eval/tasks/posgen``)."""
-    import lm_eval.tasks
-
-    return Path(lm_eval.tasks.__file__).parent / family.INSTALLED_SUBDIR

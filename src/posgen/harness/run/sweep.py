@@ -21,6 +21,7 @@ import re
 import sys
 from pathlib import Path
 
+from posgen.harness.run.config import ModelEntry, RunConfig
 from posgen.harness.run.launch import Launch
 from posgen.harness.run.plan import plan_cells
 
@@ -41,12 +42,12 @@ def run_sweep(
     from posgen.results.report import regenerate
 
     launch = launch or Launch()
-    config = store.config
-    plan = plan_cells(config)
-    units = [(m, c) for m in config["models"] for c in plan]
-    decomp = [m for m in config["models"] if config["decompose"]["docs"] > 0]
-    done = sum(store.has_cell(m["label"], c["cell_id"]) for m, c in units) + sum(
-        store.decomposition_path(m["label"]).is_file() for m in decomp
+    config = RunConfig.from_dict(store.config)
+    plans = {m.label: plan_cells(config, m) for m in config.models}
+    units = [(m, c) for m in config.models for c in plans[m.label]]
+    decomp = [m for m in config.models if config.decompose.docs > 0 and m.rope]
+    done = sum(store.has_cell(m.label, c.cell_id) for m, c in units) + sum(
+        store.decomposition_path(m.label).is_file() for m in decomp
     )
     bar = tqdm(
         total=len(units) + len(decomp),
@@ -56,19 +57,19 @@ def run_sweep(
         file=sys.stderr,
         dynamic_ncols=True,
     )
-    schedule = launch.share(_schedule(store, plan, decomp) if launch.is_main else None)
-    for model in config["models"]:
-        todo = [c for c in plan if c["cell_id"] in schedule[model["label"]]["todo"]]
-        need_fit = schedule[model["label"]]["fit"] and launch.is_main
+    schedule = launch.share(_schedule(store, config, plans, decomp) if launch.is_main else None)
+    for model in config.models:
+        todo = [c for c in plans[model.label] if c.cell_id in schedule[model.label]["todo"]]
+        need_fit = schedule[model.label]["fit"] and launch.is_main
         if not todo and not need_fit:
             continue
-        with ModelSession(store, model, device=device, launch=launch) as session:
+        with ModelSession(store, config, model, device=device, launch=launch) as session:
             for cell in todo:
-                bar.set_postfix_str(f"{_short(model['label'])} {cell['cell_id']}")
+                bar.set_postfix_str(f"{_short(model.label)} {cell.cell_id}")
                 session.evaluate(cell)
                 bar.update()
             if need_fit:
-                bar.set_postfix_str(f"{_short(model['label'])} decomposition")
+                bar.set_postfix_str(f"{_short(model.label)} decomposition")
                 session.decompose()
                 bar.update()
     bar.set_postfix_str("scoring and report")
@@ -77,14 +78,17 @@ def run_sweep(
     return paths
 
 
-def _schedule(store, plan: list[dict], decomp: list[dict]) -> dict[str, dict]:
-    """Per model label: the unfinished cell ids, and whether its decomposition is due."""
+def _schedule(
+    store, config: RunConfig, plans: dict[str, list], decomp: list[ModelEntry]
+) -> dict[str, dict]:
+    """Per model label: the unfinished cell ids, and whether its decomposition is due
+    (plain data: rank 0 sends it to the other ranks of a launch)."""
     return {
-        m["label"]: {
-            "todo": [c["cell_id"] for c in plan if not store.has_cell(m["label"], c["cell_id"])],
-            "fit": m in decomp and not store.decomposition_path(m["label"]).is_file(),
+        m.label: {
+            "todo": [c.cell_id for c in plans[m.label] if not store.has_cell(m.label, c.cell_id)],
+            "fit": m in decomp and not store.decomposition_path(m.label).is_file(),
         }
-        for m in store.config["models"]
+        for m in config.models
     }
 
 

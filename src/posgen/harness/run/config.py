@@ -1,0 +1,224 @@
+"""The typed run configuration of ``posgen run``: models, sweep, cells.
+
+Frozen dataclasses built by :mod:`posgen.harness.run.plan` and consumed by the sweep and
+the model session. At the boundary with :mod:`posgen.results` (the run store and the tidy
+tables, which never import the harness) they become plain JSON data with ``to_dict()``,
+which gives exactly the dicts of earlier releases, so the config hash that names a run
+and the stored ``config.json`` are unchanged; ``from_dict`` reads a stored config back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One model of a run: how to load it and how to name it.
+
+    ``label`` names it in folders, tables and printed output; ``path`` is what loads it (a
+    local folder, a hub id or ``embedded``); ``revision`` pins the weights that were read.
+    """
+
+    label: str
+    path: str
+    embedded: bool
+    revision: str
+    dtype: str = "float32"
+    random_init: bool = False
+    # lm-eval ``hf`` loading options; in the config only when set (hashes stay as they were)
+    trust_remote_code: bool = False
+    attn_implementation: str | None = None
+    peft: str | None = None
+    rope: bool = True  # False: no rotary position embedding, so no model-side cells
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "path": self.path,
+            "embedded": self.embedded,
+            "revision": self.revision,
+            "dtype": self.dtype,
+            "random_init": self.random_init,
+            **{k: v for k, v in self.load_options().items() if k != "revision"},
+            **({} if self.rope else {"rope": False}),
+        }
+
+    def load_options(self) -> dict[str, Any]:
+        """Keyword arguments of lm-eval's ``hf`` model beyond ``pretrained`` and ``dtype``:
+        the resolved commit of a hub model, and the options the user set."""
+        out: dict[str, Any] = {}
+        if self.revision and len(self.revision) == 40 and not self.embedded:
+            out["revision"] = self.revision  # a hub commit: load exactly what was recorded
+        if self.trust_remote_code:
+            out["trust_remote_code"] = True
+        if self.attn_implementation:
+            out["attn_implementation"] = self.attn_implementation
+        if self.peft:
+            out["peft"] = self.peft
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ModelEntry:
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+
+    def info(self) -> dict[str, Any]:
+        """The model columns of every result row (``posgen.results.tidy``)."""
+        return {
+            "model_path": str(self.path),
+            "model_revision": self.revision,
+            "dtype": self.dtype,
+            "random_init": self.random_init,
+        }
+
+
+@dataclass(frozen=True)
+class SweepAxis:
+    """The schemes of one perturbation kind and the values swept for each."""
+
+    schemes: tuple[str, ...]
+    values: tuple[float, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schemes": list(self.schemes), "values": list(self.values)}
+
+
+@dataclass(frozen=True)
+class Decompose:
+    """The probe of the attention-logit decomposition: ``docs`` windows of ``tokens``."""
+
+    docs: int
+    tokens: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"docs": self.docs, "tokens": self.tokens}
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """Tolerance thresholds and the bootstrap of ``posgen.results.scoring``."""
+
+    threshold_ppl: float
+    threshold_acc: float
+    iters: int = 2000
+    seed: int = 0
+    confidence: float = 0.95
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run's results depend on (hashed to name and guard its folder)."""
+
+    posgen_version: str
+    schema_version: int
+    lm_eval_version: str
+    suite: str
+    suite_version: int | None
+    tasks: tuple[str, ...]
+    limits: Mapping[str, int]
+    preset: str
+    seed: int
+    random_init_seed: int
+    models: tuple[ModelEntry, ...]
+    batch_size: int | str  # N, or lm-eval's auto / auto:N
+    sweep: Mapping[str, SweepAxis]  # kind -> axis, in sweep order
+    decompose: Decompose
+    scoring: Scoring
+    seeds: int = 1  # perturbation seeds per cell: seed, seed+1, ...
+
+    def to_dict(self) -> dict[str, Any]:
+        # "seeds" only when > 1, so a one-seed run keeps its config hash and folder
+        return {
+            **({"seeds": self.seeds} if self.seeds > 1 else {}),
+            "posgen_version": self.posgen_version,
+            "schema_version": self.schema_version,
+            "lm_eval_version": self.lm_eval_version,
+            "suite": self.suite,
+            "suite_version": self.suite_version,
+            "tasks": list(self.tasks),
+            "limits": dict(self.limits),
+            "preset": self.preset,
+            "seed": self.seed,
+            "random_init_seed": self.random_init_seed,
+            "models": [m.to_dict() for m in self.models],
+            "batch_size": self.batch_size,
+            "sweep": {kind: axis.to_dict() for kind, axis in self.sweep.items()},
+            "decompose": self.decompose.to_dict(),
+            "scoring": self.scoring.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RunConfig:
+        """The config of a stored run (``RunStore.config``)."""
+        return cls(
+            **{k: d[k] for k in _PLAIN_KEYS},
+            tasks=tuple(d["tasks"]),
+            limits=dict(d["limits"]),
+            models=tuple(ModelEntry.from_dict(m) for m in d["models"]),
+            sweep={
+                kind: SweepAxis(tuple(a["schemes"]), tuple(a["values"]))
+                for kind, a in d["sweep"].items()
+            },
+            decompose=Decompose(**d["decompose"]),
+            scoring=Scoring(**d["scoring"]),
+            seeds=int(d.get("seeds", 1)),
+        )
+
+
+_PLAIN_KEYS = (
+    "posgen_version",
+    "schema_version",
+    "lm_eval_version",
+    "suite",
+    "suite_version",
+    "preset",
+    "seed",
+    "random_init_seed",
+    "batch_size",
+)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (task, perturbation) evaluation of a model; ``kind == "none"`` is the baseline.
+
+    ``positions`` / ``features`` are the model-side perturbation strings given to
+    ``hf-posgen`` (None for text and baseline cells).
+    """
+
+    cell_id: str
+    task: str
+    lm_eval_task: str
+    kind: str
+    scheme: str
+    rate: float
+    seed: int
+    perturbation_spec: str = ""
+    perturbation_version: int = 0
+    positions: str | None = None
+    features: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        """The cell's columns of its stored record (``posgen.results.tidy.cell_record``)."""
+        return {
+            "task": self.task,
+            "lm_eval_task": self.lm_eval_task,
+            "kind": self.kind,
+            "scheme": self.scheme,
+            "rate": self.rate,
+            "seed": self.seed,
+            "perturbation_spec": self.perturbation_spec,
+            "perturbation_version": self.perturbation_version,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cell_id": self.cell_id,
+            **self.record(),
+            "model_args": {"positions": self.positions, "features": self.features},
+        }

