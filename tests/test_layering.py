@@ -54,3 +54,34 @@ def test_the_checker_sees_function_level_imports(tmp_path):
     f = tmp_path / "m.py"
     f.write_text("def g():\n    from posgen.harness.run import plan\n")
     assert "posgen.harness.run" in imports(f)
+
+
+def _graph() -> dict[str, set[str]]:
+    """module -> posgen modules it imports (anywhere), edges into the importer's own
+    packages' ``__init__`` left out (re-exports, not dependencies)."""
+    graph = {}
+    for name, path in MODULES.items():
+        targets = set()
+        for t in imports(path):
+            while t not in MODULES and "." in t:
+                t = t.rsplit(".", 1)[0]
+            own_package = MODULES.get(t, Path()).name == "__init__.py" and name.startswith(t)
+            if t in MODULES and t != name and not own_package:
+                targets.add(t)
+        graph[name] = targets
+    return graph
+
+
+def test_no_import_cycles_between_modules():
+    graph, cycles = _graph(), []
+    for start in graph:
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, trail = stack.pop()
+            for nxt in graph[node]:
+                if nxt == start:
+                    cycles.append(" -> ".join([*trail, start]))
+                elif nxt not in seen and MODULES[nxt].name != "__init__.py":
+                    seen.add(nxt)
+                    stack.append((nxt, [*trail, nxt]))
+    assert not cycles, "\n".join(sorted(set(cycles))[:10])

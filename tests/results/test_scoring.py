@@ -9,12 +9,12 @@ import pandas as pd
 import pytest
 
 from posgen.results import scoring
+from posgen.results.association import cross_model
+from posgen.results.resampling import resample_counts
 from posgen.results.scoring import (
     ScoringConfig,
-    cross_model,
     fit_quality,
     paired_bootstrap,
-    resample_counts,
     tolerance,
 )
 

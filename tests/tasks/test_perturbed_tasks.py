@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from hub_fixtures import ARC_DOCS, HELLASWAG_DOCS
 
+from hub_fixtures import ARC_DOCS, HELLASWAG_DOCS
 from posgen.perturbations import parse
 from posgen.tasks.content_fields import KNOWN_FIELDS, UnknownContentFields
 from posgen.tasks.perturbed_task import TaskPerturbation, perturb_docs

@@ -16,7 +16,7 @@ KEY = ["model", "task", "metric", "kind", "scheme", "rate"]
 
 
 def compare_runs(run_a: Path, run_b: Path) -> str:
-    from posgen.results.report import load_scores
+    from posgen.results.run_scores import load_scores
 
     store_a, a = load_scores(run_a)
     store_b, b = load_scores(run_b)

@@ -72,7 +72,7 @@ def configure_check_parser(parser: argparse.ArgumentParser) -> None:
 def baseline_payload(run_dir: Path, model: str | None = None) -> dict[str, Any]:
     """The baseline of one model of a run (scores recomputed from the run's cells)."""
     from posgen import __version__
-    from posgen.results.report import load_scores
+    from posgen.results.run_scores import json_records, load_scores
 
     store, scores = load_scores(run_dir)
     model = pick_model(store, scores, model)
@@ -90,7 +90,7 @@ def baseline_payload(run_dir: Path, model: str | None = None) -> dict[str, Any]:
         "seeds": store.config.get("seeds", 1),
         "scoring": store.config.get("scoring", {}),
         "cells": gate_cells(scores, model),
-        "tolerance": _records(tol.drop(columns=["model"])),
+        "tolerance": json_records(tol.drop(columns=["model"])),
     }
 
 
@@ -113,18 +113,6 @@ def random_init_models(config: dict[str, Any]) -> set[str]:
 def suite_of(config: dict[str, Any]) -> dict[str, Any]:
     """What must match between a baseline and a checked run."""
     return {"suite": config.get("suite"), "tasks": config.get("tasks")}
-
-
-def _records(df) -> list[dict[str, Any]]:
-    out = []
-    for rec in df.to_dict(orient="records"):
-        out.append(
-            {
-                k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                for k, v in rec.items()
-            }
-        )
-    return out
 
 
 def load_baseline(path: Path) -> dict[str, Any]:

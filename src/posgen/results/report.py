@@ -16,50 +16,9 @@ from typing import Any
 from posgen.results.examples import examples_section
 from posgen.results.realised_plots import common_axis_blocks
 from posgen.results.render import Block, render_html, render_markdown
+from posgen.results.run_scores import load_scores, scoring_config
 from posgen.results.schema import METRIC_RULES
 from posgen.results.scoring import FIT_COLUMNS
-
-
-def scoring_config(config: dict[str, Any]):
-    from posgen.results.scoring import ScoringConfig
-
-    return ScoringConfig(**config.get("scoring", {}))
-
-
-def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
-    """Open a run, rebuild its tidy tables from the cells and score them."""
-    from posgen.results.schema import SchemaError
-    from posgen.results.scoring import fit_quality, score_tables
-    from posgen.results.store import RunStore
-    from posgen.results.tidy import perdoc_rows, result_rows
-
-    store = RunStore.open(run_dir)
-    cells = store.read_cells()
-    if not cells:
-        raise SchemaError(f"{run_dir} has no finished cells yet; run `posgen run` first")
-    results, perdoc = result_rows(cells), perdoc_rows(cells)
-    decomps = load_decompositions(store)
-    fits = {m: fit_quality(d) for m, d in decomps.items()}
-    twins = {m["label"] for m in store.config.get("models", []) if m.get("random_init")}
-    scores = score_tables(perdoc, fits, scoring_config(store.config), twins)
-    return store, {
-        **scores,
-        "results": results,
-        "perdoc": perdoc,
-        "decompositions": decomps,
-        "cells": cells,
-    }
-
-
-def load_decompositions(store) -> dict[str, Any]:
-    import pandas as pd
-
-    out = {}
-    for m in store.config.get("models", []):
-        path = store.decomposition_path(m["label"])
-        if path.is_file():
-            out[m["label"]] = pd.read_parquet(path)
-    return out
 
 
 def regenerate(run_dir: Path | str) -> dict[str, Path]:
@@ -86,7 +45,7 @@ def regenerate(run_dir: Path | str) -> dict[str, Path]:
 
 
 def scores_json(store, scores: dict[str, Any]) -> dict[str, Any]:
-    from posgen.results.gate import _records
+    from posgen.results.run_scores import json_records
 
     return {
         "config_hash": store.config_hash,
@@ -95,8 +54,8 @@ def scores_json(store, scores: dict[str, Any]) -> dict[str, Any]:
             "perplexity": scoring_config(store.config).interval,
             "accuracy": "agresti-min",
         },
-        "degradation": _records(scores["degradation"]),
-        "tolerance": _records(scores["tolerance"]),
+        "degradation": json_records(scores["degradation"]),
+        "tolerance": json_records(scores["tolerance"]),
         "fit": scores["fit"],
         "cross_model": scores["cross_model"],
     }

@@ -26,14 +26,13 @@ folds the draw's variance in without assuming it is zero or independent of the d
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from posgen.perturbations.seeding import item_rng
-from posgen.results.association import cross_model
+from posgen.results.resampling import resample_counts
 from posgen.results.schema import METRIC_RULES, PRIMARY_METRICS
 from posgen.results.tidy import aggregate
 
@@ -53,20 +52,6 @@ class ScoringConfig:
 
     def threshold(self, metric: str) -> float:
         return self.threshold_ppl if METRIC_RULES[metric] == "perplexity" else self.threshold_acc
-
-
-def resample_counts(n: int, iters: int, seed: int, key: str) -> np.ndarray:
-    """Bootstrap counts ``[iters, n]`` (int64): row b says how often each document is drawn.
-
-    Draw ``i_{b,k} = floor(u_{b,k} · n)`` for ``k = 1..n`` from uniform doubles, then count
-    per row; every row sums to ``n``.
-    """
-    if n < 1:
-        raise ValueError("cannot resample zero documents")
-    rng = item_rng(seed, "posgen/bootstrap/v1", key)
-    idx = np.minimum((rng.random((iters, n)) * n).astype(np.int64), n - 1)
-    flat = idx + (np.arange(iters, dtype=np.int64) * n)[:, None]
-    return np.bincount(flat.ravel(), minlength=iters * n).reshape(iters, n)
 
 
 def degradation(
@@ -317,39 +302,3 @@ def model_summary(tol, fits: Mapping[str, Mapping[str, float]]) -> dict[str, dic
             )
         out[f"{task}|{kind}"] = per_model
     return out
-
-
-def score_tables(
-    perdoc,
-    fits: Mapping[str, Mapping[str, float]],
-    cfg: ScoringConfig = ScoringConfig(),
-    twins: Collection[str] = (),
-) -> dict[str, Any]:
-    """Every score of a run: degradation and tolerance tables, fit quality per model, and
-    the cross-model correlations (fit quality r_3axis vs the interpolated tolerance and
-    vs AUC, per task and kind; ``twins`` are the random-init models, not counted)."""
-    from posgen.results.tolerance_resample import band, resampled_figures
-
-    degr = degradation_table(perdoc, cfg)
-    tol = tolerance_table(degr, cfg)
-    summary = model_summary(tol, fits)
-    reps = resampled_figures(perdoc, cfg)
-    corr = []
-    for group, per_model in summary.items():
-        task, kind = group.split("|")
-        for y in ("tolerance_interp", "auc"):
-            draws = {}
-            for model, v in per_model.items():
-                r = reps.get((model, task, v["metric"], kind, v["scheme"]))
-                if r is not None:
-                    draws[model] = r[y]
-                    v[f"{y}_lo"], v[f"{y}_hi"] = band(r[y], cfg.confidence)
-            res = cross_model(per_model, "r_3axis", y, seed=cfg.seed, twins=twins, resampled=draws)
-            corr.append({"task": task, "kind": kind, **res})
-    return {
-        "degradation": degr,
-        "tolerance": tol,
-        "fit": dict(fits),
-        "summary": summary,
-        "cross_model": corr,
-    }

@@ -117,7 +117,7 @@ def metric_stderr(rule: str, num: np.ndarray, den: np.ndarray, seed: int = 0) ->
         return math.nan
     if rule == "mean":
         return float(np.std(num / den, ddof=1) / math.sqrt(n))
-    from posgen.results.scoring import resample_counts
+    from posgen.results.resampling import resample_counts
 
     counts = resample_counts(n, STDERR_BOOTSTRAP, seed, "metric-stderr")
     return float(np.std(aggregate(rule, counts * num, counts * den), ddof=1))

@@ -31,7 +31,8 @@ def resampled_figures(perdoc, cfg, iters: int = 200) -> dict[tuple, dict[str, np
     ``perdoc`` is the per-document table (several seeds are averaged per document
     first); documents are drawn per task with one count matrix shared by all models.
     """
-    from posgen.results.scoring import collapse_seeds, degradation, resample_counts, tolerance
+    from posgen.results.resampling import resample_counts
+    from posgen.results.scoring import collapse_seeds, degradation, tolerance
 
     docs = collapse_seeds(perdoc)
     counts = {}
