@@ -62,7 +62,9 @@ def assert_tables_equal(a_run: Path, b_run: Path, keep=lambda df: df, names=tupl
         a = keep(pd.read_parquet(a_run / name)).sort_values(keys).reset_index(drop=True)
         b = pd.read_parquet(b_run / name).sort_values(keys).reset_index(drop=True)
         assert len(a) == len(b) > 0, name
-        pd.testing.assert_frame_equal(b, a, check_exact=False, rtol=1e-6, atol=1e-9)
+        # a rank batches other documents together than one process does, so padding and
+        # the shared-prefix logits cache differ: float32 logits move by ~1e-6 per word
+        pd.testing.assert_frame_equal(b, a, check_exact=False, rtol=1e-5, atol=1e-5)
 
 
 def files(run: Path) -> set[str]:
