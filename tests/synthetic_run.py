@@ -254,6 +254,6 @@ def cli(argv: list[str]) -> int:
     name, rest = argv[0], argv[1:]
     module = importlib.import_module(COMMANDS[name][0])
     parser = argparse.ArgumentParser(prog=f"posgen {name}")
-    (getattr(module, f"configure_{name}_parser", None) or module.configure_parser)(parser)
-    entry = getattr(module, f"main_{name}", None) or module.main
+    module.configure_parser(parser)
+    entry = module.main
     return int(entry(parser.parse_args(rest)) or 0)

@@ -1,4 +1,4 @@
-"""The CI regression gate: ``posgen baseline`` and ``posgen check``.
+"""The CI regression gate behind ``posgen baseline`` and ``posgen check``.
 
 ``posgen baseline RUN -o FILE`` stores one model's per-document degradations on each
 task's primary metric (see :mod:`posgen.results.baseline_file`). ``posgen check RUN
@@ -19,10 +19,7 @@ or cells, no such model, an unwritable --junit-xml) with the reason.
 
 from __future__ import annotations
 
-import argparse
 import math
-import os
-import sys
 from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import quoteattr
@@ -37,36 +34,6 @@ from posgen.results.baseline_file import (
 )
 
 __all__ = ["BASELINE_KIND", "BASELINE_VERSION", "KEY", "GateInputError"]
-
-
-def configure_baseline_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", type=Path, help="run folder written by `posgen run`")
-    parser.add_argument("-o", "--output", type=Path, required=True, help="baseline JSON to write")
-    parser.add_argument(
-        "--model", help="model label in the run (default: its only non-random-init model)"
-    )
-
-
-def configure_check_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", type=Path, help="run folder to check")
-    parser.add_argument("--baseline", type=Path, required=True, help="file from `posgen baseline`")
-    parser.add_argument(
-        "--model", help="model label in the run (default: its only non-random-init model)"
-    )
-    parser.add_argument(
-        "--tolerance",
-        type=float,
-        default=0.0,
-        help="regression allowed per cell, in per-document units (nats per word or "
-        "byte; accuracy points); default 0",
-    )
-    parser.add_argument(
-        "--alpha",
-        type=float,
-        default=0.05,
-        help="family-wise false-alarm rate over all cells (Holm); default 0.05",
-    )
-    parser.add_argument("--junit-xml", type=Path, help="also write a JUnit XML report here")
 
 
 def baseline_payload(run_dir: Path, model: str | None = None) -> dict[str, Any]:
@@ -223,54 +190,3 @@ def junit_xml(rows: list[dict[str, Any]]) -> str:
         out.append("  </testcase>")
     out.append("</testsuite>")
     return "\n".join(out) + "\n"
-
-
-def main_baseline(args: argparse.Namespace) -> int:
-    from posgen.results.schema import SchemaError
-    from posgen.results.store import atomic_write_json
-
-    try:
-        payload = baseline_payload(args.run, args.model)
-        atomic_write_json(args.output, payload)
-    except (GateInputError, SchemaError, OSError) as e:
-        print(f"posgen baseline: {e}", file=sys.stderr)
-        return 2
-    print(
-        f"posgen baseline: {len(payload['cells'])} cells of {payload['model']} "
-        f"written to {args.output}"
-    )
-    return 0
-
-
-def _writable(path: Path | None) -> None:
-    if path is None:
-        return
-    parent = path.parent if str(path.parent) else Path(".")
-    if path.is_dir() or not parent.is_dir() or not os.access(parent, os.W_OK):
-        raise GateInputError(
-            f"--junit-xml {path}: cannot write there (no such folder, or not writable)"
-        )
-
-
-def main_check(args: argparse.Namespace) -> int:
-    from posgen.results.schema import SchemaError
-    from posgen.results.store import atomic_write_text
-
-    try:
-        _writable(args.junit_xml)
-        baseline = load_baseline(args.baseline)
-        current = baseline_payload(args.run, args.model)
-        rows = compare(baseline, current, args.tolerance, args.alpha)
-        if args.junit_xml:
-            atomic_write_text(args.junit_xml, junit_xml(rows))
-    except (GateInputError, SchemaError, OSError) as e:
-        print(f"posgen check: {e}", file=sys.stderr)
-        return 2
-    print(format_table(rows))
-    failed = sum(r["failed"] for r in rows)
-    print(
-        f"\nposgen check: {failed} of {len(rows)} cells degrade more than the baseline "
-        f"({current['model']} vs {baseline['model']}; paired by document, Holm over "
-        f"{len(rows)} cells at alpha {args.alpha}, tolerance {args.tolerance})"
-    )
-    return 1 if failed else 0

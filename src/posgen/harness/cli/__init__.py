@@ -22,8 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("posgen.harness.cli.report", "regenerate the report of one or more run folders"),
     "ingest": ("posgen.harness.cli.ingest", "a run folder from lm-eval output (--log_samples)"),
     "compare": ("posgen.harness.cli.compare", "print the differences between two runs"),
-    "baseline": ("posgen.results.gate", "store a run's tolerance figures as a baseline"),
-    "check": ("posgen.results.gate", "CI gate: exit 1 on a real drop against a baseline"),
+    "baseline": ("posgen.harness.cli.baseline", "store a run's tolerance figures as a baseline"),
+    "check": ("posgen.harness.cli.check", "CI gate: exit 1 on a real drop against a baseline"),
     "tasks": ("posgen.harness.cli.tasks", "list or write perturbed lm-eval task configs"),
     "model": ("posgen.harness.cli.model", "prepare the embedded model and print its path"),
     "length": ("posgen.harness.length.command", "NLL by position past the trained context"),
@@ -41,12 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (module_name, help_text) in COMMANDS.items():
         module = importlib.import_module(module_name)
         p = sub.add_parser(name, help=help_text, description=help_text)
-        configure = getattr(module, f"configure_{name}_parser", None) or module.configure_parser
-        configure(p)
-        p.set_defaults(
-            _module=module_name,
-            _entry=f"main_{name}" if hasattr(module, f"main_{name}") else "main",
-        )
+        module.configure_parser(p)
+        p.set_defaults(_module=module_name)
     return parser
 
 
@@ -54,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     module = importlib.import_module(args._module)
-    return int(getattr(module, args._entry)(args) or 0)
+    return int(module.main(args) or 0)
 
 
 if __name__ == "__main__":

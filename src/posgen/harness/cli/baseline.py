@@ -1,0 +1,35 @@
+"""``posgen baseline RUN -o FILE``: store a model's per-document degradations (see
+:mod:`posgen.results.gate`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from posgen.results.gate import GateInputError, baseline_payload
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", type=Path, help="run folder written by `posgen run`")
+    parser.add_argument("-o", "--output", type=Path, required=True, help="baseline JSON to write")
+    parser.add_argument(
+        "--model", help="model label in the run (default: its only non-random-init model)"
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    from posgen.results.schema import SchemaError
+    from posgen.results.store import atomic_write_json
+
+    try:
+        payload = baseline_payload(args.run, args.model)
+        atomic_write_json(args.output, payload)
+    except (GateInputError, SchemaError, OSError) as e:
+        print(f"posgen baseline: {e}", file=sys.stderr)
+        return 2
+    print(
+        f"posgen baseline: {len(payload['cells'])} cells of {payload['model']} "
+        f"written to {args.output}"
+    )
+    return 0
