@@ -184,6 +184,8 @@ class ModelSession:
                 torch_random_seed=cfg.seed,
                 fewshot_random_seed=cfg.seed,
             )
+        if recorder is not None and self.launch.world_size > 1:  # every rank's rows
+            recorder.merge(self.launch.gather(recorder.state()))
         if not self.launch.is_main:
             return None  # lm-eval gathered this rank's documents on rank 0
         if out is None:

@@ -69,6 +69,14 @@ class Launch:
 
         return broadcast_object_list([obj], from_process=0)[0]
 
+    def gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order, on every rank (pickled)."""
+        if self.accelerator is None:
+            return [obj]
+        from accelerate.utils import gather_object
+
+        return gather_object([obj])
+
     def finish(self) -> None:
         """A final barrier, then the process group is closed (without the barrier, ranks
         that leave first can abort the others at exit)."""

@@ -48,6 +48,19 @@ class RowRecorder:
             self._items[key] = row_stats(key, values, n)
             self._rows[key] = (row, values)
 
+    def state(self) -> tuple[dict, dict]:
+        """What :meth:`merge` takes: this recorder's items and rows (plain, picklable)."""
+        return self._items, self._rows
+
+    def merge(self, states: list[tuple[dict, dict]]) -> RowRecorder:
+        """Add the items and rows other recorders saw (the ranks of a data-parallel launch
+        each see their share of the documents); a context seen twice counts once."""
+        for items, rows in states:
+            for key, item in items.items():
+                self._items.setdefault(key, item)
+                self._rows.setdefault(key, rows[key])
+        return self
+
     def realised(self) -> dict[str, Any]:
         """``{"unit": "row", "items": [...]}`` sorted by key (see posgen.results.realised)."""
         return {"unit": "row", "items": [self._items[k] for k in sorted(self._items)]}
