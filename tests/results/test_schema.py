@@ -124,3 +124,5 @@ def test_predicted_choice_is_the_argmax_of_the_choice_loglikelihoods():
     )
     assert tidy.predicted_choice({"filtered_resps": [-2.0]}) == -1  # a perplexity sample
     assert tidy.predicted_choice({}) == -1
+    # one continuation (a cloze acc is is_greedy of the target): no choice to keep
+    assert tidy.predicted_choice({"filtered_resps": [[-8.3, False]]}) == -1

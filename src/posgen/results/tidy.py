@@ -79,13 +79,15 @@ def extract_docs(samples: Iterable[Mapping[str, Any]], split: str = "test") -> d
 
 def predicted_choice(sample: Mapping[str, Any]) -> int:
     """The choice lm-eval's ``acc`` picked: the argmax of the per-choice loglikelihoods
-    in ``filtered_resps`` (``[(ll, is_greedy), ...]``); -1 when they are not logged."""
+    in ``filtered_resps`` (``[(ll, is_greedy), ...]``); -1 when they are not logged, or
+    when there is one continuation only (a cloze ``acc`` is ``is_greedy`` of the target:
+    there is no choice to keep, and its argmax would always be 0)."""
     resps = sample.get("filtered_resps")
     try:
         lls = [float(r[0]) for r in resps]  # type: ignore[union-attr]
     except (TypeError, ValueError, IndexError, KeyError):
         return -1
-    return int(np.argmax(lls)) if lls else -1
+    return int(np.argmax(lls)) if len(lls) > 1 else -1
 
 
 def _num_den(value: Any, rule: str, metric: str) -> tuple[float, float]:
