@@ -10,7 +10,11 @@ forward under the scheme with the drift capture, and the LM head in chunks. Meas
   before it; the child's glibc serves large blocks by mmap (``MALLOC_MMAP_THRESHOLD_``),
   so freed blocks leave the resident set and the peak is the step's own. Goal: ≤ 2 GB
   at 16k tokens on the embedded model.
-- wall time of that step, on the cores the machine gives (``--threads``).
+- wall time of that step, on the cores the machine gives (``--threads``), and the part
+  CPU time spent inside the attention blocks (a forward pre/post hook on every layer's
+  attention module: projections, rotary and the attention function itself).
+- side by side, each scheme's times divided by those of ``none`` (plain sdpa) in the
+  same run: the ``attn / none`` column is the Λ-versus-sdpa cost per layer.
 
 The wall time depends on what else runs on the machine; the CPU time (user + system of
 the child) and the load average are printed beside it.
@@ -22,6 +26,8 @@ which figure is which; run once with and once without at a smaller length to see
 
 Usage: python benchmarks/bench_length.py [--tokens 16384] [--schemes "none;lambda:4,8192"]
                                          [--layers K]
+Λ against sdpa in under 3 minutes on 2 cores:
+       python benchmarks/bench_length.py --tokens 4096 --layers 4 --schemes "none;lambda:4,2048"
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ def child(scheme_text: str, tokens: int, model_name: str, layers: int | None) ->
 
     from posgen.harness.embedded import resolve_pretrained
     from posgen.harness.length.apply import length_forward, load_model
-    from posgen.harness.length.drift import drift_capture
+    from posgen.harness.length.drift import attention_modules, drift_capture
     from posgen.harness.length.nll import position_nll
     from posgen.perturbations.length import parse_length
     from posgen.tasks.long_documents import long_documents
@@ -69,12 +75,15 @@ def child(scheme_text: str, tokens: int, model_name: str, layers: int | None) ->
     input_ids = torch.tensor([ids])
     c = int(model.config.max_position_embeddings if scheme.rope_type != "yarn" else tokens // 2)
     position_nll(model, input_ids[:, :64])  # page the mmapped weights in before measuring
+    attention = _time_attention(attention_modules(model))
     base = _vm("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")
     start, cpu = time.perf_counter(), time.process_time()
     with length_forward(model, input_ids, scheme), drift_capture(model, c, c // 8, 16):
         nll = position_nll(model, input_ids)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    for handle in attention.pop("handles"):
+        handle.remove()
     return {
         "scheme": scheme.to_string(),
         "document": doc,
@@ -82,10 +91,31 @@ def child(scheme_text: str, tokens: int, model_name: str, layers: int | None) ->
         "extra_bytes": _vm("VmHWM") - base,
         "seconds": seconds,
         "cpu_seconds": cpu,
+        "attention_seconds": attention["seconds"],
         "mean_nll": float(nll[1:].mean()),
         "threads": torch.get_num_threads(),
         "layers": len(model.model.layers),
     }
+
+
+def _time_attention(modules: list) -> dict:
+    """CPU seconds of the process (all threads) spent inside ``modules`` (summed), kept in
+    the returned dict: CPU time, not wall time, so other load on the machine does not
+    count."""
+    timer = {"seconds": 0.0, "start": 0.0}
+
+    def pre(module, args):
+        timer["start"] = time.process_time()
+
+    def post(module, args, output):
+        timer["seconds"] += time.process_time() - timer["start"]
+
+    timer["handles"] = [
+        h
+        for m in modules
+        for h in (m.register_forward_pre_hook(pre), m.register_forward_hook(post))
+    ]
+    return timer
 
 
 def main() -> None:
@@ -119,16 +149,20 @@ def main() -> None:
             sys.exit(f"{scheme}: child failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(f"done {scheme}", file=sys.stderr, flush=True)
+    plain = next((r for r in rows if r["scheme"] == "none"), None)
     print(
         f"{'scheme':<16} {'tokens':>7} {'extra peak RSS':>15} {'/ 2 GB goal':>11} "
-        f"{'wall s':>8} {'CPU s':>8} {'threads':>7} {'layers':>6} {'mean NLL':>9}"
+        f"{'wall s':>8} {'CPU s':>8} {'attn CPU s':>10} {'wall / none':>11} {'attn / none':>11} "
+        f"{'threads':>7} {'layers':>6} {'mean NLL':>9}"
     )
     for r in rows:
+        wall_ratio = f"{r['seconds'] / plain['seconds']:.2f}" if plain else "-"
+        attn_ratio = f"{r['attention_seconds'] / plain['attention_seconds']:.2f}" if plain else "-"
         print(
             f"{r['scheme']:<16} {r['tokens']:>7} {r['extra_bytes'] / 2**20:>11.0f} MiB "
             f"{r['extra_bytes'] / GOAL_BYTES:>11.2f} {r['seconds']:>8.1f} {r['cpu_seconds']:>8.1f} "
-            f"{r['threads']:>7} {r['layers']:>6} "
-            f"{r['mean_nll']:>9.4f}"
+            f"{r['attention_seconds']:>10.1f} {wall_ratio:>11} {attn_ratio:>11} "
+            f"{r['threads']:>7} {r['layers']:>6} {r['mean_nll']:>9.4f}"
         )
     print(f"load average during the run: {os.getloadavg()} on {os.cpu_count()} CPUs")
     print("GPU: no device was lent to this benchmark; figures are CPU only.")

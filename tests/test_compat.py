@@ -12,7 +12,9 @@ def test_every_listed_internal_resolves_in_the_installed_libraries():
     assert compat.check() == []
 
 
-@pytest.mark.parametrize("path", [*compat.LM_EVAL_INTERNALS, *compat.TRANSFORMERS_INTERNALS])
+@pytest.mark.parametrize(
+    "path", [*compat.LM_EVAL_INTERNALS, *compat.TRANSFORMERS_INTERNALS, *compat.TORCH_INTERNALS]
+)
 def test_each_internal_resolves(path):
     assert compat.internal(path) is not None
 
@@ -24,6 +26,22 @@ def test_a_moved_internal_names_itself_and_the_tested_version():
         compat.internal("lm_eval.tasks:NoSuch")
     with pytest.raises(compat.CompatError, match=r"transformers 5\.x"):
         compat.internal("transformers.no_such_module:x")
+    with pytest.raises(compat.CompatError, match=r"torch 2\.13"):
+        compat.internal("torch:ops.aten._posgen_no_such_op")
+
+
+def test_the_cpu_flash_kernel_returns_the_log_sum_exp_of_its_masked_scores():
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 5, 8, generator=gen) for _ in range(3))
+    mask = torch.zeros(1, 1, 5, 5).masked_fill(torch.ones(5, 5).triu(1).bool(), float("-inf"))
+    out, lse = compat.internal(next(iter(compat.TORCH_INTERNALS)))(
+        q, k, v, attn_mask=mask, scale=0.3
+    )
+    scores = q @ k.transpose(-1, -2) * 0.3 + mask
+    torch.testing.assert_close(lse, torch.logsumexp(scores, -1))
+    torch.testing.assert_close(out, torch.softmax(scores, -1) @ v)
 
 
 def test_patched_restores_the_original_even_on_error():

@@ -3,7 +3,8 @@
 posgen is tested with lm-eval 0.4.13 and transformers 5.x; another lm-eval release is
 refused by :func:`require_supported_lm_eval` (posgen uses its private task index and
 factory) before any of its internals load. Outside their public APIs it
-relies on the names listed in :data:`LM_EVAL_INTERNALS` and :data:`TRANSFORMERS_INTERNALS`;
+relies on the names listed in :data:`LM_EVAL_INTERNALS`, :data:`TRANSFORMERS_INTERNALS` and
+:data:`TORCH_INTERNALS` (one private torch op);
 every patch of a library function goes through a context manager here that restores the
 original on exit. :func:`check` verifies each internal against the installed libraries
 (the test suite runs it), and each accessor raises :class:`CompatError` with one clear
@@ -25,6 +26,7 @@ from typing import Any
 
 LM_EVAL_TESTED = "0.4.13"
 TRANSFORMERS_TESTED = "5.x"
+TORCH_TESTED = "2.13"
 
 # "module:attribute" -> why posgen needs it
 LM_EVAL_INTERNALS: dict[str, str] = {
@@ -45,6 +47,11 @@ TRANSFORMERS_INTERNALS: dict[str, str] = {
     "transformers.modeling_utils:ALL_ATTENTION_FUNCTIONS": "the attention functions qk_noise wraps",
     "transformers.masking_utils:ALL_MASK_ATTENTION_FUNCTIONS": "their mask functions",
     "transformers.masking_utils:eager_mask": "the mask of posgen's capture function",
+}
+TORCH_INTERNALS: dict[str, str] = {
+    "torch:ops.aten._scaled_dot_product_flash_attention_for_cpu": (
+        "Λ attention's local band: the fused CPU kernel with its log-sum-exp"
+    ),
 }
 # attributes of objects (not importable paths) posgen reads: checked by the tests
 TRANSFORMERS_ATTRIBUTES = {
@@ -106,8 +113,8 @@ def internal(path: str) -> Any:
     try:
         return _resolve(path)
     except (ImportError, AttributeError) as exc:
-        lib = path.split(".", 1)[0]
-        tested = LM_EVAL_TESTED if lib == "lm_eval" else TRANSFORMERS_TESTED
+        lib = path.split(":", 1)[0].split(".", 1)[0]
+        tested = {"lm_eval": LM_EVAL_TESTED, "torch": TORCH_TESTED}.get(lib, TRANSFORMERS_TESTED)
         raise CompatError(
             f"{path} is missing in the installed {lib} {_version(lib)} ({exc}); posgen is "
             f"tested with {lib} {tested}: install that version, or update posgen.compat"
@@ -124,7 +131,7 @@ def _version(lib: str) -> str:
 def check() -> list[str]:
     """Every internal that does not resolve in the installed libraries (empty: all do)."""
     missing = []
-    for path in (*LM_EVAL_INTERNALS, *TRANSFORMERS_INTERNALS):
+    for path in (*LM_EVAL_INTERNALS, *TRANSFORMERS_INTERNALS, *TORCH_INTERNALS):
         try:
             _resolve(path)
         except (ImportError, AttributeError) as exc:

@@ -109,6 +109,7 @@ def test_compare_lines_pair_runs_by_model_and_scheme(tmp_path):
     for run in ("A", "B"):
         (tmp_path / run / "length" / "m").mkdir(parents=True)
         (tmp_path / run / "length" / "m" / "length_scores.json").write_text(json.dumps(scores))
+        _write_length_tables(tmp_path / run)
     lines = compare_lines(tmp_path / "A", tmp_path / "B")
     assert lines[-1].split() == [
         "m",
@@ -124,3 +125,48 @@ def test_compare_lines_pair_runs_by_model_and_scheme(tmp_path):
     ]
     assert compare_lines(tmp_path / "A", tmp_path / "nothing")[-1].endswith("only in A")
     assert compare_lines(tmp_path / "x", tmp_path / "y") == []
+
+
+def _write_length_tables(run) -> None:
+    from posgen.results.tidy import length_tables
+
+    for name, table in length_tables(run).items():
+        table.to_parquet(run / f"{name}.parquet", index=False)
+
+
+def test_length_tables_hold_effective_lengths_and_curves_and_compare_reads_them(tmp_path):
+    """``posgen run --length`` puts each scheme's effective length (with its interval) and
+    its bucket curve in the run's tidy tables; compare and the report read the tables."""
+    import json
+
+    from posgen.results.length_report import compare_lines, run_blocks
+    from posgen.results.schema import SchemaError
+    from posgen.results.tidy import length_tables
+
+    records = [_record("none", d, [4, 3, 2, 2, 2, 2, 2, 2]) for d in "abc"]
+    records += [_record("scale:2", d, [4, 3, 2, 2, 3, 3, 3, 3]) for d in "abc"]
+    scores = score_length(records, CONFIG)
+    folder = tmp_path / "length" / "m"
+    folder.mkdir(parents=True)
+    (folder / "length_scores.json").write_text(json.dumps(scores))
+    with pytest.raises(SchemaError, match="posgen report"):
+        compare_lines(tmp_path, tmp_path / "other")  # results without their tables
+    tables = length_tables(tmp_path)
+    eff = tables["length_effective"].set_index("scheme")
+    assert eff.loc["none", "censored"] and eff.loc["none", "effective_length"] == 128
+    assert eff.loc["scale:2", "effective_length"] == 64  # bucket 4 crosses: 4 × 16
+    assert not eff.loc["scale:2", "censored"]
+    assert (eff["trained_context"] == 64).all() and (eff["schema_version"] == 2).all()
+    curves = tables["length_curves"]
+    assert len(curves) == 2 * 8
+    got = curves[curves["scheme"] == "scale:2"].sort_values("bucket")["nll"].tolist()
+    assert got == pytest.approx([4, 3, 2, 2, 3, 3, 3, 3])
+    _write_length_tables(tmp_path)
+    # the readers take the tables, not the JSON: change a table and they follow it
+    changed = tables["length_effective"].copy()
+    changed.loc[changed["scheme"] == "scale:2", "effective_length"] = 80
+    changed.to_parquet(tmp_path / "length_effective.parquet", index=False)
+    assert "A 80 [" in compare_lines(tmp_path, tmp_path)[-1]
+    table = next(b for b in run_blocks(tmp_path) if b[0] == "table")
+    assert [table[2][1][0], table[2][1][3]] == ["scale:2", "80"]
+    assert length_tables(tmp_path / "nothing") == {}

@@ -126,3 +126,22 @@ def test_accuracy_cells_show_the_consistency_rate(two_models):
     assert (acc["consistency_lo"] <= acc["consistency"]).all()
     assert deg[deg["metric"] == "word_perplexity"]["consistency"].isna().all()
     assert "choice unchanged [95% CI]" in (two_models / "report.md").read_text()
+
+
+def test_regenerate_writes_the_length_tables_and_the_report_reads_them(tmp_path):
+    from tests.results.test_length_scores import CONFIG, _record
+
+    from posgen.results.length_scores import score_length
+
+    make_run(tmp_path, {"embedded": {"sensitivity": 1.0, "fit": 0.6}})
+    records = [_record("none", d, [4, 3, 2, 2, 3, 3, 3, 3]) for d in "abc"]
+    folder = tmp_path / "length" / "embedded"
+    folder.mkdir(parents=True)
+    (folder / "length_scores.json").write_text(json.dumps(score_length(records, CONFIG)))
+    paths = regenerate(tmp_path)
+    effective = pd.read_parquet(paths["length_effective"])
+    assert effective[["model", "scheme", "effective_length"]].values.tolist() == [
+        ["embedded", "none", 64]
+    ]
+    assert len(pd.read_parquet(paths["length_curves"])) == 8
+    assert "## Length generalization: m" in (tmp_path / "report.md").read_text()

@@ -117,18 +117,57 @@ def markdown(scores: Mapping[str, Any], plot_name: str | None = "length_curves.p
     return "\n".join(lines) + "\n"
 
 
+def read_length_table(run_root: Any, name: str) -> Any:
+    """``RUN/<name>.parquet`` (``length_effective`` or ``length_curves``), checked against
+    its schema; None for a run without ``--length``. A run with length folders but no
+    table was written before the tables existed: rebuild them with ``posgen report``."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from posgen.results import schema
+
+    root = Path(run_root)
+    path = root / f"{name}.parquet"
+    if not path.is_file():
+        if any(root.glob("length/*/length_scores.json")):
+            raise schema.SchemaError(
+                f"{root} has length results but no {name}.parquet; run `posgen report "
+                f"{root}` to rebuild its tables"
+            )
+        return None
+    df = pd.read_parquet(path)
+    columns = {
+        "length_effective": schema.LENGTH_EFFECTIVE_COLUMNS,
+        "length_curves": schema.LENGTH_CURVE_COLUMNS,
+    }[name]
+    schema.validate_frame(df, columns, str(path))
+    return df
+
+
 def run_blocks(run_root: Any) -> list[tuple]:
-    """Report blocks (``posgen.results.render``) for every ``RUN/length/<model>/`` folder
-    that holds a finished ``length_scores.json``; none when there is none."""
+    """Report blocks (``posgen.results.render``) for every model of the run's length
+    tables (effective lengths and curves from ``length_effective``/``length_curves``;
+    the config and drift from ``RUN/length/<model>/length_scores.json``); none without."""
     import json
     from pathlib import Path
 
+    from posgen.results.length_scores import FEW_DOCS
+
+    effective = read_length_table(run_root, "length_effective")
+    if effective is None:
+        return []
+    curves = read_length_table(run_root, "length_curves")
     blocks: list[tuple] = []
-    for path in sorted(Path(run_root).glob("length/*/length_scores.json")):
+    for model in sorted(effective["model"].unique()):
+        path = Path(run_root) / "length" / model / "length_scores.json"
         scores = json.loads(path.read_text(encoding="utf-8"))
+        rows = effective[effective["model"] == model]
+        scores["effective"] = {r["scheme"]: r for r in rows.to_dict("records")}
+        scores["curves"] = curves[curves["model"] == model].to_dict("records")
         blocks += [("h", 2, f"Length generalization: {scores['config']['model']}")]
         blocks += [("p", intro(scores)), ("table", *effective_table(scores))]
-        if any(e["few_documents"] for e in scores["effective"].values()):
+        if any(int(e["n_documents"]) < FEW_DOCS for e in scores["effective"].values()):
             blocks.append(("p", FEW_DOCS_NOTE))
         blocks.append(("img", "NLL by position per length scheme", curves_png(scores)))
         if scores["drift"]:
@@ -137,15 +176,10 @@ def run_blocks(run_root: Any) -> list[tuple]:
 
 
 def _effective_by_key(run_root: Any) -> dict[tuple[str, str], dict[str, Any]]:
-    import json
-    from pathlib import Path
-
-    out = {}
-    for path in sorted(Path(run_root).glob("length/*/length_scores.json")):
-        scores = json.loads(path.read_text(encoding="utf-8"))
-        for scheme, eff in scores["effective"].items():
-            out[(path.parent.name, scheme)] = eff
-    return out
+    table = read_length_table(run_root, "length_effective")
+    if table is None:
+        return {}
+    return {(r["model"], r["scheme"]): r for r in table.to_dict("records")}
 
 
 def compare_lines(run_a: Any, run_b: Any) -> list[str]:

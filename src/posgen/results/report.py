@@ -30,6 +30,10 @@ def regenerate(run_dir: Path | str) -> dict[str, Path]:
         name: store.write_table(f"{name}.parquet", scores[name])
         for name in ("results", "perdoc", "degradation", "tolerance")
     }
+    from posgen.results.tidy import length_tables
+
+    for name, table in length_tables(store.root).items():  # read by the report and compare
+        paths[name] = store.write_table(f"{name}.parquet", table)
     paths["scores"] = store.write_json("scores.json", scores_json(store, scores))
     blocks = build_blocks(store, scores)
     images = {}

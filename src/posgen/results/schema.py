@@ -87,6 +87,37 @@ PERDOC_COLUMNS: dict[str, str] = {
     "realised_idc": "float64",
 }
 
+# length_effective.parquet: one row per (model, length scheme) of ``posgen run --length``
+# (RUN/length/<model>/); a run without --length has no such table.
+LENGTH_EFFECTIVE_COLUMNS: dict[str, str] = {
+    "schema_version": "int64",
+    "model": "string",  # the sweep's model label (the length folder's name)
+    "scheme": "string",  # none, lambda:G,W, scale:F, dynamic:F, yarn:F
+    "trained_context": "int64",  # C
+    "max_length": "int64",
+    "n_documents": "int64",
+    "effective_length": "int64",  # tokens; max_length when censored
+    "censored": "bool",  # no bucket crossed the threshold: the length is >= max_length
+    "ci_low": "float64",  # 95% percentile-bootstrap interval over documents
+    "ci_high": "float64",
+    "reference_nll": "float64",  # mean NLL over [C/2, C)
+    "threshold_nll": "float64",  # reference + ln(1 + threshold)
+}
+
+# length_curves.parquet: one row per (model, length scheme, position bucket)
+LENGTH_CURVE_COLUMNS: dict[str, str] = {
+    "schema_version": "int64",
+    "model": "string",
+    "scheme": "string",
+    "bucket": "int64",
+    "start": "int64",  # first token position of the bucket
+    "stop": "int64",  # one past the last
+    "nll": "float64",  # mean over documents of the document's mean NLL in the bucket
+    "ci_low": "float64",  # t interval over documents (NaN with one document)
+    "ci_high": "float64",
+    "n_documents": "int64",
+}
+
 # Metrics and how degradation is measured on them.
 #   "perplexity": lm-eval aggregates (loglikelihood, weight) pairs with
 #                 weighted_perplexity = exp(-sum(ll) / sum(weight)); degradation is the

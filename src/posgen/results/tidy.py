@@ -19,6 +19,8 @@ import numpy as np
 
 from posgen.results.realised import STATS, summary
 from posgen.results.schema import (
+    LENGTH_CURVE_COLUMNS,
+    LENGTH_EFFECTIVE_COLUMNS,
     METRIC_RULES,
     PERDOC_COLUMNS,
     RESULT_COLUMNS,
@@ -328,3 +330,33 @@ def realised_record(
         realised = model_side["realised"]
         examples["rows"] = list(model_side.get("rows", []))
     return {"realised": dict(realised), "examples": examples}
+
+
+def length_tables(run_root: Any) -> dict[str, Any]:
+    """The tidy length tables of ``posgen run --length`` (``length_effective`` and
+    ``length_curves``, schema.LENGTH_*_COLUMNS) from every ``RUN/length/<model>/
+    length_scores.json``; empty dict when the run has no length folder."""
+    import json
+    from pathlib import Path
+
+    effective, curves = [], []
+    for path in sorted(Path(run_root).glob("length/*/length_scores.json")):
+        scores = json.loads(path.read_text(encoding="utf-8"))
+        model, config = path.parent.name, scores["config"]
+        for scheme, eff in scores["effective"].items():
+            effective.append(
+                {
+                    "model": model,
+                    "scheme": scheme,
+                    "trained_context": int(config["trained_context"]),
+                    "max_length": int(config["max_length"]),
+                    **{k: eff[k] for k in LENGTH_EFFECTIVE_COLUMNS if k in eff},
+                }
+            )
+        curves += [{"model": model, **row} for row in scores["curves"]]
+    if not effective:
+        return {}
+    return {
+        "length_effective": frame(effective, LENGTH_EFFECTIVE_COLUMNS),
+        "length_curves": frame(curves, LENGTH_CURVE_COLUMNS),
+    }

@@ -137,3 +137,42 @@ def test_outside_context_is_an_error(model):
             model(_ids(20))
     finally:
         model.set_attn_implementation("sdpa")
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_fused_kernel_and_explicit_local_attention_agree(causal):
+    from posgen.harness.length.lambda_attention import local_attention
+
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 3, 12, 8, generator=gen) for _ in range(3))
+    mask = None
+    if not causal:
+        i, j = torch.arange(12)[:, None], torch.arange(12)[None]
+        mask = torch.zeros(12, 12).masked_fill((j > i) | (i - j >= 5), float("-inf"))[None, None]
+    fused = local_attention(q, k, v, mask, 0.4, fused=True)
+    explicit = local_attention(q, k, v, mask, 0.4, fused=False)
+    for a, b in zip(fused, explicit, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_lambda_on_cpu_runs_the_fused_kernel_not_explicit_scores(model, monkeypatch):
+    """The speed of ``posgen length --quick`` rests on this: every local band goes through
+    torch's fused attention kernel (one causal call before W, one per block after)."""
+    from posgen.harness.length import lambda_attention as mod
+
+    calls = []
+    kernel = mod.flash_attention_cpu()
+
+    def spy():
+        def run(*args, **kwargs):
+            calls.append(kwargs["is_causal"])
+            return kernel(*args, **kwargs)
+
+        return run
+
+    monkeypatch.setattr(mod, "flash_attention_cpu", spy)
+    with torch.no_grad(), lambda_attention(model, LengthLambda(4, 16), block_size=10):
+        model(_ids(56))
+    layers = model.config.num_hidden_layers
+    assert calls.count(True) == layers  # queries 0..15: one causal call per layer
+    assert calls.count(False) == layers * 4  # queries 16..55 in blocks of 10

@@ -161,6 +161,7 @@ def test_run_for_models_writes_length_folders_and_report_blocks(tiny_path, tmp_p
     from posgen.harness.length import command
     from posgen.results import report
     from posgen.results.length_report import run_blocks
+    from posgen.results.tidy import length_tables
 
     monkeypatch.setattr(report, "regenerate", lambda root: {"root": root})
     models = [
@@ -172,6 +173,8 @@ def test_run_for_models_writes_length_folders_and_report_blocks(tiny_path, tmp_p
     (folder,) = (tmp_path / "length").iterdir()
     scores = json.loads((folder / "length_scores.json").read_text())
     assert sorted(scores["effective"]) == ["lambda:4,64", "none", "scale:2.0"]
+    for name, table in length_tables(tmp_path).items():  # what regenerate writes
+        table.to_parquet(tmp_path / f"{name}.parquet", index=False)
     kinds = [b[0] for b in run_blocks(tmp_path)]
     assert kinds == ["h", "p", "table", "p", "img", "p", "table"]
 

@@ -13,13 +13,19 @@ their true rotary distance and every global key sits at distance exactly W (LM-I
 Softmax over the allowed keys (float32), output ``Σ_j a_ij v_j``.
 
 The attention function only sees post-RoPE ``q``, ``k`` (``[B, H, T, d]``, ``[B, Hkv,
-T, d]``). posgen recovers the pre-RoPE vectors with the model's own
-``apply_rotary_pos_emb`` at ``(cos, −sin)`` divided by ``cos² + sin²`` (the squared
-attention scaling), and gets ``R(W)``, ``R(0)`` from the model's own rotary module
+T, d]``). posgen rotates each post-RoPE query straight to the fixed position W
+(``R(W) q_i = Rot(W − p_i) · query_i``, the rotation's (cos, sin) from the angle
+difference divided by ``cos² + sin²``, the squared attention scaling), recovers the
+pre-RoPE global keys with the model's own ``apply_rotary_pos_emb`` at ``(cos, −sin)``
+divided by ``cos² + sin²``, and gets ``R(W)``, ``R(0)`` from the model's own rotary module
 called with ``[W, 0, max position]`` (the max keeps dynamic rope scalings on the forward's
 own frequencies). ``(cos, sin)`` and the positions come from a forward hook on the
-rotary module. Queries are processed in blocks of ``Lq``; a block sees at most
-``Lq + W − 1`` local and ``G`` global keys, so memory is O(Lq·(W + G)) per head.
+rotary module. Queries before W are plain causal attention (one causal kernel call);
+later ones are processed in blocks of ``Lq``: the block's local band (at most
+``Lq + W − 1`` keys, one additive mask shared by all heads and layers) runs through torch's
+fused attention kernel, which also returns each row's log-sum-exp; the ``G`` global keys
+(scored with the stationary queries) are merged in exactly through that log-sum-exp. No
+``[H, Lq, Lk]`` score tensor exists on CPU; memory is O(Lq·(W + G)) for the mask.
 
 When ``T ≤ W`` the Λ mask is plain causal attention and the model's own attention
 implementation is called unchanged (bit-identical to the plain model).
@@ -50,7 +56,7 @@ ALL_MASK_ATTENTION_FUNCTIONS = internal("transformers.masking_utils:ALL_MASK_ATT
 NAME_PREFIX = "posgen_lambda_"
 _REGISTERED: set[str] = set()
 _ACTIVE: ContextVar[_ForwardState | None] = ContextVar("posgen_lambda_state", default=None)
-BLOCK_BUDGET = 1 << 23  # score elements per query block (8 Mi floats = 32 MiB, ×2 for softmax)
+BLOCK_BUDGET = 1 << 23  # band-mask elements per query block (8 Mi floats = 32 MiB)
 
 
 @dataclass
@@ -66,6 +72,7 @@ class _ForwardState:
     positions: torch.Tensor | None = None  # [B|1, T]
     x: torch.Tensor | None = None
     fixed: tuple[torch.Tensor, torch.Tensor] | None = field(default=None)  # cos, sin at [W, 0]
+    masks: dict[tuple[int, int, int], torch.Tensor] = field(default_factory=dict)
 
 
 def attention_name(base: str) -> str:
@@ -171,28 +178,135 @@ def lambda_attention_forward(
         )
     window, n_global = state.scheme.window, min(state.scheme.n_global, n)
     cos, sin = state.cos, state.sin
-    norm = (cos * cos + sin * sin).unsqueeze(1)  # [B|1, 1, T, d]: squared attention scaling
+    norm = cos * cos + sin * sin  # [B|1, T, d]: squared attention scaling a²
     fixed_cos, fixed_sin = _fixed_maps(state)
-    # stationary queries: R(W) applied to the un-rotated query of every token
-    q_plain = apply(query, query, cos, -sin)[0] / norm
-    q_fixed = apply(q_plain, q_plain, fixed_cos[:, :1], fixed_sin[:, :1])[0]
+    # stationary queries R(W) q_i for the queries that can see a global key (i ≥ W): since
+    # query_i = a·Rot(p_i) q_i, R(W) q_i = Rot(W − p_i) query_i, one rotation whose
+    # (cos, sin) follow from the angle difference, divided by a² (no head dimension)
+    c_w, s_w, c_i, s_i = fixed_cos[:, :1], fixed_sin[:, :1], cos[:, window:], sin[:, window:]
+    to_w = ((c_w * c_i + s_w * s_i) / norm[:, window:], (s_w * c_i - c_w * s_i) / norm[:, window:])
+    late = query[:, :, window:]
+    q_fixed = apply(late, late[:, :1], *to_w)[0]  # [B, H, T − W, d]
     k_plain = apply(
         key[:, :, :n_global], key[:, :, :n_global], cos[:, :n_global], -sin[:, :n_global]
     )[0]
-    k_plain = k_plain / norm[:, :, :n_global]
+    k_plain = k_plain / norm[:, :n_global].unsqueeze(1)
     k_global = apply(k_plain, k_plain, fixed_cos[:, 1:], fixed_sin[:, 1:])[0]
     v_global = value[:, :, :n_global]
     groups = heads // key.shape[1]
-    block = state.block_size or max(
-        16, min(1024, BLOCK_BUDGET // (heads * (window + n_global + 1024)))
-    )
+    # local keys per query head, in transformers' repeat_kv order (head h uses h // groups)
+    k_local = key.repeat_interleave(groups, dim=1) if groups > 1 else key
+    v_local = value.repeat_interleave(groups, dim=1) if groups > 1 else value
+    block = state.block_size or max(16, min(1024, BLOCK_BUDGET // (window + n_global + 1024)))
     out = torch.empty_like(query)
-    for start in range(0, n, block):
+    # queries before W see plain causal attention (no key is out of the window, no global
+    # key is allowed yet): one causal kernel call, which skips the masked half
+    out[:, :, :window] = local_attention(
+        query[:, :, :window], k_local[:, :, :window], v_local[:, :, :window], None, scaling
+    )[0].to(query.dtype)
+    for start in range(window, n, block):
         stop = min(n, start + block)
-        out[:, :, start:stop] = _block(
-            query, q_fixed, key, value, k_global, v_global, start, stop, window, groups, scaling
+        lo = start - window + 1
+        mask = _band_mask(state, start, stop, lo, window, query)
+        local, lse = local_attention(
+            query[:, :, start:stop], k_local[:, :, lo:stop], v_local[:, :, lo:stop], mask, scaling
         )
+        if n_global:
+            local = _add_global(
+                local,
+                lse,
+                q_fixed[:, :, start - window : stop - window],
+                k_global,
+                v_global,
+                start,
+                window,
+                scaling,
+            )
+        out[:, :, start:stop] = local.to(query.dtype)
     return out
+
+
+def _band_mask(
+    state: _ForwardState, start: int, stop: int, lo: int, window: int, like: torch.Tensor
+) -> torch.Tensor:
+    """Additive mask ``[1, 1, stop−start, stop−lo]`` of the local band: 0 where
+    ``0 ≤ i − j < W``, −inf elsewhere. Blocks with the same offsets share one mask for the
+    whole forward (every layer)."""
+    key = (start - lo, stop - start, stop - lo)
+    mask = state.masks.get(key)
+    if mask is None:
+        i = torch.arange(start, stop, device=like.device).unsqueeze(1)
+        j = torch.arange(lo, stop, device=like.device).unsqueeze(0)
+        allowed = (j <= i) & (i - j < window)
+        mask = torch.zeros(allowed.shape, dtype=like.dtype, device=like.device)
+        mask = mask.masked_fill(~allowed, float("-inf"))[None, None]
+        state.masks[key] = mask
+    return mask
+
+
+def local_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    scale: float,
+    fused: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax attention of ``query [B, H, Lq, d]`` over ``key``/``value [B, H, Lk, d]``
+    with the additive ``mask`` (every row allows at least one key), or causal attention
+    (``Lq == Lk``) when ``mask`` is None: the output ``[B, H, Lq, d]`` and
+    ``lse = log Σ_j exp(s_ij)`` ``[B, H, Lq]`` (float32), which :func:`_add_global` needs
+    to merge in the global keys exactly.
+
+    ``fused`` (default: on CPU) runs torch's fused flash-attention kernel (the one
+    ``scaled_dot_product_attention`` runs on CPU; its op also returns the log-sum-exp);
+    otherwise the same equation is computed with explicit scores ``[B, H, Lq, Lk]``."""
+    if fused is None:
+        fused = query.device.type == "cpu"
+    if fused:
+        kernel = flash_attention_cpu()
+        out, lse = kernel(query, key, value, is_causal=mask is None, attn_mask=mask, scale=scale)
+        return out, lse.float()
+    if mask is None:
+        future = torch.ones(key.shape[2], key.shape[2], dtype=torch.bool, device=query.device)
+        mask = torch.zeros(future.shape, device=query.device).masked_fill(
+            future.triu(1), float("-inf")
+        )
+    scores = (query @ key.transpose(-1, -2)).float() * scale + mask.float()
+    lse = torch.logsumexp(scores, dim=-1)
+    probs = torch.exp(scores - lse.unsqueeze(-1)).to(value.dtype)
+    return probs @ value, lse
+
+
+def flash_attention_cpu() -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    return internal("torch:ops.aten._scaled_dot_product_flash_attention_for_cpu")
+
+
+def _add_global(
+    local: torch.Tensor,
+    lse: torch.Tensor,
+    q_fixed: torch.Tensor,
+    k_global: torch.Tensor,
+    v_global: torch.Tensor,
+    start: int,
+    window: int,
+    scaling: float,
+) -> torch.Tensor:
+    """Merge the global keys into the local output: with ``s_ig = ⟨R(W) q_i, R(0) k_g⟩ ·
+    scaling`` for the allowed ``g`` (``i − g ≥ W``) and ``L = logaddexp(lse_i, log Σ_g
+    exp s_ig)``, the Λ output is ``exp(lse_i − L) · local_i + Σ_g exp(s_ig − L) v_g``."""
+    lq, n_global = local.shape[2], k_global.shape[2]
+    i = torch.arange(start, start + lq, device=local.device).unsqueeze(1)
+    g = torch.arange(n_global, device=local.device).unsqueeze(0)
+    scores = _grouped_scores(q_fixed, k_global, q_fixed.shape[1] // k_global.shape[1])
+    scores = (scores.float() * scaling).masked_fill(i - g < window, float("-inf"))
+    total = torch.logaddexp(lse, torch.logsumexp(scores, dim=-1)).unsqueeze(-1)
+    probs = torch.exp(scores - total)  # [B, H, Lq, G]; 0 where masked
+    b, h = probs.shape[:2]
+    groups = h // k_global.shape[1]
+    mixed = probs.to(v_global.dtype).view(b, h // groups, groups, lq, n_global)
+    mixed = (mixed @ v_global.unsqueeze(2)).view(b, h, lq, -1)
+    return torch.exp(lse.unsqueeze(-1) - total) * local.float() + mixed.float()
 
 
 def _grouped_scores(q: torch.Tensor, k: torch.Tensor, groups: int) -> torch.Tensor:
@@ -203,48 +317,13 @@ def _grouped_scores(q: torch.Tensor, k: torch.Tensor, groups: int) -> torch.Tens
     return scores.view(b, h, lq, k.shape[2])
 
 
-def _block(
-    query: torch.Tensor,
-    q_fixed: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    k_global: torch.Tensor,
-    v_global: torch.Tensor,
-    start: int,
-    stop: int,
-    window: int,
-    groups: int,
-    scaling: float,
-) -> torch.Tensor:
-    """Λ attention for queries ``start..stop-1``: ``[B, H, stop-start, d]``."""
-    lo = max(0, start - window + 1)
-    device = query.device
-    i = torch.arange(start, stop, device=device).unsqueeze(1)
-    j = torch.arange(lo, stop, device=device).unsqueeze(0)
-    scores = _grouped_scores(query[:, :, start:stop], key[:, :, lo:stop], groups) * scaling
-    allowed = (j <= i) & (i - j < window)
-    values = value[:, :, lo:stop]
-    n_global = k_global.shape[2]
-    if n_global and stop - 1 >= window:
-        g = torch.arange(n_global, device=device).unsqueeze(0)
-        g_scores = _grouped_scores(q_fixed[:, :, start:stop], k_global, groups) * scaling
-        scores = torch.cat([scores, g_scores], dim=-1)
-        allowed = torch.cat([allowed, i - g >= window], dim=-1)
-        values = torch.cat([values, v_global], dim=2)
-    scores = scores.float().masked_fill(~allowed, float("-inf"))
-    probs = torch.softmax(scores, dim=-1).to(query.dtype)
-    b, h, lq, lk = probs.shape
-    out = probs.view(b, h // groups, groups, lq, lk) @ values.unsqueeze(2)
-    return out.view(b, h, lq, -1)
-
-
 @contextmanager
 def lambda_attention(
     model: torch.nn.Module, scheme: LengthLambda, block_size: int | None = None
 ) -> Iterator[None]:
     """Within the block, ``model`` runs Λ attention; its implementation is restored on
-    exit and the rotary hook removed. ``block_size``: queries per block (None: sized so
-    one block's scores stay near 32 MiB)."""
+    exit and the rotary hook removed. ``block_size``: queries per block (None: at most 1024,
+    sized so one block's band mask stays near 32 MiB)."""
     require_rotary(model, f"length={scheme.to_string()}")
     modules = rotary_modules(model)
     if len(modules) != 1:
@@ -259,6 +338,7 @@ def lambda_attention(
         state.positions = kwargs["position_ids"] if "position_ids" in kwargs else args[1]
         state.cos, state.sin = output
         state.fixed = None
+        state.masks.clear()
 
     original = attn_implementation(model)
     name = register(base_of(original))
