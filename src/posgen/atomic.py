@@ -7,6 +7,7 @@ decomposition tables and plots, the shipped data and task files).
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -43,3 +44,26 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_folder(path: Path | str, write: Callable[[str], object]) -> None:
+    """Call ``write(tmp)`` on a temporary folder beside ``path``, then rename it to
+    ``path``: readers see no folder or the whole new one. A folder already at ``path``
+    (left by an interrupted write of the same thing) is removed first. On any error the
+    temporary folder is removed and the error re-raised."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.chmod(tmp, 0o777 & ~_UMASK)
+        write(tmp)
+        for folder, _, files in os.walk(tmp):
+            for name in files:
+                with open(os.path.join(folder, name), "rb+") as f:
+                    os.fsync(f.fileno())
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -42,6 +42,9 @@ LM_EVAL_INTERNALS: dict[str, str] = {
     "lm_eval.models.huggingface:Collator.get_batched": "hf-posgen reads each batch's continuations",
     "lm_eval.evaluator:add_env_info": "posgen run collects the environment report once",
     "lm_eval.evaluator:get_git_commit_hash": "posgen run asks git once, quietly",
+    "lm_eval.loggers:EvaluationTracker": "posgen run writes each cell's output as lm-eval's CLI",
+    "lm_eval.loggers:EvaluationTracker.save_results_aggregated": "results_<date>.json",
+    "lm_eval.loggers:EvaluationTracker.save_results_samples": "samples_<task>_<date>.jsonl",
 }
 TRANSFORMERS_INTERNALS: dict[str, str] = {
     "transformers.modeling_utils:ALL_ATTENTION_FUNCTIONS": "the attention functions qk_noise wraps",
@@ -137,6 +140,13 @@ def check() -> list[str]:
         except (ImportError, AttributeError) as exc:
             missing.append(f"{path}: {exc}")
     return missing
+
+
+def evaluation_tracker(output_path: str | None) -> Any:
+    """lm-eval's ``EvaluationTracker`` writing under ``output_path`` (None: set its
+    ``output_path`` before saving; nothing goes to the hub):
+    ``output_path/<model>/results_<date>.json`` and ``samples_<task>_<date>.jsonl``."""
+    return internal("lm_eval.loggers:EvaluationTracker")(output_path=output_path)
 
 
 # ---------------------------------------------------------------- lm-eval patches

@@ -29,3 +29,15 @@ def test_stale_temporary_files_are_removed_on_the_next_start(tmp_path):
     with RunLock(tmp_path) as lock:
         assert sorted(lock.removed) == sorted(stale)
     assert not any(p.exists() for p in stale) and keep.is_file()
+
+
+def test_a_stale_temporary_folder_is_removed_on_the_next_start(tmp_path):
+    staged = tmp_path / "raw" / "m" / ".cell.x3.tmp"
+    (staged / "model").mkdir(parents=True)
+    (staged / "model" / "results_1.json").write_text("{}")
+    keep = tmp_path / "raw" / "m" / "cell2" / "model" / "results_2.json"
+    keep.parent.mkdir(parents=True)
+    keep.write_text("{}")
+    with RunLock(tmp_path) as lock:
+        assert lock.removed == [staged]
+    assert not staged.exists() and keep.is_file()

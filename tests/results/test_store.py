@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -116,6 +117,33 @@ def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path, monkeypat
         atomic_write_text(target, "new")
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]  # no temporary left behind
+
+
+def test_a_cells_lm_eval_folder_is_written_whole_before_its_record(tmp_path):
+    run = RunStore.create(tmp_path, CONFIG)
+
+    def fails(folder):
+        (Path(folder) / "m" / "results_1.json").parent.mkdir()
+        (Path(folder) / "m" / "results_1.json").write_text("{}")
+        raise RuntimeError("the samples could not be written")
+
+    with pytest.raises(RuntimeError, match="samples"):
+        run.write_cell("m", "c", {"cell": {}}, lm_eval_output=fails)
+    assert not run.raw_cell_dir("m", "c").exists()
+    assert not list(tmp_path.rglob(".*.tmp"))
+    assert not run.has_cell("m", "c")
+
+    def writes(folder):
+        (Path(folder) / "m").mkdir()
+        (Path(folder) / "m" / "results_2.json").write_text("{}")
+
+    stale = run.raw_cell_dir("m", "c") / "m" / "results_0.json"  # an interrupted attempt's
+    stale.parent.mkdir(parents=True)
+    stale.write_text("{}")
+    run.write_cell("m", "c", {"cell": {}}, lm_eval_output=writes)
+    assert sorted(p.name for p in run.raw_cell_dir("m", "c").rglob("*.json")) == ["results_2.json"]
+    assert run.has_cell("m", "c")
+    assert not list(tmp_path.rglob(".*.tmp"))
 
 
 def test_tables_round_trip(tmp_path):

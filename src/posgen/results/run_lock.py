@@ -4,13 +4,14 @@ The lock is ``RUN/.posgen.lock``, held with ``fcntl.flock`` (POSIX): the operati
 releases it when the process ends, however it ends, so a killed run leaves no stale lock.
 A second ``posgen run`` into a locked folder is refused at once (it does not wait) with a
 message naming the process that holds it. The holder then removes the temporary files
-that a killed run's atomic writes may have left behind (``.NAME.*.tmp``, see
-:mod:`posgen.atomic`): nobody else writes there while the lock is held.
+and folders that a killed run's atomic writes may have left behind (``.NAME.*.tmp``,
+see :mod:`posgen.atomic`): nobody else writes there while the lock is held.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from types import TracebackType
 
@@ -22,8 +23,10 @@ class RunLockedError(RuntimeError):
 
 
 def stale_temporary_files(root: Path) -> list[Path]:
-    """Temporary files of interrupted atomic writes anywhere under ``root``."""
-    return sorted(p for p in Path(root).rglob(".*.tmp") if p.is_file())
+    """Temporary files and folders of interrupted atomic writes anywhere under ``root``
+    (not what lies inside such a folder)."""
+    found = sorted(Path(root).rglob(".*.tmp"))
+    return [p for p in found if not any(q in p.parents for q in found)]
 
 
 class RunLock:
@@ -55,7 +58,10 @@ class RunLock:
         self._fd = fd
         self.removed = stale_temporary_files(self.root)
         for path in self.removed:
-            path.unlink(missing_ok=True)
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
         return self
 
     def __exit__(

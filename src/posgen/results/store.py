@@ -7,15 +7,22 @@ Layout (every file written atomically: a temporary file in the same folder, then
       config.json                     resolved config + its SHA-256 + schema_version
       cells/<model>/<cell>.json       one finished (model, task, perturbation) cell:
                                       tidy rows and per-document (num, den) pairs
-      raw/<model>/<cell>.results.json lm-eval's results for the cell
-      raw/<model>/<cell>.samples.jsonl lm-eval's logged samples (per-document metrics)
+      raw/<model>/<cell>/<name>/      ``posgen run``: lm-eval's own output for the cell, as
+                                      ``lm_eval --output_path raw/<model>/<cell>
+                                      --log_samples`` writes it (results_<date>.json,
+                                      samples_<task>_<date>.jsonl; <name> is lm-eval's
+                                      sanitized model name), by its EvaluationTracker
+      raw/<model>/<cell>.results.json ``posgen ingest``: lm-eval's results for the cell
+      raw/<model>/<cell>.samples.jsonl ``posgen ingest``: its logged samples
+      raw/<model>/lm_eval.log         ``posgen run``: lm-eval's log and progress bars
       decomposition/<model>.parquet   the per-(doc, layer, head) decomposition fit
       results.parquet                 tidy table of every cell (schema.RESULT_COLUMNS)
       perdoc.parquet                  per-document paired deltas (schema.PERDOC_COLUMNS)
       scores.json                     degradation, tolerance, fit quality, correlations
       report.md, report.html          the report
 
-A cell file is written last, after its raw files, so its presence means "finished". A
+A cell file is written last, after its raw files (a cell's raw folder is written as a
+whole: a temporary folder renamed into place), so its presence means "finished". A
 rerun with the same config skips finished cells; a rerun into a folder that holds
 results of another config is refused (:class:`RunConflictError`, naming each setting
 that differs with both values) and nothing is overwritten; a folder whose run finished
@@ -28,11 +35,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from posgen.atomic import atomic_write, atomic_write_text
+from posgen.atomic import atomic_write, atomic_write_folder, atomic_write_text
 from posgen.results.schema import (
     SCHEMA_VERSION,
     SchemaError,
@@ -178,9 +185,16 @@ class RunStore:
         record: Mapping[str, Any],
         raw_results: Mapping[str, Any] | None = None,
         samples: Mapping[str, list[dict[str, Any]]] | None = None,
+        lm_eval_output: Callable[[str], object] | None = None,
     ) -> Path:
-        """Write lm-eval's raw output, then the cell record (the 'finished' marker)."""
+        """Write lm-eval's raw output, then the cell record (the 'finished' marker).
+
+        ``lm_eval_output(folder)`` writes lm-eval's own files for the cell into a temporary
+        folder that becomes :meth:`raw_cell_dir` as a whole; ``raw_results`` and ``samples``
+        are written as ``<cell>.results.json`` and ``<cell>.samples.jsonl`` instead."""
         raw_dir = self.root / "raw" / slug(model)
+        if lm_eval_output is not None:
+            atomic_write_folder(self.raw_cell_dir(model, cell_id), lm_eval_output)
         if raw_results is not None:
             atomic_write_json(raw_dir / f"{cell_id}.results.json", raw_results)
         if samples is not None:
@@ -202,6 +216,10 @@ class RunStore:
             },
         )
         return path
+
+    def raw_cell_dir(self, model: str, cell_id: str) -> Path:
+        """The folder of lm-eval's own output for one cell of ``posgen run``."""
+        return self.root / "raw" / slug(model) / cell_id
 
     def read_cells(self) -> list[dict[str, Any]]:
         """Every finished cell of this config, sorted by model and cell id."""

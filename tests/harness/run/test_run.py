@@ -60,7 +60,7 @@ def test_run_writes_every_documented_file(tiny_run):
     assert spec["kind"] == "position" and spec["params"]["rate"] == 0.5
     assert (cells["n"] == 4).all()
     assert len(list((tiny_run / "decomposition").glob("*.parquet"))) == 2
-    samples = list((tiny_run / "raw").glob("*/*.samples.jsonl"))
+    samples = list((tiny_run / "raw").glob("*/*/*/samples_*.jsonl"))  # lm-eval's layout
     assert len(samples) == 8
 
 
@@ -141,6 +141,12 @@ def test_gate_passes_for_the_same_model_with_another_perturbation_seed(
         (["--threshold", "inf"], "--threshold (relative perplexity increase) must be"),
         (["--threshold", "nan"], "--threshold (relative perplexity increase) must be"),
         (["--threshold-acc", "2"], "--threshold-acc (absolute accuracy drop) must be"),
+        (["--num-fewshot", "-1"], "--num-fewshot must be >= 0, got -1"),
+        (["--apply-chat-template", " "], "--apply-chat-template: give a template name"),
+        (["--device-map", "gpu0"], "--device-map 'gpu0': give auto, balanced"),
+        (["--device-map", "{bad"], "--device-map: not valid JSON"),
+        (["--device-map", "{}"], "--device-map: an empty object"),
+        (["--device-map", '{"model": "gpu"}'], "--device-map: 'model': 'gpu'"),
     ],
 )
 def test_bad_input_is_refused_before_any_model_loads(tmp_path, monkeypatch, capsys, args, message):

@@ -83,6 +83,31 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--trust-remote-code", action="store_true", help="run the hub repo's code")
     load.add_argument("--attn-implementation", help="eager, sdpa, flash_attention_2, ...")
     load.add_argument("--peft", metavar="ADAPTER", help="a PEFT adapter folder or hub id")
+    load.add_argument(
+        "--device-map",
+        metavar="MAP",
+        help="place the model with transformers' device_map (lm-eval's parallelize=True): "
+        "auto, balanced, balanced_low_0, sequential, a device (cpu, cuda:1), or a JSON "
+        'object of module names to devices, e.g. \'{"": "cpu"}\' (not the random-init twin)',
+    )
+    prompt = parser.add_argument_group(
+        "prompts (as lm-eval's; see docs/running.md for what each perturbation touches)"
+    )
+    prompt.add_argument(
+        "--num-fewshot",
+        type=int,
+        metavar="N",
+        help="few-shot examples per document for every task (default: each task's own); "
+        "text cells perturb the target document only, model-side cells the whole context",
+    )
+    prompt.add_argument(
+        "--apply-chat-template",
+        nargs="?",
+        const=True,
+        metavar="TEMPLATE_NAME",
+        help="render prompts with the tokenizer's chat template (or the named one), few-shot "
+        "examples as turns; text cells perturb the content before rendering",
+    )
     parser.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(

@@ -6,13 +6,17 @@ Heavy imports (torch, transformers, lm-eval) live here, away from the CLI module
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
 import io
+import logging
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 from posgen import __version__
+from posgen.compat import evaluation_tracker
 from posgen.harness.run.config import Cell, ModelEntry, RunConfig
 from posgen.harness.run.launch import Launch
 from posgen.results.store import RunStore, atomic_write_parquet, slug
@@ -67,6 +71,51 @@ def _stderr_fd_to_devnull():
 
 
 @contextlib.contextmanager
+def _lm_eval_logging_to(stream: Any):
+    """lm-eval's log records (INFO and above) into ``stream`` while the block runs.
+
+    lm-eval's own handler (``lm_eval.utils.setup_logging``) binds the ``sys.stderr`` of
+    the moment it is made, so it cannot follow a stream that changes per cell: instead one
+    handler on the ``lm_eval`` logger writes to the session's log file, and the logger's
+    level, handlers and propagation are restored on leaving."""
+    logger = logging.getLogger("lm_eval")
+    saved = (logger.level, logger.handlers[:], logger.propagate)
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(
+        logging.Formatter(
+            "%(asctime)s %(levelname)-8s [%(name)s:%(lineno)d] %(message)s", "%Y-%m-%d:%H:%M:%S"
+        )
+    )
+    logger.handlers = [handler]
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.handlers, logger.propagate = saved[1], saved[2]
+        logger.setLevel(saved[0])
+
+
+def _save_lm_eval_output(tracker: Any, folder: str, out: dict[str, Any]) -> None:
+    """lm-eval's files for one cell in ``folder``, written by its ``EvaluationTracker`` as
+    ``lm_eval --output_path FOLDER --log_samples`` writes them. The tracker logs and
+    swallows its own write errors: a missing file here raises instead."""
+    tracker.output_path = folder
+    results = copy.deepcopy({k: v for k, v in out.items() if k != "samples"})
+    samples = copy.deepcopy(out["samples"])  # the tracker rewrites samples in place
+    tracker.save_results_aggregated(results=results, samples=samples)
+    for task in results["configs"]:
+        tracker.save_results_samples(task_name=task, samples=samples[task])
+    written = sorted(p.name for p in Path(folder).rglob("*.json*"))
+    expected = 1 + len(results["configs"])
+    if len(written) != expected:
+        raise RuntimeError(
+            f"lm-eval's EvaluationTracker wrote {written} into {folder}; expected a "
+            f"results file and {len(results['configs'])} samples file(s) (see lm_eval.log)"
+        )
+
+
+@contextlib.contextmanager
 def _observer_removed(lm: Any):
     """The model's plan observer is unset on leaving, whatever happens."""
     try:
@@ -95,8 +144,19 @@ class ModelSession:
         self.launch = launch or Launch()  # several processes: rank 0 alone writes
         self.lm: Any = None
         self.task_manager: Any = None
+        self._log_stack = contextlib.ExitStack()
+        self._log: Any = None  # the log file, open for the session's lifetime
 
     def __enter__(self) -> ModelSession:
+        self._log = self._log_stack.enter_context(self._open_log())
+        self._log_stack.enter_context(_lm_eval_logging_to(self._log))
+        try:
+            return self._load()
+        except BaseException:
+            self._log_stack.close()
+            raise
+
+    def _load(self) -> ModelSession:
         import torch
 
         from posgen.harness.hf_posgen.model import HFPosgenLM
@@ -112,6 +172,8 @@ class ModelSession:
             "dtype": self.model.dtype,
             **({} if self.model.random_init else self.model.load_options()),
         }
+        if kwargs.get("device_map") is not None:
+            kwargs.update(self._placement_memory())
         with self._quiet():
             if self.model.random_init:
                 net, tok = self._random_init_twin()
@@ -129,6 +191,19 @@ class ModelSession:
     def __exit__(self, *exc: object) -> None:
         self.lm = None
         gc.collect()
+        self._log_stack.close()
+
+    def _placement_memory(self) -> dict[str, Any]:
+        """With a device map, lm-eval 0.4.13 (``parallelize=True``) gives transformers a
+        ``max_memory`` of the GPUs only, so without GPUs 'auto' puts every weight on disk:
+        allow the CPU's memory too (transformers' own order: GPUs, CPU, then disk), and
+        offload to a temporary folder in the run folder (removed after the session)
+        instead of lm-eval's ``./offload``."""
+        from accelerate.utils import get_max_memory
+
+        offload = self.store.root / f".offload-{slug(self.model.label)}.tmp"
+        self._log_stack.callback(shutil.rmtree, offload, ignore_errors=True)
+        return {"max_cpu_memory": get_max_memory()["cpu"], "offload_folder": str(offload)}
 
     def _random_init_twin(self):
         from transformers import AutoConfig, AutoTokenizer
@@ -142,19 +217,19 @@ class ModelSession:
         )
         return net, AutoTokenizer.from_pretrained(path)
 
-    @contextlib.contextmanager
-    def _quiet(self):
-        """lm-eval's stderr (progress bars, warnings) into the model's log file."""
+    def _open_log(self):
+        """The model's log file, ``raw/<model>/lm_eval.log`` (appended to)."""
         log = self.store.root / "raw" / slug(self.model.label) / "lm_eval.log"
         if self.launch.is_main:
             log.parent.mkdir(parents=True, exist_ok=True)
         else:  # the other ranks of a launch write nothing
             log = Path(os.devnull)
-        with (
-            open(log, "a", encoding="utf-8") as f,
-            contextlib.redirect_stderr(f),
-            contextlib.redirect_stdout(io.StringIO()),
-        ):
+        return open(log, "a", encoding="utf-8", buffering=1)
+
+    @contextlib.contextmanager
+    def _quiet(self):
+        """stderr (progress bars, warnings) into the model's log file, stdout dropped."""
+        with contextlib.redirect_stderr(self._log), contextlib.redirect_stdout(io.StringIO()):
             yield
 
     def evaluate(self, cell: Cell) -> Path | None:
@@ -170,15 +245,21 @@ class ModelSession:
         task = cell.lm_eval_task
         recorder = RowRecorder() if cell.kind in ("position", "feature") else None
         self.lm.plan_observer = recorder
+        tracker = evaluation_tracker(None)  # its folder is given when the cell is written
         with self._quiet(), _env_info_once(), _observer_removed(self.lm):
             out = lm_eval.simple_evaluate(
                 model=self.lm,
+                model_args=self._model_args(),
                 tasks=[task],
                 task_manager=self.task_manager,
                 limit=cfg.limits[cell.task],
+                num_fewshot=cfg.num_fewshot,
+                apply_chat_template=cfg.apply_chat_template,
+                # as lm-eval's CLI: few-shot examples as chat turns under a template
+                fewshot_as_multiturn=bool(cfg.apply_chat_template),
                 log_samples=True,
                 bootstrap_iters=0,
-                verbosity="ERROR",
+                evaluation_tracker=tracker,
                 random_seed=cfg.seed,
                 numpy_random_seed=cfg.seed,
                 torch_random_seed=cfg.seed,
@@ -206,21 +287,24 @@ class ModelSession:
             if recorder is None
             else {"realised": recorder.realised(), "rows": recorder.examples(self.lm.tokenizer)},
         )
-        raw = {
-            k: out.get(k)
-            for k in (
-                "results",
-                "configs",
-                "versions",
-                "n-shot",
-                "higher_is_better",
-                "n-samples",
-                "config",
-            )
-        }
         return self.store.write_cell(
-            self.model.label, cell.cell_id, record, raw_results=raw, samples=out["samples"]
+            self.model.label,
+            cell.cell_id,
+            record,
+            lm_eval_output=lambda folder: _save_lm_eval_output(tracker, folder, out),
         )
+
+    def _model_args(self) -> dict[str, Any]:
+        """What lm-eval records as the model's arguments (its output folder is named after
+        ``pretrained``), as ``--model_args`` of lm-eval's CLI would give them."""
+        m = self.model
+        if m.random_init:  # the architecture of ``path``, its weights drawn from the seed
+            return {
+                "pretrained": m.path,
+                "dtype": m.dtype,
+                "random_init_seed": self.config.random_init_seed,
+            }
+        return {"pretrained": m.path, "dtype": m.dtype, **m.load_options()}
 
     def decompose(self) -> Path:
         """The per-(doc, layer, head) decomposition of the loaded weights."""

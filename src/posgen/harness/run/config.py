@@ -9,6 +9,7 @@ and the stored ``config.json`` are unchanged; ``from_dict`` reads a stored confi
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -32,6 +33,7 @@ class ModelEntry:
     trust_remote_code: bool = False
     attn_implementation: str | None = None
     peft: str | None = None
+    device_map: str | None = None  # 'auto', 'balanced', a device, or a JSON {module: device}
     rope: bool = True  # False: no rotary position embedding, so no model-side cells
 
     def to_dict(self) -> dict[str, Any]:
@@ -42,7 +44,12 @@ class ModelEntry:
             "revision": self.revision,
             "dtype": self.dtype,
             "random_init": self.random_init,
-            **{k: v for k, v in self.load_options().items() if k != "revision"},
+            **{
+                k: v
+                for k, v in self.load_options().items()
+                if k not in ("revision", "parallelize", "device_map")
+            },
+            **({"device_map": self.device_map} if self.device_map else {}),
             **({} if self.rope else {"rope": False}),
         }
 
@@ -58,6 +65,11 @@ class ModelEntry:
             out["attn_implementation"] = self.attn_implementation
         if self.peft:
             out["peft"] = self.peft
+        if self.device_map:
+            # lm-eval 0.4.13's HFLM passes device_map to from_pretrained only with
+            # parallelize=True (otherwise it replaces it by None or the --device)
+            out["parallelize"] = True
+            out["device_map"] = decode_device_map(self.device_map)
         return out
 
     @classmethod
@@ -72,6 +84,12 @@ class ModelEntry:
             "dtype": self.dtype,
             "random_init": self.random_init,
         }
+
+
+def decode_device_map(text: str) -> str | dict[str, Any]:
+    """``--device-map`` as transformers' ``from_pretrained`` takes it: a strategy or
+    device name as given, or a JSON object ``{"module.name": device}`` as a dict."""
+    return json.loads(text) if text.lstrip().startswith("{") else text
 
 
 @dataclass(frozen=True)
@@ -130,11 +148,21 @@ class RunConfig:
     decompose: Decompose
     scoring: Scoring
     seeds: int = 1  # perturbation seeds per cell: seed, seed+1, ...
+    # lm-eval's prompt settings, passed to simple_evaluate for every cell
+    num_fewshot: int | None = None  # None: each task's own default
+    apply_chat_template: bool | str = False  # True, or a named template of the tokenizer
 
     def to_dict(self) -> dict[str, Any]:
-        # "seeds" only when > 1, so a one-seed run keeps its config hash and folder
+        # "seeds" only when > 1 and the prompt settings only when set, so a run without
+        # them keeps its config hash and folder
         return {
             **({"seeds": self.seeds} if self.seeds > 1 else {}),
+            **({"num_fewshot": self.num_fewshot} if self.num_fewshot is not None else {}),
+            **(
+                {"apply_chat_template": self.apply_chat_template}
+                if self.apply_chat_template
+                else {}
+            ),
             "posgen_version": self.posgen_version,
             "schema_version": self.schema_version,
             "lm_eval_version": self.lm_eval_version,
@@ -167,6 +195,8 @@ class RunConfig:
             decompose=Decompose(**d["decompose"]),
             scoring=Scoring(**d["scoring"]),
             seeds=int(d.get("seeds", 1)),
+            num_fewshot=d.get("num_fewshot"),
+            apply_chat_template=d.get("apply_chat_template", False),
         )
 
 

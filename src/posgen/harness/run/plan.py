@@ -19,6 +19,13 @@ from typing import Any
 
 from posgen import __version__
 from posgen.harness.run.config import Cell, Decompose, ModelEntry, RunConfig, Scoring, SweepAxis
+from posgen.harness.run.options import (
+    HUB_ID,
+    PlanError,
+    load_options,
+    parse_batch_size,
+    prompt_options,
+)
 from posgen.perturbations import PerturbationError, registry
 from posgen.perturbations.seeding import DEFAULT_SEED
 from posgen.results.labels import short_labels
@@ -40,11 +47,6 @@ LIMITS = {
 OTHER_TASK_LIMIT = {"default": 100, "quick": 20}
 # default: the same probe windows as ``posgen decompose`` (8 of 256 tokens, ~6 s per model)
 DECOMPOSE = {"default": {"docs": 8, "tokens": 256}, "quick": {"docs": 2, "tokens": 128}}
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-
-
-class PlanError(ValueError):
-    """Invalid ``posgen run`` input; the message says what to do."""
 
 
 def parse_values(
@@ -114,7 +116,7 @@ def _local_or_hub(name: str) -> str:
             raise PlanError(f"{path} has no config.json: not a Hugging Face model folder")
         _check_model_config(path / "config.json")
         return str(path.resolve())
-    if path.exists() or name.startswith((".", "/", "~")) or not _HUB_ID.match(name):
+    if path.exists() or name.startswith((".", "/", "~")) or not HUB_ID.match(name):
         raise PlanError(
             f"model {name!r}: no such model folder (and not a hub id like "
             "'org/name'); pass a local folder, a hub id or 'embedded'"
@@ -256,34 +258,8 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
         decompose=Decompose(**DECOMPOSE[preset]),
         scoring=Scoring(threshold_ppl=args.threshold, threshold_acc=args.threshold_acc),
         seeds=getattr(args, "seeds", 1),
+        **prompt_options(args),
     )
-
-
-def load_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The model-loading flags of ``posgen run`` (those of lm-eval's ``hf`` model)."""
-    out: dict[str, Any] = {}
-    dtype = getattr(args, "dtype", None) or "float32"
-    if dtype not in ("float32", "bfloat16", "float16", "auto"):
-        raise PlanError(f"--dtype: {dtype!r}; give float32, bfloat16, float16 or auto")
-    out["dtype"] = dtype
-    for key in ("revision", "attn_implementation", "peft"):
-        if getattr(args, key, None):
-            out[key] = getattr(args, key)
-    if getattr(args, "trust_remote_code", False):
-        out["trust_remote_code"] = True
-    peft = out.get("peft")
-    if peft and not Path(peft).expanduser().is_dir() and not _HUB_ID.match(peft):
-        raise PlanError(f"--peft {out['peft']!r}: no such adapter folder (nor a hub id)")
-    return out
-
-
-def parse_batch_size(text: str) -> int | str:
-    """``8``, ``auto`` or ``auto:N`` (lm-eval's forms)."""
-    if re.fullmatch(r"auto(:[1-9]\d*)?", text.strip()):
-        return text.strip()
-    if text.strip().isdigit() and int(text) >= 1:
-        return int(text)
-    raise PlanError(f"--batch-size: {text!r}; give an integer >= 1, auto or auto:N")
 
 
 def parse_kinds(text: str | None) -> tuple[str, ...]:
