@@ -77,7 +77,7 @@ def real_cells(run: str, metric: str) -> dict[str, tuple[np.ndarray, ...]]:
 def real_coverage(pool, n: int, reps: int, iters: int, seed: int) -> dict[str, float]:
     """Coverage when n documents are drawn with replacement from ``pool``."""
     bll, bw, pll, pw = pool
-    truth = math.expm1(pll.sum() / pw.sum() - bll.sum() / bw.sum())
+    truth = math.expm1(bll.sum() / bw.sum() - pll.sum() / pw.sum())  # L = r_p - r_b
     rng = np.random.default_rng(seed)
     hits = {"log-t": 0, "boot-t": 0}
     for r in range(reps):

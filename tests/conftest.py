@@ -75,3 +75,13 @@ def local_data(tmp_path_factory) -> dict[str, dict[str, Any]]:
             "dataset_kwargs": {"data_files": {"train": arc, "validation": arc, "test": arc}},
         },
     }
+
+
+@pytest.fixture(scope="session")
+def hellaswag_requests(posgen_tm, local_data) -> list:
+    """The loglikelihood requests (lm-eval ``Instance``s) of lm-eval's own HellaSwag task
+    on local docs."""
+    name = "hellaswag"
+    task = posgen_tm.load([posgen_tm.task_config(name, local_data[name])])["tasks"][name]
+    task.build_all_requests(rank=0, world_size=1)
+    return list(task.instances)

@@ -176,8 +176,11 @@ def plant_text_realised(samples: list[dict], rate: float) -> None:
         s["doc"].update({"posgen_dnd": moved, "posgen_idc": moved, "posgen_too_short": False})
 
 
-def planted_model_side(kind: str, scheme: str, rate: float) -> dict | None:
-    """What the model-side recorder measures (planted): 10 rows of 40 tokens."""
+def planted_model_side(
+    kind: str, scheme: str, rate: float, task: str = "", samples: list | None = None
+) -> dict | None:
+    """What the model-side recorder measures (planted): one row of 40 tokens per logged
+    document of ``task``."""
     if kind not in ("position", "feature"):
         return None
     moved = rate if kind == "position" else 1.0
@@ -190,8 +193,9 @@ def planted_model_side(kind: str, scheme: str, rate: float) -> dict | None:
             "mean_displacement": shift,
             "dnd": moved,
             "idc": moved,
+            "docs": [[task, s["doc_id"]]],
         }
-        for r in range(10)
+        for r, s in enumerate(samples or [])
     ]
     tokens = [f" w{t}" for t in range(12)]
     positions = list(range(12))
@@ -232,7 +236,10 @@ def make_run(root, models: dict[str, dict], seed: int = 1234, **extra) -> RunSto
             "random_init": bool(spec.get("random_init")),
         }
         for cell, results, samples in planted_cells(spec["sensitivity"], seed):
-            side = planted_model_side(cell["kind"], cell["scheme"], cell["rate"])
+            task = cell["lm_eval_task"]
+            side = planted_model_side(
+                cell["kind"], cell["scheme"], cell["rate"], task, samples[task]
+            )
             rec = cell_record(cell, info, results, samples, __version__, seed=0, model_side=side)
             cid = f"{cell['task']}__{cell['kind']}_{cell['scheme']}_{cell['rate']:g}"
             store.write_cell(label, cid, rec, raw_results={"results": results}, samples=samples)

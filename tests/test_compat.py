@@ -103,3 +103,37 @@ def test_transformers_configs_still_carry_attn_implementation():
     from transformers import LlamaConfig
 
     assert "_attn_implementation" in dir(LlamaConfig())
+
+
+def test_a_rolling_window_runs_as_its_input_tokens():
+    """hf-posgen traces a rolling window to its document by the window's input tokens
+    (``lm_eval.utils:get_rolling_token_windows``); HFLM runs the window made disjoint,
+    ``context + continuation[:-1]``, which must be that input."""
+    import lm_eval.utils
+
+    cut = compat.internal("lm_eval.utils:get_rolling_token_windows")
+    for length, max_len in ((1, 8), (7, 8), (8, 8), (30, 8), (100, 17)):
+        windows = list(cut(list(range(100, 100 + length)), 1, max_len, 1))
+        assert windows
+        for window in windows:
+            context, continuation = lm_eval.utils.make_disjoint_window(window)
+            assert context + continuation[:-1] == window[0]
+
+
+def test_window_tracing_restores_the_cutter_and_refuses_a_mismatch():
+    import lm_eval.utils
+    from lm_eval.api.instance import Instance
+
+    from posgen.harness.hf_posgen.batch_rows import recording_window_docs
+
+    original = lm_eval.utils.get_rolling_token_windows
+    reqs = [Instance("loglikelihood_rolling", {}, ("a",), 0, ("t", 7, 1))]
+    with recording_window_docs(reqs) as windows:
+        list(lm_eval.utils.get_rolling_token_windows([5, 6], 1, 8, 1))
+    assert windows == {(1, 5): frozenset({("t", 7)})}
+    assert lm_eval.utils.get_rolling_token_windows is original
+    twice = pytest.raises(RuntimeError, match="2 rolling-window cuts for 1 requests")
+    with twice, recording_window_docs(reqs):
+        for _ in range(2):
+            list(lm_eval.utils.get_rolling_token_windows([5, 6], 1, 8, 1))
+    assert lm_eval.utils.get_rolling_token_windows is original

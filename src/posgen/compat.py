@@ -40,6 +40,7 @@ LM_EVAL_INTERNALS: dict[str, str] = {
     "lm_eval.tasks:TaskManager._entry": "PosgenTaskManager resolves unknown names there",
     "lm_eval.models.huggingface:pad_and_concat": "hf-posgen records HFLM's padding of a batch",
     "lm_eval.models.huggingface:Collator.get_batched": "hf-posgen reads each batch's continuations",
+    "lm_eval.utils:get_rolling_token_windows": "hf-posgen traces each window to its document",
     "lm_eval.evaluator:add_env_info": "posgen run collects the environment report once",
     "lm_eval.evaluator:get_git_commit_hash": "posgen run asks git once, quietly",
     "lm_eval.loggers:EvaluationTracker": "posgen run writes each cell's output as lm-eval's CLI",

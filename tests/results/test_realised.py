@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from posgen.results import tidy
-from posgen.results.realised import NOTHING_MOVED, realised_text, summary, text_items
+from posgen.results.realised import (
+    NOTHING_MOVED,
+    document_items,
+    realised_text,
+    summary,
+    text_items,
+)
 from posgen.results.report import regenerate
 from posgen.results.schema import SchemaError
 from posgen.results.store import RunStore
@@ -57,7 +63,11 @@ def test_perdoc_carries_each_documents_realised_change(run):
     even = text["doc_key"].str[-3:].astype(int) % 2 == 0
     assert np.allclose(text.loc[even, "realised_fraction_moved"], 2 * text.loc[even, "rate"])
     assert (text.loc[~even, "realised_fraction_moved"] == 0).all()
-    assert per.loc[per["kind"] == "position", "realised_fraction_moved"].isna().all()
+    # position cells: each document's own row (planted: one of 40 tokens per document)
+    pos = per[per["kind"] == "position"]
+    assert len(pos) and (pos["realised_n"] == 40).all()
+    assert np.allclose(pos["realised_fraction_moved"], pos["rate"])
+    assert np.allclose(pos["realised_mean_displacement"], 5 * pos["rate"])
 
 
 def test_report_shows_realised_beside_the_rate_and_the_examples(run):
@@ -117,3 +127,37 @@ def test_a_version_1_run_folder_is_refused_clearly(run, tmp_path):
     (old / "config.json").write_text(json.dumps({**data, "schema_version": 1}))
     with pytest.raises(SchemaError, match=r"schema_version 1.*regenerate"):
         RunStore.open(old)
+
+
+def _row(key: str, n: int, moved: float, docs: list) -> dict:
+    stats = {"fraction_moved": moved, "mean_displacement": 2 * moved, "dnd": moved, "idc": moved}
+    return {"key": key, "n": n, **stats, "docs": docs}
+
+
+def test_a_document_with_several_rows_gets_their_token_weighted_mean():
+    key_of = {("t", 0): "test:0", ("t", 1): "test:1"}
+    rows = [
+        _row("a", 30, 0.2, [["t", 0]]),
+        _row("b", 10, 0.6, [["t", 0]]),
+        _row("c", 5, 0.4, [["t", 0], ["t", 1]]),  # a context both documents share
+    ]
+    out_rows, docs = document_items(rows, key_of, "t")
+    assert [r["docs"] for r in out_rows] == [["test:0"], ["test:0"], ["test:0", "test:1"]]
+    d0, d1 = docs
+    assert (d0["key"], d0["n"], d0["rows"]) == ("test:0", 45, 3)
+    assert d0["fraction_moved"] == pytest.approx((30 * 0.2 + 10 * 0.6 + 5 * 0.4) / 45)
+    assert d0["mean_displacement"] == pytest.approx(2 * d0["fraction_moved"])
+    assert (d1["n"], d1["rows"], d1["idc"]) == (5, 1, 0.4)
+    nan = document_items([{**rows[0], "idc": math.nan}], {("t", 0): "test:0"}, "t")[1]
+    assert math.isnan(nan[0]["idc"]) and nan[0]["fraction_moved"] == pytest.approx(0.2)
+
+
+def test_rows_and_documents_that_do_not_pair_are_refused():
+    key_of = {("t", 0): "test:0", ("t", 1): "test:1"}
+    with pytest.raises(SchemaError, match=r"documents \['test:1'\].*no model row"):
+        document_items([_row("a", 3, 0.1, [["t", 0]])], key_of, "t")
+    with pytest.raises(SchemaError, match="document 5 of task 't'"):
+        document_items([_row("a", 3, 0.1, [["t", 5]])], key_of, "t")
+    with pytest.raises(SchemaError, match="belongs to no document"):
+        document_items([_row("a", 3, 0.1, [])], key_of, "t")
+    assert document_items([], key_of, "t") == ([], [])  # nothing recorded: nothing paired

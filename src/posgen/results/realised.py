@@ -12,6 +12,10 @@ perturbed item, where the unit is
   values the model was run with, indices in tokens;
 - ``""`` for the baseline and for cells that recorded nothing.
 
+Position and feature cells also carry ``documents``: one item per logged document, from
+the rows it was scored with (:func:`document_items`); ``perdoc.parquet`` takes its
+realised columns from there (text cells: from ``items``).
+
 Each item: ``key``, ``n`` (items that could move), ``fraction_moved`` (share selected to
 move), ``mean_displacement`` (mean |new index − old index| over all n; for rope noise
 the mean |p'[t] − p[t]|), ``dnd`` and ``idc`` (see
@@ -24,6 +28,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from posgen.results.schema import SchemaError
 
 STATS = ("fraction_moved", "mean_displacement", "dnd", "idc")
 UNITS = ("", "document", "row")
@@ -49,6 +55,64 @@ def text_items(samples: Iterable[Mapping[str, Any]], keys: list[str]) -> list[di
             {"key": key, "n": int(doc["posgen_n"]), **{k: float(doc[f"posgen_{k}"]) for k in STATS}}
         )
     return items
+
+
+def document_items(
+    rows: Iterable[Mapping[str, Any]], key_of: Mapping[tuple[str, int], str], task: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Per-document realised amounts of a model-side cell from its row items.
+
+    ``rows``: items of unit ``row``, each with ``docs`` (``[task name, lm-eval doc_id]``
+    pairs, the documents the row served); ``key_of``: ``(task, doc_id)`` -> pairing key of
+    every logged document of the cell's lm-eval task ``task``. Returns the rows with
+    ``docs`` as sorted pairing keys, and one item per document: ``n`` = Σ_r n_r over its
+    distinct rows r (a context shared by a document's answer choices is one row), each
+    statistic the token-weighted mean Σ_r n_r·s_r / Σ_r n_r (for one row, the row's own;
+    for several, e.g. rolling windows, dnd and idc are the token-weighted means of the
+    windows' values, not the statistics of the concatenated order), and ``rows`` = the
+    number of rows. A NaN row statistic (qk noise) makes the document's NaN.
+
+    Raises SchemaError when a row names no document or one that was not logged, or when
+    rows were recorded but a logged document has none.
+    """
+    of_doc: dict[str, list[Mapping[str, Any]]] = {}
+    out_rows = []
+    for row in rows:
+        keys = set()
+        for doc_task, doc_id in row.get("docs") or []:
+            key = key_of.get((doc_task, int(doc_id)))
+            if key is None:
+                raise SchemaError(
+                    f"row {row['key'][:12]} served document {doc_id} of task {doc_task!r}, "
+                    f"which is not among the logged documents of {task!r}"
+                )
+            keys.add(key)
+        if not keys:
+            raise SchemaError(
+                f"row {row['key'][:12]} of {task!r} belongs to no document: the model "
+                "could not trace it to a request (lm-eval changed its batching?)"
+            )
+        out_rows.append({**row, "docs": sorted(keys)})
+        for key in keys:
+            of_doc.setdefault(key, []).append(row)
+    if not out_rows:
+        return out_rows, []
+    missing = sorted(set(key_of.values()) - set(of_doc))
+    if missing:
+        raise SchemaError(
+            f"{task!r}: documents {missing[:5]} were logged but no model row was recorded "
+            "for them; their realised amount is unknown"
+        )
+    docs = []
+    for key in sorted(of_doc):
+        weights = [float(r["n"]) for r in of_doc[key]]
+        total = sum(weights)
+        item: dict[str, Any] = {"key": key, "n": int(total), "rows": len(weights)}
+        for k in STATS:
+            values = [w * float(r[k]) for w, r in zip(weights, of_doc[key], strict=True)]
+            item[k] = sum(values) / total if total else math.nan
+        docs.append(item)
+    return out_rows, docs
 
 
 def summary(realised: Mapping[str, Any] | None) -> dict[str, Any]:

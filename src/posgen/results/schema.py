@@ -78,11 +78,11 @@ PERDOC_COLUMNS: dict[str, str] = {
     "delta": "float64",  # base_num/base_den - num/den: > 0 is worse (NLL rise, score drop)
     "base_choice": "int64",  # acc: the choice predicted in the baseline cell; -1 otherwise
     "choice": "int64",  # acc: the choice predicted in this cell; -1 otherwise
-    # the document's realised order change (text cells; NaN for position/feature cells,
-    # whose amounts are measured per model row and summarised in results.parquet)
-    "realised_n": "float64",  # words that could move
+    # the document's realised order change: text cells in words; position/feature cells
+    # in tokens, the token-weighted mean over the document's distinct model rows
+    "realised_n": "float64",  # words that could move / perturbed tokens of its rows
     "realised_fraction_moved": "float64",
-    "realised_mean_displacement": "float64",  # in words
+    "realised_mean_displacement": "float64",  # in words / token positions
     "realised_dnd": "float64",
     "realised_idc": "float64",
 }

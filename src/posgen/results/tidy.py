@@ -248,7 +248,12 @@ def _pair_rows(
             "perturbed and baseline cells must score the same documents"
         )
     realised = c["realised"]
-    per_doc = {i["key"]: i for i in realised["items"]} if realised["unit"] == "document" else {}
+    per_doc = {
+        i["key"]: i
+        for i in (
+            realised["items"] if realised["unit"] == "document" else realised.get("documents", [])
+        )
+    }
     rows = []
     for key, num, den, choice in zip(slot["keys"], slot["num"], slot["den"], choices, strict=True):
         bn, bd = base[key]
@@ -311,23 +316,31 @@ def cell_record(
         "posgen_version": posgen_version,
         "metrics": cell_metrics(docs, results[name], seed),
         "docs": docs,
-        **realised_record(cell["kind"], samples[name], split, model_side),
+        **realised_record(cell["kind"], name, samples[name], split, model_side),
     }
 
 
 def realised_record(
-    kind: str, samples: list[Mapping[str, Any]], split: str, model_side: Mapping[str, Any] | None
+    kind: str,
+    task: str,
+    samples: list[Mapping[str, Any]],
+    split: str,
+    model_side: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
-    """A record's ``realised`` amount and ``examples`` (see posgen.results.realised)."""
-    from posgen.results.realised import doc_examples, text_items
+    """A record's ``realised`` amount and ``examples`` (see posgen.results.realised);
+    ``task``: the lm-eval task the ``samples`` were logged under. A model-side cell's rows
+    are traced to their documents (lm-eval's ``doc_id``) and summed up per document."""
+    from posgen.results.realised import doc_examples, document_items, text_items
 
     keys = doc_keys(samples, split)
     examples: dict[str, Any] = {"docs": doc_examples(samples, keys)}
-    realised: Mapping[str, Any] = {"unit": "", "items": []}
+    realised: dict[str, Any] = {"unit": "", "items": []}
     if kind == "text":
         realised = {"unit": "document", "items": text_items(samples, keys)}
     elif kind != "none" and model_side is not None:
-        realised = model_side["realised"]
+        key_of = {(task, int(s["doc_id"])): key for s, key in zip(samples, keys, strict=True)}
+        rows, documents = document_items(model_side["realised"]["items"], key_of, task)
+        realised = {**model_side["realised"], "items": rows, "documents": documents}
         examples["rows"] = list(model_side.get("rows", []))
     return {"realised": dict(realised), "examples": examples}
 

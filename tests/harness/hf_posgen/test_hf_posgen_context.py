@@ -27,15 +27,6 @@ def llama(tiny_model_dir):
     return str(tiny_model_dir("llama"))
 
 
-@pytest.fixture(scope="module")
-def hellaswag_requests(posgen_tm, local_data) -> list[Instance]:
-    """The loglikelihood requests of lm-eval's own HellaSwag task on local docs."""
-    name = "hellaswag"
-    task = posgen_tm.load([posgen_tm.task_config(name, local_data[name])])["tasks"][name]
-    task.build_all_requests(rank=0, world_size=1)
-    return list(task.instances)
-
-
 def spy_plans(monkeypatch) -> list[tuple[torch.Tensor, object]]:
     """Record (input_ids, plan) of every perturbed forward."""
     seen = []

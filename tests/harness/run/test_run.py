@@ -72,6 +72,18 @@ def test_position_cells_really_perturb_the_model(tiny_run):
     assert value["text"] != value["none"]
 
 
+def test_perdoc_carries_each_documents_realised_amount_in_every_cell(tiny_run):
+    """Position and feature cells too: every document gets its rows' realised amount."""
+    per = pd.read_parquet(tiny_run / "perdoc.parquet")
+    assert set(per["kind"]) == {"text", "position", "feature"}
+    cols = ["realised_n", "realised_fraction_moved", "realised_mean_displacement"]
+    assert per[[*cols, "realised_dnd", "realised_idc"]].notna().all().all()
+    model_side = per[per["kind"] != "text"]
+    assert (model_side["realised_n"] > 0).all()
+    assert (model_side.loc[model_side["kind"] == "feature", "realised_fraction_moved"] == 1).all()
+    assert model_side.loc[model_side["kind"] == "position", "realised_fraction_moved"].gt(0).any()
+
+
 def test_cross_model_with_two_models_is_not_estimable(tiny_run):
     scores = json.loads((tiny_run / "scores.json").read_text())
     assert scores["cross_model"] and all(not c["estimable"] for c in scores["cross_model"])

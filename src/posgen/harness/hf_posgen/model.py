@@ -12,7 +12,8 @@ manager and always removed (the pattern of lm-eval's ``hf_steered``). Position v
 and rope noise enter inside the model's rotary embedding (:mod:`.position_hooks`), qk
 noise through a registered attention function (:mod:`.qk_noise`). Both are drawn from
 each row's real tokens only: HFLM right-pads its loglikelihood batches, and the real
-length of every row is recorded where HFLM pads it.
+length of every row (and the documents it belongs to, for a plan observer) is recorded
+where HFLM pads it (:mod:`.batch_rows`).
 
 A ``loglikelihood`` request perturbs its context only, keyed on the context tokens alone:
 every answer choice of a document sees the same perturbed context, and the continuation
@@ -31,8 +32,7 @@ import hashlib
 import json
 import os
 from collections import deque
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -41,9 +41,18 @@ import torch
 from lm_eval.api.model import CacheHook
 from lm_eval.models.huggingface import HFLM
 
-from posgen.compat import patched
 from posgen.harness.embedded import resolve_pretrained
 from posgen.harness.hf_posgen import qk_noise
+from posgen.harness.hf_posgen.batch_rows import (
+    NO_DOCS,
+    DocId,
+    PaddedRows,
+    docs_by_arguments,
+    docs_by_row,
+    recording_rows,
+    recording_window_docs,
+    row_key,
+)
 from posgen.harness.hf_posgen.position_hooks import build_plan, rotary_positions
 from posgen.harness.length.lambda_attention import lambda_attention
 from posgen.harness.model_family import require_rotary
@@ -164,9 +173,13 @@ class HFPosgenLM(HFLM):
         super().__init__(pretrained=pretrained, **kwargs)
         self._join_launch(launch)
         self._cache_db: Any = None
-        self._row_lengths: deque[RowSplit] | None = None
+        self._row_lengths: deque[PaddedRows] | None = None
         self._whole_rows = False
-        # called as plan_observer(inps, plan) for every padded loglikelihood batch
+        # the documents of the requests being scored, while an observer is set
+        self._docs_by_arguments: dict[tuple, frozenset[DocId]] = {}
+        self._docs_by_window: dict[tuple[int, ...], frozenset[DocId]] = {}
+        # called as plan_observer(inps, plan, docs) for every padded loglikelihood batch,
+        # docs[b] the documents (task name, lm-eval doc_id) row b belongs to
         self.plan_observer: Any = None
         self._perturbation = ModelPerturbation(seed=perturbation.seed)
         self._length = length_scheme
@@ -227,13 +240,29 @@ class HFPosgenLM(HFLM):
         info["posgen"] = self._perturbation.to_dict()
         return info
 
+    def loglikelihood(self, requests: Any, disable_tqdm: bool = False) -> Any:
+        """HFLM's, remembering (for the plan observer) which documents ask what."""
+        if self.plan_observer is None:
+            return super().loglikelihood(requests, disable_tqdm=disable_tqdm)
+        self._docs_by_arguments = docs_by_arguments(requests)
+        try:
+            return super().loglikelihood(requests, disable_tqdm=disable_tqdm)
+        finally:
+            self._docs_by_arguments = {}
+
     def loglikelihood_rolling(self, requests: Any, disable_tqdm: bool = False) -> Any:
-        """Perplexity windows are perturbed whole (no answer to keep apart)."""
+        """Perplexity windows are perturbed whole (no answer to keep apart). With a plan
+        observer, each window is traced to the document it was cut from."""
         self._whole_rows = True
         try:
-            return super().loglikelihood_rolling(requests, disable_tqdm=disable_tqdm)
+            if self.plan_observer is None:
+                return super().loglikelihood_rolling(requests, disable_tqdm=disable_tqdm)
+            with recording_window_docs(list(requests)) as windows:
+                self._docs_by_window = windows
+                return super().loglikelihood_rolling(requests, disable_tqdm=disable_tqdm)
         finally:
             self._whole_rows = False
+            self._docs_by_window = {}
 
     def _loglikelihood_tokens(
         self, requests: Any, disable_tqdm: bool = False, override_bs: int | None = None
@@ -245,7 +274,15 @@ class HFPosgenLM(HFLM):
         shared_logits = self.logits_cache
         if not self._whole_rows and _split_differently(requests):
             self.logits_cache = False
-        with _recording_row_lengths() as queue:
+        rows = (
+            {}
+            if self.plan_observer is None
+            else docs_by_row(
+                requests, self._docs_by_arguments, self._docs_by_window, self._whole_rows
+            )
+        )
+        whole = self._whole_rows
+        with recording_rows(lambda request: rows.get(row_key(request, whole), NO_DOCS)) as queue:
             self._row_lengths = queue
             try:
                 return super()._loglikelihood_tokens(requests, disable_tqdm, override_bs)
@@ -272,11 +309,11 @@ class HFPosgenLM(HFLM):
         if not p.changes_model or attn_mask is not None or labels is not None:
             return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
         observed = self._row_lengths is not None and self.plan_observer is not None
-        lengths, spans = self._take_row_lengths(inps)
+        lengths, spans, docs = self._take_row_lengths(inps)
         moved = combined_positions(p.positions, p.length)
         plan = build_plan(inps, lengths, (moved, p.features), p.seed, spans)
         if observed:
-            self.plan_observer(inps, plan)
+            self.plan_observer(inps, plan, docs)
         with ExitStack() as stack:
             if isinstance(p.length, LengthLambda):
                 stack.enter_context(lambda_attention(self.model, p.length))
@@ -286,19 +323,20 @@ class HFPosgenLM(HFLM):
                 stack.enter_context(qk_noise.qk_noise_active(self.model, plan))
             return super()._model_call(inps)
 
-    def _take_row_lengths(self, inps: torch.Tensor) -> RowSplit:
-        """Real lengths of the rows of a right-padded batch, as HFLM padded it, and how many
-        leading tokens of each are perturbed (the context; the whole row when rolling). A
-        call from outside ``_loglikelihood_tokens`` (batch-size detection) is unpadded."""
+    def _take_row_lengths(self, inps: torch.Tensor) -> PaddedRows:
+        """Real lengths of the rows of a right-padded batch, as HFLM padded it, how many
+        leading tokens of each are perturbed (the context; the whole row when rolling) and
+        the documents of each. A call from outside ``_loglikelihood_tokens`` (batch-size
+        detection) is unpadded and belongs to no document."""
         batch, width = inps.shape
         if self._row_lengths is None:
-            return [width] * batch, [width] * batch
+            return PaddedRows([width] * batch, [width] * batch, [NO_DOCS] * batch)
         if not self._row_lengths:
             raise RuntimeError(
                 "hf-posgen could not see how HFLM padded this batch (lm-eval "
                 "changed its padding code?); refusing to guess the real tokens"
             )
-        lengths, contexts = self._row_lengths.popleft()
+        lengths, contexts, docs = self._row_lengths.popleft()
         if (
             len(lengths) != batch
             or max(lengths) != width
@@ -308,7 +346,7 @@ class HFPosgenLM(HFLM):
                 f"recorded row lengths {lengths} do not match the padded batch "
                 f"of shape {tuple(inps.shape)}"
             )
-        return lengths, list(lengths) if self._whole_rows else contexts
+        return PaddedRows(lengths, list(lengths) if self._whole_rows else contexts, docs)
 
     def generate_until(self, requests: Any, disable_tqdm: bool = False) -> Any:
         if self._perturbation.is_set:
@@ -319,9 +357,6 @@ class HFPosgenLM(HFLM):
                 "loglikelihood/perplexity tasks, or drop positions=/features= for generation."
             )
         return super().generate_until(requests, disable_tqdm=disable_tqdm)
-
-
-RowSplit = tuple[list[int], list[int]]  # real length of each row, its context length
 
 
 def _split_differently(requests: Any) -> bool:
@@ -381,47 +416,6 @@ def _length_load_kwargs(
         pretrained, trust_remote_code=given.get("trust_remote_code", False)
     )
     return scheme.load_kwargs(config)
-
-
-@contextmanager
-def _recording_row_lengths() -> Iterator[deque[RowSplit]]:
-    """Within the block, every batch HFLM pads with ``pad_and_concat`` leaves in the yielded
-    queue the real length n of each row and the length of its context part (lm-eval 0.4.x
-    pads loglikelihood batches there). A row is ``(context + continuation)[-(L+1):][:-1]``,
-    so its context part is ``n − (m − 1)`` for a continuation of m tokens: the context that
-    remains after truncation from the left. HFLM's batcher (``Collator.get_batched``) is
-    watched for the continuation lengths of the batch being padded."""
-    queue: deque[RowSplit] = deque()
-    batched: deque[list[int]] = deque()
-
-    def recording_collator(original_collator: type) -> type:
-        class RecordingCollator(original_collator):  # type: ignore[misc, valid-type]
-            def get_batched(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
-                for chunk in super().get_batched(*args, **kwargs):
-                    batched.append([len(request[-1]) for request in chunk])
-                    yield chunk
-
-        return RecordingCollator
-
-    def recording(original_pad: Any) -> Any:
-        return lambda *args, **kwargs: record(original_pad, *args, **kwargs)
-
-    def record(original_pad, max_length: int, tensors: list[torch.Tensor], *args, **kwargs):
-        lengths = [int(t.shape[-1]) for t in tensors]
-        conts = batched.popleft() if batched else []
-        if len(conts) != len(lengths) or any(n < m for n, m in zip(lengths, conts, strict=True)):
-            raise RuntimeError(
-                f"hf-posgen could not match the padded rows {lengths} to the continuation "
-                f"lengths {conts} HFLM batched (lm-eval changed its batching code?)"
-            )
-        queue.append((lengths, [n - m + 1 for n, m in zip(lengths, conts, strict=True)]))
-        return original_pad(max_length, tensors, *args, **kwargs)
-
-    with (
-        patched("lm_eval.models.huggingface:pad_and_concat", recording),
-        patched("lm_eval.models.huggingface:Collator", recording_collator),
-    ):
-        yield queue
 
 
 _NAMESPACED: dict[type, type] = {}

@@ -14,11 +14,16 @@ tokens with position values ``p`` (shape ``[n]``):
   (``argsort(p)``; see :mod:`posgen.perturbations.order_stats`).
 
 A plan without position values (``qk_noise``) moves no position: its rows carry NaN.
+
+Each row also keeps the lm-eval documents it served (``docs``: ``[task name, doc_id]``
+pairs, from the model's batch records), so the cell record can give every document its
+own realised amount (:func:`posgen.results.realised.document_items`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,35 +40,49 @@ class RowRecorder:
     def __init__(self) -> None:
         self._items: dict[str, dict[str, Any]] = {}
         self._rows: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
+        self._docs: dict[str, set[tuple[str | None, int]]] = {}
 
-    def __call__(self, inps: Any, plan: Any) -> None:
+    def __call__(self, inps: Any, plan: Any, docs: Sequence[Iterable] | None = None) -> None:
+        """Record the rows of one padded batch ``inps`` ``[B, T]`` run under ``plan``;
+        ``docs[b]``: the ``(task name, doc_id)`` documents row b belongs to."""
         ids = inps.detach().to("cpu").numpy()
         table = None if plan.positions is None else plan.positions.detach().cpu().numpy()
         for b, n in enumerate(plan.spans):  # the perturbed tokens: a request's context
             row = ids[b, :n].astype(np.int64)
             key = plan.keys[b].hex()  # the same context (all choices of a document) counts once
+            self._docs.setdefault(key, set()).update(() if docs is None else docs[b])
             if key in self._items:
                 continue
             values = None if table is None else table[b, :n].astype(np.float64)
             self._items[key] = row_stats(key, values, n)
             self._rows[key] = (row, values)
 
-    def state(self) -> tuple[dict, dict]:
-        """What :meth:`merge` takes: this recorder's items and rows (plain, picklable)."""
-        return self._items, self._rows
+    def state(self) -> tuple[dict, dict, dict]:
+        """What :meth:`merge` takes: this recorder's items, rows and their documents
+        (plain, picklable)."""
+        return self._items, self._rows, self._docs
 
-    def merge(self, states: list[tuple[dict, dict]]) -> RowRecorder:
-        """Add the items and rows other recorders saw (the ranks of a data-parallel launch
-        each see their share of the documents); a context seen twice counts once."""
-        for items, rows in states:
+    def merge(self, states: list[tuple[dict, dict, dict]]) -> RowRecorder:
+        """Add the items, rows and documents other recorders saw (the ranks of a
+        data-parallel launch each see their share of the documents); a context seen twice
+        counts once, with the documents of both."""
+        for items, rows, docs in states:
             for key, item in items.items():
                 self._items.setdefault(key, item)
                 self._rows.setdefault(key, rows[key])
+                self._docs.setdefault(key, set()).update(docs.get(key, ()))
         return self
 
     def realised(self) -> dict[str, Any]:
-        """``{"unit": "row", "items": [...]}`` sorted by key (see posgen.results.realised)."""
-        return {"unit": "row", "items": [self._items[k] for k in sorted(self._items)]}
+        """``{"unit": "row", "items": [...]}`` sorted by key (see posgen.results.realised);
+        each item's ``docs``: the ``[task name, doc_id]`` pairs the row served, sorted."""
+        return {
+            "unit": "row",
+            "items": [
+                {**self._items[k], "docs": _sorted_docs(self._docs.get(k, ()))}
+                for k in sorted(self._items)
+            ],
+        }
 
     def examples(self, tokenizer: Any, k: int = EXAMPLE_ROWS) -> list[dict[str, Any]]:
         """The ``k`` rows with the smallest keys (the same rows at every rate): their
@@ -98,6 +117,10 @@ def row_stats(key: str, values: np.ndarray | None, n: int) -> dict[str, Any]:
         "dnd": order.dnd,
         "idc": order.idc,
     }
+
+
+def _sorted_docs(docs: Iterable[tuple[str | None, int]]) -> list[list]:
+    return [[task, int(i)] for task, i in sorted(docs, key=lambda d: (str(d[0]), d[1]))]
 
 
 _STATS = ("fraction_moved", "mean_displacement", "dnd", "idc")
