@@ -108,7 +108,8 @@ def compare(
     baseline: dict[str, Any], current: dict[str, Any], tolerance: float = 0.0, alpha: float = 0.05
 ) -> list[dict[str, Any]]:
     """One row per baseline cell: both degradations, the paired change, p (raw and
-    Holm-adjusted over all cells) and the verdict. Mismatched input: GateInputError."""
+    Holm-adjusted over all cells) and the verdict; then one row per length scheme (a
+    payload without a ``length`` entry has none). Mismatched input: GateInputError."""
     from posgen.results.paired_test import holm
 
     if not (math.isfinite(tolerance) and tolerance >= 0 and 0 < alpha < 1):
@@ -135,7 +136,7 @@ def compare(
     from posgen.results.length_gate import length_pairs
 
     pairs = [(key, base[key], now[key], "degradation") for key in sorted(base, key=str)]
-    pairs += [(*p, "excess") for p in length_pairs(baseline["length"], current["length"])]
+    pairs += [(*p, "excess") for p in length_pairs(baseline.get("length"), current.get("length"))]
     rows = [_paired_row(*pair, tolerance) for pair in pairs]
     for row, adj in zip(rows, holm([r["p"] for r in rows]), strict=True):
         row["p_holm"] = float(adj)
