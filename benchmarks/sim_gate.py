@@ -14,6 +14,13 @@ documents, swap .05 and σ 1, 3 cells).
 - weakened model (the slow test's): position rates and σ doubled, text unchanged;
 - one-cell drop: +0.04 nats/word on every document of one prose cell.
 
+Length cells (``posgen run --length``'s default: 5 documents, 4 schemes): a document's
+NLL excess past C under a scheme is ``e_ds + ε`` (nats per token, 1024 tokens past C),
+``e_ds`` fixed for the model (N(0.3, 0.2)), ``ε ~ N(0, τ)`` the run's noise (a length
+run of the same checkpoint is deterministic, so this τ stands for a retrained
+checkpoint of the same quality); they join the default grid's Holm family (34 cells).
+A length drop: +0.05 nats/token on every document of one scheme.
+
 τ = .015 is τ = .03 with ``posgen run --seeds 4`` (each document averages 4 draws).
 
     OMP_NUM_THREADS=1 python benchmarks/sim_gate.py [--reps 300]
@@ -29,8 +36,14 @@ import numpy as np
 
 from posgen.results.gate import compare
 
-DEFAULT = {"rates": (0.01, 0.02, 0.05, 0.1, 0.2, 0.5), "sigmas": (0.5, 1.0, 2.0), "docs": 12}
-SLOW_TEST = {"rates": (0.05,), "sigmas": (1.0,), "docs": 6}
+DEFAULT = {
+    "rates": (0.01, 0.02, 0.05, 0.1, 0.2, 0.5),
+    "sigmas": (0.5, 1.0, 2.0),
+    "docs": 12,
+    "length": ("none", "lambda:4,C", "scale:2", "yarn:2"),
+}
+SLOW_TEST = {"rates": (0.05,), "sigmas": (1.0,), "docs": 6, "length": ()}
+LENGTH_DOCS = 5
 
 
 def grid(spec, weakened: bool):
@@ -41,9 +54,9 @@ def grid(spec, weakened: bool):
     return out + [("feature", s, k * s / 4) for s in spec["sigmas"]]
 
 
-def run(rng, docs, spec, tau, weakened=False, drop=0.0, cloze=True):
+def run(rng, docs, spec, tau, weakened=False, drop=0.0, cloze=True, length_drop=0.0):
     """One run's gate payload."""
-    w, s, right = docs
+    w, s, right, excess = docs
     cells = []
     for i, (kind, rate, x) in enumerate(grid(spec, weakened)):
         g = s * x + rng.normal(0.0, tau, w.size) + (drop if i == 0 else 0.0)
@@ -53,7 +66,25 @@ def run(rng, docs, spec, tau, weakened=False, drop=0.0, cloze=True):
             cells.append(
                 _cell("posgen_cloze", "acc", kind, rate, np.ones(right.size), right * flip)
             )
-    return {"suite": "s", "limits": "l", "cells": cells}
+    return {
+        "suite": "s",
+        "limits": "l",
+        "cells": cells,
+        "length": _length(rng, spec, excess, tau, length_drop),
+    }
+
+
+def _length(rng, spec, excess, tau, drop):
+    """The length section: per scheme, each document's excess past C plus this run's noise."""
+    if not spec["length"]:
+        return None
+    keys = [f"l{i}" for i in range(LENGTH_DOCS)]
+    cells = []
+    for i, scheme in enumerate(spec["length"]):
+        g = excess[i] + rng.normal(0.0, tau, LENGTH_DOCS) + (drop if i == 1 else 0.0)
+        docs = {"keys": keys, "w": [1024.0] * LENGTH_DOCS, "g": g.tolist()}
+        cells.append({"scheme": scheme, "excess": float(g.mean()), "docs": docs})
+    return {"settings": {"schemes": list(spec["length"])}, "cells": cells}
 
 
 def _cell(task, metric, kind, rate, w, g):
@@ -76,7 +107,7 @@ def _any_fail(base, cand) -> bool:
 
 def rates(spec, tau, reps, seed, cloze=True):
     rng = np.random.default_rng(seed)
-    fa = weak = one = 0
+    fa = weak = one = length = 0
     for _ in range(reps):
         n = spec["docs"]
         s2 = math.log1p(0.25)
@@ -84,6 +115,7 @@ def rates(spec, tau, reps, seed, cloze=True):
             rng.uniform(150, 300, n),
             rng.lognormal(-s2 / 2, math.sqrt(s2), n),
             (rng.random(48) < 0.8).astype(float),
+            rng.normal(0.3, 0.2, (len(spec["length"]), LENGTH_DOCS)),
         )
         base = run(rng, docs, spec, tau, cloze=cloze)
         fa += _any_fail(base, run(rng, docs, spec, tau, cloze=cloze))
@@ -94,7 +126,10 @@ def rates(spec, tau, reps, seed, cloze=True):
             for r in rows
             if r["task"] == "posgen_prose" and r["kind"] == "text" and r["rate"] == spec["rates"][0]
         )["failed"]
-    return fa / reps, weak / reps, one / reps
+        if spec["length"]:
+            rows = compare(base, run(rng, docs, spec, tau, cloze=cloze, length_drop=0.05))
+            length += next(r for r in rows if r["scheme"] == spec["length"][1])["failed"]
+    return fa / reps, weak / reps, one / reps, (length / reps if spec["length"] else None)
 
 
 def main() -> None:
@@ -103,14 +138,16 @@ def main() -> None:
     args = ap.parse_args()
     start = time.perf_counter()
     print(f"posgen check on simulated runs ({args.reps} families per row; alpha .05, Holm)")
-    print(f"{'grid':<28} {'tau':>5} {'false alarm':>12} {'weakened caught':>16} {'+.04 cell':>10}")
+    head = f"{'grid':<28} {'tau':>5} {'false alarm':>12} {'weakened caught':>16} {'+.04 cell':>10}"
+    print(f"{head} {'+.05 length':>12}")
     for name, spec, cloze in (
-        ("default (30 cells, 12 docs)", DEFAULT, True),
+        ("default (34 cells, 12 docs)", DEFAULT, True),
         ("slow test (3 cells, 6 docs)", SLOW_TEST, False),
     ):
         for tau in (0.015, 0.03, 0.05):
-            fa, weak, one = rates(spec, tau, args.reps, seed=int(tau * 1000), cloze=cloze)
-            print(f"{name:<28} {tau:>5.3f} {fa:>12.3f} {weak:>16.3f} {one:>10.3f}")
+            fa, weak, one, length = rates(spec, tau, args.reps, int(tau * 1000), cloze)
+            tail = "-" if length is None else f"{length:.3f}"
+            print(f"{name:<28} {tau:>5.3f} {fa:>12.3f} {weak:>16.3f} {one:>10.3f} {tail:>12}")
     print(f"({time.perf_counter() - start:.0f} s)")
 
 

@@ -250,6 +250,15 @@ def make_run(root, models: dict[str, dict], seed: int = 1234, **extra) -> RunSto
     return store
 
 
+def edited_baseline(baseline, folder, fn):
+    """A copy of the baseline file ``baseline`` in ``folder``, changed by ``fn(data)``."""
+    data = json.loads(baseline.read_text())
+    fn(data)
+    path = folder / "edited.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
 def cli(argv: list[str]) -> int:
     """Run one posgen subcommand through its own module's parser and entry point (the
     same dispatch as ``posgen.harness.cli``, without importing the other subcommands)."""
@@ -264,3 +273,61 @@ def cli(argv: list[str]) -> int:
     module.configure_parser(parser)
     entry = module.main
     return int(entry(parser.parse_args(rest)) or 0)
+
+
+LENGTH_SCHEMES = ("none", "lambda:4,64", "scale:2.0")
+LENGTH_EXCESS = {"none": 1.0, "lambda:4,64": 0.05, "scale:2.0": 0.3}  # nats past C
+
+
+def add_length(
+    run_root, label: str, draw: int = 1, drop: dict | None = None, noise: float = 0.02, **settings
+):
+    """A planted ``posgen run --length`` folder ``RUN/length/<label>/`` (config.json and
+    one record per (scheme, document), as the length runner writes them; no model).
+
+    C = 64, max length 128, buckets of 16; a document's bucket NLL is ``b_d + 0.5/(k+1)``
+    before C and ``b_d + e_s · f_d`` from C on (``b_d``, ``f_d`` fixed per document, ``e_s``
+    per scheme: LENGTH_EXCESS), plus ``N(0, noise)`` per bucket drawn from ``draw`` (the
+    rerun noise) and ``drop[scheme]`` past C (a planted regression)."""
+    from pathlib import Path
+
+    from posgen.harness.length.runner import LengthRunConfig, prepare_folder
+    from posgen.results.length_scores import result_path
+    from posgen.results.store import atomic_write_json, slug
+
+    fields = {
+        "model": f"/models/{label}",
+        "max_length": 128,
+        "trained_context": 64,
+        "schemes": LENGTH_SCHEMES,
+        "documents": tuple(f"doc-{i}" for i in range(6)),
+        "bucket_width": 16,
+        **settings,
+    }
+    config = LengthRunConfig(**fields)
+    folder = Path(run_root) / "length" / slug(label)
+    folder.mkdir(parents=True, exist_ok=True)
+    prepare_folder(folder, config)
+    n_docs, n_buckets = len(config.documents), config.n_buckets
+    c_bucket = config.trained_context // config.bucket_width
+    fixed = np.random.default_rng(7)
+    base, factor = fixed.normal(3.0, 0.3, n_docs), fixed.uniform(0.5, 1.5, n_docs)
+    rng = np.random.default_rng(draw)
+    for scheme in config.schemes:
+        past = LENGTH_EXCESS.get(scheme, 0.2) * factor + (drop or {}).get(scheme, 0.0)
+        for i, doc in enumerate(config.documents):
+            k = np.arange(n_buckets)
+            means = np.where(k < c_bucket, base[i] + 0.5 / (k + 1), base[i] + past[i])
+            means = means + rng.normal(0.0, noise, n_buckets)
+            count = np.full(n_buckets, float(config.bucket_width))
+            record = {
+                "scheme": scheme,
+                "document": doc,
+                "n_tokens": config.max_length,
+                "nll_sum": (means * count).tolist(),
+                "count": count.tolist(),
+                "drift": None,
+                "seconds": 0.0,
+            }
+            atomic_write_json(result_path(folder, scheme, doc), record)
+    return folder

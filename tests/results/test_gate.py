@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from synthetic_run import cli, make_run
+from synthetic_run import cli, edited_baseline, make_run
 
 MODEL = {"embedded": {"sensitivity": 1.0, "fit": 0.6}}
 
@@ -23,7 +23,7 @@ def baseline(tmp_path_factory):
 
 def test_baseline_file_holds_per_document_values_of_the_primary_metrics(baseline):
     data = json.loads(baseline.read_text())
-    assert data["kind"] == "posgen-baseline" and data["baseline_version"] == 2
+    assert data["kind"] == "posgen-baseline" and data["baseline_version"] == 3
     assert data["model"] == "embedded" and data["limits"]
     assert {c["metric"] for c in data["cells"]} == {"word_perplexity", "acc"}  # one per task
     c = next(c for c in data["cells"] if c["metric"] == "word_perplexity")
@@ -73,14 +73,6 @@ def test_a_huge_tolerance_lets_the_weak_model_pass(baseline, tmp_path):
         cli(["check", str(tmp_path / "weak"), "--baseline", str(baseline), "--tolerance", "10"])
         == 0
     )
-
-
-def _edit(baseline, tmp_path, fn):
-    data = json.loads(baseline.read_text())
-    fn(data)
-    path = tmp_path / "edited.json"
-    path.write_text(json.dumps(data))
-    return path
 
 
 def _set(path: str, value):
@@ -138,7 +130,7 @@ def test_unreadable_or_partial_baseline_exits_2_with_a_message(
     ],
 )
 def test_wrongly_typed_baseline_exits_2(baseline, tmp_path, capsys, edit, message):
-    path = _edit(baseline, tmp_path, edit)
+    path = edited_baseline(baseline, tmp_path, edit)
     make_run(tmp_path / "run", MODEL, seed=2)
     assert cli(["check", str(tmp_path / "run"), "--baseline", str(path)]) == 2
     assert message in capsys.readouterr().err
@@ -146,10 +138,14 @@ def test_wrongly_typed_baseline_exits_2(baseline, tmp_path, capsys, edit, messag
 
 def test_other_documents_or_limits_exit_2(baseline, tmp_path, capsys):
     make_run(tmp_path / "run", MODEL, seed=2)
-    path = _edit(baseline, tmp_path, lambda d: d["cells"][0]["docs"]["keys"].__setitem__(0, "x"))
+    path = edited_baseline(
+        baseline, tmp_path, lambda d: d["cells"][0]["docs"]["keys"].__setitem__(0, "x")
+    )
     assert cli(["check", str(tmp_path / "run"), "--baseline", str(path)]) == 2
     assert "other documents" in capsys.readouterr().err
-    path = _edit(baseline, tmp_path, lambda d: d["cells"][0]["docs"]["w"].__setitem__(0, 2.0))
+    path = edited_baseline(
+        baseline, tmp_path, lambda d: d["cells"][0]["docs"]["w"].__setitem__(0, 2.0)
+    )
     assert cli(["check", str(tmp_path / "run"), "--baseline", str(path)]) == 2
     assert "lengths differ" in capsys.readouterr().err
     make_run(tmp_path / "limits", MODEL, seed=2, limits={"posgen_prose": 12})
@@ -176,7 +172,7 @@ def test_mismatched_suite_or_rates_exit_2(baseline, tmp_path, capsys):
     make_run(tmp_path / "other", MODEL, seed=2, suite="custom")
     assert cli(["check", str(tmp_path / "other"), "--baseline", str(baseline)]) == 2
     assert "suite mismatch" in capsys.readouterr().err
-    edited = _edit(baseline, tmp_path, _set("cells.0.rate", 0.33))
+    edited = edited_baseline(baseline, tmp_path, _set("cells.0.rate", 0.33))
     make_run(tmp_path / "run", MODEL, seed=2)
     assert cli(["check", str(tmp_path / "run"), "--baseline", str(edited)]) == 2
     assert "do not cover the same" in capsys.readouterr().err

@@ -170,3 +170,19 @@ def test_length_tables_hold_effective_lengths_and_curves_and_compare_reads_them(
     table = next(b for b in run_blocks(tmp_path) if b[0] == "table")
     assert [table[2][1][0], table[2][1][3]] == ["scale:2", "80"]
     assert length_tables(tmp_path / "nothing") == {}
+
+
+def test_document_excess_is_the_mean_past_c_minus_the_effective_lengths_reference():
+    from posgen.results.length_scores import document_excess
+
+    # 2 documents, C = 64, buckets of 16: reference buckets 2, 3; past C: 4..7
+    means = np.array([[5, 4, 2.0, 3.0, 3, 3, 4, 4], [5, 4, 1.0, 1.0, 2, 2, 2, 2]])
+    counts = np.array([[16.0] * 8, [16, 16, 16, 16, 16, 16, 16, 8]])
+    excess, weight = document_excess(means * counts, counts, 16, 64)
+    assert excess.tolist() == pytest.approx([3.5 - 2.5, 2.0 - 1.0])
+    assert weight.tolist() == [64.0, 56.0]
+    # C not on the bucket grid (C = 56): past C starts at the first bucket at or after C
+    excess, weight = document_excess(means * counts, counts, 16, 56)
+    assert weight.tolist() == [64.0, 56.0]  # buckets 4..7 (start 64)
+    with pytest.raises(ValueError, match="max length > C"):
+        document_excess(means[:, :4] * 16, np.full((2, 4), 16.0), 16, 64)

@@ -1,12 +1,16 @@
 """The gate's baseline file: what it stores per document, and its validation.
 
-A baseline (``posgen baseline``, ``baseline_version`` 2) holds, for one model and every
+A baseline (``posgen baseline``, ``baseline_version`` 3) holds, for one model and every
 (task, primary metric, kind, scheme, rate) cell, the per-document degradation
 ``g_d`` (nats per word or byte for perplexities, the score drop for accuracy; averaged
 over perturbation seeds when the run has several) and its weight ``w_d`` (words or
 bytes; 1 for accuracy), keyed by document. ``posgen check`` pairs the candidate's
 documents with these. Only each task's primary metric is stored (word perplexity, else
 accuracy): byte perplexity would repeat the word-perplexity test on the same documents.
+Its ``length`` section (null when the run has no ``posgen run --length`` folder for the
+model) holds the per-document NLL excess past C per length scheme and the length
+settings (:mod:`posgen.results.length_gate`). A version-2 file (before the length
+section) is still read, as a baseline without length cells.
 
 Anything unreadable, partial or wrongly typed is refused with :class:`GateInputError`
 (exit status 2) and the reason.
@@ -19,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 BASELINE_KIND = "posgen-baseline"
-BASELINE_VERSION = 2
+BASELINE_VERSION = 3
+READABLE_VERSIONS = (2, 3)  # 2: before the length section; read as "no length cells"
 KEY = ("task", "metric", "kind", "scheme", "rate")
 TOP = {"kind": str, "model": str, "suite": dict, "limits": dict, "cells": list}
 CELL = {"task": str, "metric": str, "kind": str, "scheme": str, "rate": float}
@@ -81,27 +86,34 @@ def validate(data: Any, path: Path) -> dict[str, Any]:
         raise GateInputError(
             f"{path} is not a posgen baseline (write one with `posgen baseline RUN -o FILE`)"
         )
-    if data.get("baseline_version") != BASELINE_VERSION:
+    version = data.get("baseline_version")
+    if version not in READABLE_VERSIONS:
         raise GateInputError(
-            f"{path} has baseline_version {data.get('baseline_version')!r}; "
-            f"this posgen reads {BASELINE_VERSION}: regenerate it with `posgen baseline`"
+            f"{path} has baseline_version {version!r}; this posgen reads "
+            f"{' and '.join(map(str, READABLE_VERSIONS))}: regenerate it with `posgen baseline`"
         )
-    _typed(data, TOP, f"{path}")
+    check_typed(data, TOP, f"{path}")
+    if version == 2:
+        if "length" in data:
+            raise GateInputError(f"{path} is corrupt: baseline_version 2 has no 'length'")
+        data = {**data, "length": None}
+    elif "length" not in data:
+        raise GateInputError(f"{path} is corrupt: missing key 'length' (null or an object)")
     if not data["cells"]:
         raise GateInputError(f"{path} is corrupt: 'cells' is empty")
     for i, cell in enumerate(data["cells"]):
         where = f"{path}: cells[{i}]"
         if not isinstance(cell, dict):
             raise GateInputError(f"{where} is not an object")
-        _typed(cell, CELL | dict.fromkeys(CELL_NUM, float) | {"docs": dict}, where)
-        _docs(cell["docs"], f"{where}.docs")
+        check_typed(cell, CELL | dict.fromkeys(CELL_NUM, float) | {"docs": dict}, where)
+        check_docs(cell["docs"], f"{where}.docs")
     keys = [tuple(c[k] for k in KEY) for c in data["cells"]]
     if len(set(keys)) != len(keys):
         raise GateInputError(f"{path} is corrupt: a (task, metric, kind, scheme, rate) repeats")
     return data
 
 
-def _typed(obj: dict[str, Any], spec: dict[str, type], where: str) -> None:
+def check_typed(obj: dict[str, Any], spec: dict[str, type], where: str) -> None:
     for key, kind in spec.items():
         if key not in obj:
             raise GateInputError(f"{where} is corrupt: missing key {key!r}")
@@ -119,7 +131,7 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _docs(docs: dict[str, Any], where: str) -> None:
+def check_docs(docs: dict[str, Any], where: str) -> None:
     lists = [docs.get(k) for k in ("keys", "w", "g")]
     if not all(isinstance(x, list) for x in lists):
         raise GateInputError(f"{where} is corrupt: needs lists 'keys', 'w' and 'g'")

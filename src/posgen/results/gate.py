@@ -4,17 +4,20 @@
 task's primary metric (see :mod:`posgen.results.baseline_file`). ``posgen check RUN
 --baseline FILE`` pairs a new run of (a new checkpoint of) the model with it, document
 by document, and for every (task, metric, kind, scheme, rate) cell tests whether the
-candidate degrades more (:mod:`posgen.results.paired_test`):
+candidate degrades more (:mod:`posgen.results.paired_test`); with ``posgen run
+--length``, also per length scheme whether the per-document NLL excess past the trained
+context grew (:mod:`posgen.results.length_gate`; ``g`` is that excess, ``w`` tokens past C):
 
     δ_d    = g_cand,d - g_base,d              (per-document degradation difference)
     Δ      = Σ w δ / Σ w,  p = one-sided weighted paired t (H1: Δ > --tolerance)
-    FAIL   if the Holm-adjusted p over all cells <= --alpha
+    FAIL   if the Holm-adjusted p over all cells (length cells included) <= --alpha
 
 so the chance of any false alarm on a same-model rerun is at most --alpha.
 
 Exit status: 0 when nothing fails, 1 only for a measured regression, 2 on invalid input
 (unreadable, partial or wrongly typed baseline, another suite, other limits, documents
-or cells, no such model, an unwritable --junit-xml) with the reason.
+or cells, other length settings, length in one run only, no such model, an unwritable
+--junit-xml) with the reason.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ __all__ = ["BASELINE_KIND", "BASELINE_VERSION", "KEY", "GateInputError"]
 def baseline_payload(run_dir: Path, model: str | None = None) -> dict[str, Any]:
     """The baseline of one model of a run (scores recomputed from the run's cells)."""
     from posgen import __version__
+    from posgen.results.length_gate import length_section
     from posgen.results.run_scores import json_records, load_scores
 
     store, scores = load_scores(run_dir)
@@ -57,6 +61,7 @@ def baseline_payload(run_dir: Path, model: str | None = None) -> dict[str, Any]:
         "seeds": store.config.get("seeds", 1),
         "scoring": store.config.get("scoring", {}),
         "cells": gate_cells(scores, model),
+        "length": length_section(store.root, model),
         "tolerance": json_records(tol.drop(columns=["model"])),
     }
 
@@ -92,14 +97,19 @@ def load_baseline(path: Path) -> dict[str, Any]:
         raise GateInputError(str(e)) from None
     except (OSError, UnicodeDecodeError) as e:
         raise GateInputError(f"cannot read the baseline {path}: {e}") from None
-    return validate(data, path)
+    from posgen.results.length_gate import validate_section
+
+    data = validate(data, path)
+    validate_section(data["length"], f"{path}: length")
+    return data
 
 
 def compare(
     baseline: dict[str, Any], current: dict[str, Any], tolerance: float = 0.0, alpha: float = 0.05
 ) -> list[dict[str, Any]]:
     """One row per baseline cell: both degradations, the paired change, p (raw and
-    Holm-adjusted over all cells) and the verdict. Mismatched input: GateInputError."""
+    Holm-adjusted over all cells) and the verdict; then one row per length scheme (a
+    payload without a ``length`` entry has none). Mismatched input: GateInputError."""
     from posgen.results.paired_test import holm
 
     if not (math.isfinite(tolerance) and tolerance >= 0 and 0 < alpha < 1):
@@ -123,17 +133,23 @@ def compare(
             f"kind, scheme, rate) cells: missing {missing}, extra {extra}; "
             "rerun with the baseline's settings or make a new baseline"
         )
-    rows = [_paired_row(key, base[key], now[key], tolerance) for key in sorted(base, key=str)]
+    from posgen.results.length_gate import length_pairs
+
+    pairs = [(key, base[key], now[key], "degradation") for key in sorted(base, key=str)]
+    pairs += [(*p, "excess") for p in length_pairs(baseline.get("length"), current.get("length"))]
+    rows = [_paired_row(*pair, tolerance) for pair in pairs]
     for row, adj in zip(rows, holm([r["p"] for r in rows]), strict=True):
         row["p_holm"] = float(adj)
         row["failed"] = bool(adj <= alpha)
     return rows
 
 
-def _paired_row(key: tuple, b: dict[str, Any], c: dict[str, Any], tol: float) -> dict[str, Any]:
+def _paired_row(
+    key: tuple, b: dict[str, Any], c: dict[str, Any], value: str, tol: float
+) -> dict[str, Any]:
     from posgen.results.paired_test import weighted_paired_t
 
-    where = "/".join(str(k) for k in key)
+    where = _name(key)
     bd = dict(zip(b["docs"]["keys"], zip(b["docs"]["w"], b["docs"]["g"], strict=True), strict=True))
     cd = dict(zip(c["docs"]["keys"], zip(c["docs"]["w"], c["docs"]["g"], strict=True), strict=True))
     if set(bd) != set(cd):
@@ -149,10 +165,20 @@ def _paired_row(key: tuple, b: dict[str, Any], c: dict[str, Any], tol: float) ->
     test = weighted_paired_t([cd[k][1] - bd[k][1] for k in keys], w, tol)
     return {
         **dict(zip(KEY, key, strict=True)),
-        "baseline": b["degradation"],
-        "current": c["degradation"],
+        "baseline": b[value],
+        "current": c[value],
         **test,
     }
+
+
+def _name(key: tuple) -> str:
+    """``task/metric/kind/scheme@rate`` (no ``@rate`` for a length cell)."""
+    *head, rate = key
+    return "/".join(map(str, head)) + ("" if rate is None else f"@{rate:g}")
+
+
+def _rate(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate:g}"
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
@@ -164,7 +190,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         lines.append(
             f"{r['task']:<22} {r['metric']:<16} {r['kind'] + '/' + r['scheme']:<20} "
-            f"{r['rate']:>6g} {r['baseline']:>9.4f} {r['current']:>9.4f} "
+            f"{_rate(r['rate']):>6} {r['baseline']:>9.4f} {r['current']:>9.4f} "
             f"{r['change']:>+11.4f} {r['se']:>7.4f} {r['p_holm']:>9.3g}  "
             f"{'FAIL' if r['failed'] else 'ok'}"
         )
@@ -178,11 +204,12 @@ def junit_xml(rows: list[dict[str, Any]]) -> str:
         f'<testsuite name="posgen-gate" tests="{len(rows)}" failures="{failures}">',
     ]
     for r in rows:
-        name = f"{r['task']}/{r['metric']}/{r['kind']}/{r['scheme']}@{r['rate']:g}"
+        name = _name(tuple(r[k] for k in KEY))
         out.append(f'  <testcase classname="posgen.gate" name={quoteattr(name)}>')
         if r["failed"]:
             msg = (
-                f"degradation {r['current']:.4f} vs baseline {r['baseline']:.4f}: paired "
+                f"{'NLL excess past C' if r['rate'] is None else 'degradation'} "
+                f"{r['current']:.4f} vs baseline {r['baseline']:.4f}: paired "
                 f"change {r['change']:+.4f} per document (se {r['se']:.4f}), Holm p "
                 f"{r['p_holm']:.3g}"
             )

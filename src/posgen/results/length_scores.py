@@ -22,6 +22,9 @@ dependent). Inputs are the per-(scheme, document) records of
   bootstrap carries the uncertainty of both the reference and the curve; it lives on the
   bucket grid. With D < 5 it is only the spread of a few distinct resamples (D = 2 has 3),
   not a calibrated 95% interval, and the report says so.
+- **Excess past C** (what ``posgen check`` gates, per document): the count-weighted mean
+  NLL over the buckets from the first one starting at or after C, minus the document's
+  reference; weighted by its tokens there (:func:`document_excess`).
 - **Drift**: per layer, each document's ``drift_ℓ`` (cosine to the in-context mean
   direction, reference minus past-C) and log-norm ratio; mean over documents with a t
   interval (see :mod:`posgen.harness.length.drift`).
@@ -32,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -68,6 +72,24 @@ class SchemeData:
     drift: tuple[tuple[np.ndarray, np.ndarray], ...]  # per document: (drift [L], log-norm [L])
 
 
+def result_path(folder: Path, scheme: str, document: str) -> Path:
+    """Where ``posgen length`` writes one (scheme, document) record."""
+    from posgen.results.store import slug
+
+    return Path(folder) / "docs" / slug(scheme) / f"{slug(document)}.json"
+
+
+def read_records(folder: Path, schemes: list[str], documents: list[str]) -> list[dict[str, Any]]:
+    """Every (scheme, document) record of a length folder, scheme-major; missing ones raise."""
+    from posgen.results.store import read_json
+
+    return [
+        read_json(result_path(folder, s, d), f"length result {s} / {d}")
+        for s in schemes
+        for d in documents
+    ]
+
+
 def gather(records: Sequence[dict[str, Any]]) -> dict[str, SchemeData]:
     """Group runner records by scheme (order kept)."""
     from posgen.results.length_drift import DriftSums
@@ -100,6 +122,41 @@ def reference_buckets(width: int, n_buckets: int, trained_context: int) -> np.nd
     return inside
 
 
+def past_context_start(width: int, trained_context: int) -> int:
+    """Index of the first bucket starting at or after C (the effective-length search and
+    the gate's excess start there)."""
+    return -(-trained_context // width)
+
+
+def document_reference(sums: np.ndarray, counts: np.ndarray, ref_idx: np.ndarray) -> np.ndarray:
+    """Each document's count-weighted mean NLL over the reference buckets: ``[D]``."""
+    return sums[:, ref_idx].sum(axis=1) / counts[:, ref_idx].sum(axis=1)
+
+
+def document_excess(
+    sums: np.ndarray, counts: np.ndarray, width: int, trained_context: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per document, the NLL excess past C and its token weight (the gate's length value).
+
+        e_d = Σ_{b ≥ b_C} sum_db / Σ_{b ≥ b_C} count_db  −  ref_d,    w_d = Σ_{b ≥ b_C} count_db
+
+    with ``b_C`` = :func:`past_context_start` and ``ref_d`` = :func:`document_reference`
+    over :func:`reference_buckets` (the reference of the effective length). ``sums``,
+    ``counts``: ``[D, B]``; returns ``e``, ``w``: ``[D]``. Raises if no bucket starts at or
+    after C, or a document has no token there.
+    """
+    n_buckets = sums.shape[1]
+    ref = document_reference(sums, counts, reference_buckets(width, n_buckets, trained_context))
+    start = past_context_start(width, trained_context)
+    weight = counts[:, start:].sum(axis=1)
+    if start >= n_buckets or not (weight > 0).all():
+        raise ValueError(
+            f"no tokens at or after the trained context {trained_context} (buckets of "
+            f"width {width}, {n_buckets} buckets): the excess past C needs max length > C"
+        )
+    return sums[:, start:].sum(axis=1) / weight - ref, weight
+
+
 def crossing(
     sums: np.ndarray, counts: np.ndarray, ref_idx: np.ndarray, tau: float, start: int
 ) -> tuple[int | None, float]:
@@ -108,7 +165,7 @@ def crossing(
     with np.errstate(invalid="ignore", divide="ignore"):
         means = sums / counts
     curve = np.nanmean(means, axis=0)
-    reference = float(np.mean(sums[:, ref_idx].sum(axis=1) / counts[:, ref_idx].sum(axis=1)))
+    reference = float(np.mean(document_reference(sums, counts, ref_idx)))
     over = np.flatnonzero(curve[start:] > reference + tau)
     return (None if over.size == 0 else int(start + over[0])), reference
 
@@ -124,7 +181,7 @@ def effective_length(
     def length_of(b: int | None) -> int:
         return max_length if b is None else int(b * width)
 
-    start = -(-trained_context // width)  # first bucket starting at or after C
+    start = past_context_start(width, trained_context)
     first, reference = crossing(data.sums, data.counts, ref_idx, tau, start)
     rng = item_rng(seed, "length/effective_length/bootstrap", data.scheme)
     d = data.sums.shape[0]

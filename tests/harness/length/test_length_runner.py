@@ -177,6 +177,22 @@ def test_run_for_models_writes_length_folders_and_report_blocks(tiny_path, tmp_p
         table.to_parquet(tmp_path / f"{name}.parquet", index=False)
     kinds = [b[0] for b in run_blocks(tmp_path)]
     assert kinds == ["h", "p", "table", "p", "img", "p", "table"]
+    # the gate reads the same folder: per document, excess = mean NLL past C - reference,
+    # with the effective length's reference
+    from posgen.results.length_gate import length_section
+    from posgen.results.length_scores import read_records
+
+    section = length_section(tmp_path, "tiny")
+    assert (
+        section["settings"]["trained_context"] == C and section["settings"]["max_length"] == 2 * C
+    )
+    for cell in section["cells"]:
+        (rec_a, rec_b) = read_records(folder, [cell["scheme"]], section["settings"]["documents"])
+        k = C // section["settings"]["bucket_width"]  # the first bucket past C
+        past = [sum(r["nll_sum"][k:]) / sum(r["count"][k:]) for r in (rec_a, rec_b)]
+        reference = np.mean(np.subtract(past, cell["docs"]["g"]))
+        assert reference == pytest.approx(scores["effective"][cell["scheme"]]["reference_nll"])
+        assert cell["docs"]["w"] == [sum(r["count"][k:]) for r in (rec_a, rec_b)]
 
 
 def test_posgen_run_refuses_a_bad_length_before_loading(capsys):

@@ -1,5 +1,5 @@
-"""``posgen baseline RUN -o FILE``: store a model's per-document degradations (see
-:mod:`posgen.results.gate`)."""
+"""``posgen baseline RUN -o FILE``: store a model's per-document degradations, and with
+``posgen run --length`` its per-document NLL excess past C (see :mod:`posgen.results.gate`)."""
 
 from __future__ import annotations
 
@@ -28,8 +28,10 @@ def main(args: argparse.Namespace) -> int:
     except (GateInputError, SchemaError, OSError) as e:
         print(f"posgen baseline: {e}", file=sys.stderr)
         return 2
+    length = payload["length"]
+    extra = f" and {len(length['cells'])} length cells" if length else ""
     print(
-        f"posgen baseline: {len(payload['cells'])} cells of {payload['model']} "
+        f"posgen baseline: {len(payload['cells'])} cells{extra} of {payload['model']} "
         f"written to {args.output}"
     )
     return 0

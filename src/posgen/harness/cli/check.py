@@ -29,7 +29,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=0.0,
         help="regression allowed per cell, in per-document units (nats per word or "
-        "byte; accuracy points); default 0",
+        "byte; accuracy points; nats per token for length cells); default 0",
     )
     parser.add_argument(
         "--alpha",

@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from posgen.perturbations.length import LengthPerturbation, parse_length
+from posgen.results.length_scores import read_records, result_path
 from posgen.results.schema import config_hash
-from posgen.results.store import RunConflictError, atomic_write_json, read_json, slug
+from posgen.results.store import RunConflictError, atomic_write_json, read_json
 
 LENGTH_SCHEMA = 1
 
@@ -83,10 +84,6 @@ def prepare_folder(folder: Path, config: LengthRunConfig) -> None:
             )
         return
     atomic_write_json(path, record)
-
-
-def result_path(folder: Path, scheme: str, document: str) -> Path:
-    return folder / "docs" / slug(scheme) / f"{slug(document)}.json"
 
 
 def _load_groups(schemes: list[LengthPerturbation]) -> dict[str, list[LengthPerturbation]]:
@@ -158,9 +155,5 @@ def run_documents(
 
 def read_results(folder: Path, config: LengthRunConfig) -> list[dict[str, Any]]:
     """Every (scheme, document) record of the run, in config order; missing ones raise."""
-    out = []
-    for scheme in config.parsed_schemes():
-        for doc in config.documents:
-            path = result_path(folder, scheme.to_string(), doc)
-            out.append(read_json(path, f"length result {scheme.to_string()} / {doc}"))
-    return out
+    schemes = [s.to_string() for s in config.parsed_schemes()]
+    return read_records(folder, schemes, list(config.documents))
