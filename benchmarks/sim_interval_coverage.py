@@ -95,7 +95,9 @@ def main_real(run: str, metric: str, reps: int, iters: int) -> None:
         raise SystemExit(f"{run}: no perturbed {metric} cells in its perdoc rows")
     sizes = sorted({len(p[0]) for p in cells.values()})
     print(f"\nreal effects: {len(cells)} {metric} cells of {run} (documents per cell: {sizes})")
-    print(f"{'n':>3} {'log-t pooled':>13} {'worst cell':>11} {'boot-t pooled':>14} {'worst cell':>11}")
+    print(
+        f"{'n':>3} {'log-t pooled':>13} {'worst cell':>11} {'boot-t pooled':>14} {'worst cell':>11}"
+    )
     worst = {}
     for n in SIZES:
         cov = {k: real_coverage(p, n, reps, iters, seed=n) for k, p in cells.items()}
