@@ -18,7 +18,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from hub_fixtures import ARC_DOCS, HELLASWAG_DOCS
-from tiny_models import save_tiny
+from tiny_models import CHAT_TEMPLATE, save_tiny
 
 
 @pytest.fixture(scope="session")
@@ -34,6 +34,21 @@ def tiny_model_dir(tmp_path_factory):
         return made[(arch, seed)]
 
     return make
+
+
+@pytest.fixture(scope="session")
+def chat_model(tiny_model_dir, tmp_path_factory) -> Path:
+    """The tiny Llama with a chat template (``tiny_models.CHAT_TEMPLATE``) in its tokenizer."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    path = tmp_path_factory.mktemp("chat") / "tiny-chat"
+    shutil.copytree(tiny_model_dir("llama", 0), path)
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.chat_template = CHAT_TEMPLATE
+    tok.save_pretrained(path)
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -115,6 +115,12 @@ def save_tiny(path: Path, arch: str = "llama", seed: int = 0) -> Path:
     return path
 
 
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+
 def build_short_context_model(
     arch: str = "llama", max_positions: int = 64, seed: int = 0
 ) -> torch.nn.Module:

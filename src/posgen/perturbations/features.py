@@ -95,16 +95,24 @@ class QKNoise(FeaturePerturbation):
         spans: Sequence[int],
         keys: Sequence[bytes],
         seed: int,
+        slots: Sequence[np.ndarray | None] = (),
     ) -> Any:
-        """``x[b, h, t] + σ·(‖x[b, h, t]‖/√d)·ε[b, h, t]`` for ``t < spans[b]``, ``x``
-        elsewhere; ``x``: torch ``[B, H, T, d]``, ε ~ N(0, I_d) drawn on ``x.device``
-        from row b's stream (shape ``[H, spans[b], d]``)."""
+        """``x[b, h, t] + σ·(‖x[b, h, t]‖/√d)·ε[b, h, t]`` for ``t < spans[b]`` (or t in
+        ``slots[b]`` when given), ``x`` elsewhere; ``x``: torch ``[B, H, T, d]``,
+        ε ~ N(0, I_d) drawn on ``x.device`` from row b's stream (shape ``[H, k, d]`` for
+        its k perturbed tokens)."""
         batch, heads, _, dim = x.shape
         if batch != len(spans):
             raise RuntimeError(f"qk_noise planned {len(spans)} rows, attention got {batch}")
         noise = x.new_zeros(x.shape)
         for b, (span, key) in enumerate(zip(spans, keys, strict=True)):
             stream = self.stream_seed(seed, key, layer, tensor)
-            noise[b, :, :span] = standard_normal(stream, (heads, span, dim), device=x.device)
+            idx = slots[b] if slots else None
+            if idx is None:
+                noise[b, :, :span] = standard_normal(stream, (heads, span, dim), device=x.device)
+            elif idx.size:
+                row = noise[b]  # a view: [H, T, d]
+                draw = standard_normal(stream, (heads, idx.size, dim), device=x.device)
+                row[:, idx.tolist()] = draw.to(row.dtype)
         scale = float(self.sigma) * x.norm(dim=-1, keepdim=True) / math.sqrt(dim)
         return x + scale * noise

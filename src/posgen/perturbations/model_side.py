@@ -46,8 +46,10 @@ class ModelSidePerturbation(Perturbation):
         spans: Sequence[int],
         keys: Sequence[bytes],
         seed: int,
+        slots: Sequence[np.ndarray | None] = (),
     ) -> Any:
         """The perturbed ``x`` (``tensor``: ``"query"`` or ``"key"``, torch ``[B, H, T, d]``)
-        of layer ``layer``; row b is perturbed on its first ``spans[b]`` tokens, keyed by
+        of layer ``layer``; row b is perturbed on its first ``spans[b]`` tokens, or on the
+        tokens ``slots[b]`` when given (the content of a chat-templated context), keyed by
         ``keys[b]`` (``where == "qk"``)."""
         raise NotImplementedError(f"{self.name} does not act on queries and keys")

@@ -14,7 +14,6 @@ import pytest
 import torch
 from lm_eval.api.instance import Instance
 
-from posgen.harness.hf_posgen import model as model_module
 from posgen.harness.hf_posgen import qk_noise
 from posgen.harness.hf_posgen.model import HFPosgenLM
 from posgen.harness.hf_posgen.position_hooks import build_plan, rotary_positions
@@ -25,19 +24,6 @@ from tiny_models import training_text
 @pytest.fixture(scope="module")
 def llama(tiny_model_dir):
     return str(tiny_model_dir("llama"))
-
-
-def spy_plans(monkeypatch) -> list[tuple[torch.Tensor, object]]:
-    """Record (input_ids, plan) of every perturbed forward."""
-    seen = []
-
-    def spying(inps, *args, **kwargs):
-        plan = build_plan(inps, *args, **kwargs)
-        seen.append((inps.clone(), plan))
-        return plan
-
-    monkeypatch.setattr(model_module, "build_plan", spying)
-    return seen
 
 
 def planned_rows(seen):
@@ -53,12 +39,12 @@ def planned_rows(seen):
     [("swap:0.5", None), (None, "rope_noise:0.5"), (None, "qk_noise:0.3")],
 )
 def test_choices_of_a_document_see_one_perturbed_context(
-    llama, hellaswag_requests, monkeypatch, positions, features
+    llama, hellaswag_requests, plans, positions, features
 ):
     lm = HFPosgenLM(
         pretrained=llama, device="cpu", batch_size=3, positions=positions, features=features
     )
-    seen = spy_plans(monkeypatch)
+    seen = plans
     lm.loglikelihood(hellaswag_requests, disable_tqdm=True)
     contexts = {r.doc_id: lm.tok_encode(r.args[0]) for r in hellaswag_requests}
     by_doc = defaultdict(list)
@@ -113,10 +99,10 @@ def test_a_choice_is_scored_under_its_context_perturbation_alone(llama):
         assert score == pytest.approx(expected, rel=1e-5, abs=1e-4)
 
 
-def test_truncated_requests_perturb_the_context_that_remains(llama, monkeypatch):
+def test_truncated_requests_perturb_the_context_that_remains(llama, plans):
     lm = HFPosgenLM(pretrained=llama, device="cpu", batch_size=4, positions="swap:0.5")
     lm._max_length = 40
-    seen = spy_plans(monkeypatch)
+    seen = plans
     context = list(range(3, 63))
     conts = [[70, 71], [80, 81, 82, 83, 84], [90]]
     reqs = [((f"c{i}", "x"), context, cont) for i, cont in enumerate(conts)]
@@ -139,9 +125,9 @@ def test_requests_sharing_tokens_but_not_the_split_get_their_own_forward(llama):
     assert together == alone and lm.logits_cache
 
 
-def test_rolling_perplexity_perturbs_each_whole_window(llama, monkeypatch):
+def test_rolling_perplexity_perturbs_each_whole_window(llama, plans):
     lm = HFPosgenLM(pretrained=llama, device="cpu", batch_size=4, positions="swap:0.5")
-    seen = spy_plans(monkeypatch)
+    seen = plans
     texts = [t[:300] for t in training_text()[:3]]
     lm.loglikelihood_rolling(
         [Instance("loglikelihood_rolling", None, (t,), i) for i, t in enumerate(texts)],

@@ -12,12 +12,9 @@ import pandas as pd
 import pytest
 
 from synthetic_run import cli
+from tiny_models import CHAT_TEMPLATE
 
 TEXT_ONLY = ["--kinds", "text", "--rates", "0,0.5", "--no-progress"]
-TEMPLATE = (
-    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
-)
 
 
 def run(model: Path | str, out: Path, *extra: str) -> int:
@@ -167,18 +164,6 @@ def test_another_num_fewshot_into_the_same_folder_is_refused(fewshot_run, tiny_m
 
 
 # ---------------------------------------------------------------- chat template
-@pytest.fixture(scope="module")
-def chat_model(tiny_model_dir, tmp_path_factory):
-    from transformers import AutoTokenizer
-
-    path = tmp_path_factory.mktemp("chat") / "tiny-chat"
-    shutil.copytree(tiny_model_dir("llama", 0), path)
-    tok = AutoTokenizer.from_pretrained(path)
-    tok.chat_template = TEMPLATE
-    tok.save_pretrained(path)
-    return path
-
-
 def test_a_chat_template_renders_perturbed_content_with_its_tokens_intact(chat_model, tmp_path):
     from transformers import AutoTokenizer
 
@@ -187,7 +172,7 @@ def test_a_chat_template_renders_perturbed_content_with_its_tokens_intact(chat_m
     assert run(chat_model, out, *args) == 0
     tok = AutoTokenizer.from_pretrained(chat_model)
     results, _ = lm_eval_output(out, "posgen_cloze__text_swap_0.5")
-    assert results["chat_template"] == TEMPLATE and results["fewshot_as_multiturn"] is True
+    assert results["chat_template"] == CHAT_TEMPLATE and results["fewshot_as_multiturn"] is True
     base = _contexts(out, "posgen_cloze__none")
     text = _contexts(out, "posgen_cloze__text_swap_0.5")
     for contexts in (base, text):
@@ -199,6 +184,32 @@ def test_a_chat_template_renders_perturbed_content_with_its_tokens_intact(chat_m
     assert any(text[d][1] != base[d][1] for d in text)
     config = json.loads((out / "config.json").read_text())["config"]
     assert config["apply_chat_template"] is True
+
+
+def test_a_position_cell_under_a_chat_template_moves_the_content_only(chat_model, tmp_path):
+    from transformers import AutoTokenizer
+
+    out = tmp_path / "run"
+    args = ["run", "--model", str(chat_model), "--kinds", "position", "--rates", "0,0.5"]
+    args += ["--suite", "posgen_cloze", "--limit", "3", "--apply-chat-template", "--no-progress"]
+    assert cli([*args, "--out", str(out)]) == 0
+    tok = AutoTokenizer.from_pretrained(chat_model)
+    _, samples = lm_eval_output(out, "posgen_cloze__none")
+    contexts = {
+        s["doc"]["doc_id"]: (s["arguments"]["gen_args_0"]["arg_0"], s["doc"]["context"])
+        for s in samples
+    }
+    perdoc = pd.read_parquet(out / "perdoc.parquet")
+    cell = perdoc[(perdoc["kind"] == "position") & (perdoc["rate"] == 0.5)]
+    assert len(cell) == 3
+    for doc, n in zip(cell["doc_key"], cell["realised_n"], strict=True):
+        ctx, own = contexts[doc]
+        whole = len(tok(ctx.rstrip(), add_special_tokens=False)["input_ids"])
+        content = len(tok(own, add_special_tokens=False)["input_ids"])
+        assert (
+            0 < n < whole and abs(n - content) <= 2
+        )  # the document's tokens, give or take a merge
+    assert (cell["realised_fraction_moved"] > 0).all()
 
 
 # ---------------------------------------------------------------- device map

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 
 from posgen.compat import patched
@@ -32,11 +33,13 @@ NO_DOCS: frozenset[DocId] = frozenset()
 
 
 class PaddedRows(NamedTuple):
-    """One padded batch: per row its real length, context length and documents."""
+    """One padded batch: per row its real length, context length, documents and which of
+    its context tokens are content (None: all of them; see :mod:`.chat_content`)."""
 
     lengths: list[int]
     contexts: list[int]
     docs: list[frozenset[DocId]]
+    content: list[np.ndarray | None]
 
 
 def docs_by_arguments(requests: Iterable[Any]) -> dict[tuple, frozenset[DocId]]:
@@ -114,22 +117,26 @@ def recording_window_docs(requests: list[Any]) -> Iterator[dict[tuple[int, ...],
 @contextmanager
 def recording_rows(
     docs_of_row: Callable[[Any], frozenset[DocId]] = lambda request: NO_DOCS,
+    content_of_row: Callable[[Any], np.ndarray | None] = lambda request: None,
 ) -> Iterator[deque[PaddedRows]]:
     """Within the block, every batch HFLM pads with ``pad_and_concat`` leaves in the yielded
-    queue the real length n of each row, the length of its context part and its documents
-    (``docs_of_row(request)``). A row is ``(context + continuation)[-(L+1):][:-1]``, so its
-    context part is ``n − (m − 1)`` for a continuation of m tokens: the context that
-    remains after truncation from the left. HFLM's batcher (``Collator.get_batched``) is
-    watched for the requests of the batch being padded."""
+    queue the real length n of each row, the length of its context part, its documents
+    (``docs_of_row(request)``) and its content mask (``content_of_row(request)``, a mask
+    over the request's whole context, cut here as the context is). A row is
+    ``(context + continuation)[-(L+1):][:-1]``, so its context part is ``n − (m − 1)`` for
+    a continuation of m tokens: the context that remains after truncation from the left.
+    HFLM's batcher (``Collator.get_batched``) is watched for the requests of the batch
+    being padded."""
     queue: deque[PaddedRows] = deque()
-    batched: deque[tuple[list[int], list[frozenset[DocId]]]] = deque()
+    batched: deque[tuple[list[int], list[frozenset[DocId]], list[np.ndarray | None]]] = deque()
 
     def recording_collator(original_collator: type) -> type:
         class RecordingCollator(original_collator):  # type: ignore[misc, valid-type]
             def get_batched(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
                 for chunk in super().get_batched(*args, **kwargs):
                     conts = [len(request[-1]) for request in chunk]
-                    batched.append((conts, [docs_of_row(request) for request in chunk]))
+                    docs = [docs_of_row(request) for request in chunk]
+                    batched.append((conts, docs, [content_of_row(r) for r in chunk]))
                     yield chunk
 
         return RecordingCollator
@@ -139,14 +146,23 @@ def recording_rows(
 
     def record(original_pad, max_length: int, tensors: list[torch.Tensor], *args, **kwargs):
         lengths = [int(t.shape[-1]) for t in tensors]
-        conts, docs = batched.popleft() if batched else ([], [])
+        conts, docs, masks = batched.popleft() if batched else ([], [], [])
         if len(conts) != len(lengths) or any(n < m for n, m in zip(lengths, conts, strict=True)):
             raise RuntimeError(
                 f"hf-posgen could not match the padded rows {lengths} to the continuation "
                 f"lengths {conts} HFLM batched (lm-eval changed its batching code?)"
             )
         contexts = [n - m + 1 for n, m in zip(lengths, conts, strict=True)]
-        queue.append(PaddedRows(lengths, contexts, docs))
+        content = [
+            None if mask is None else mask[len(mask) - c :]  # the context left after the cut
+            for mask, c in zip(masks, contexts, strict=True)
+        ]
+        if any(m is not None and m.size != c for m, c in zip(content, contexts, strict=True)):
+            raise RuntimeError(
+                f"hf-posgen's content masks do not cover the context parts {contexts} of the "
+                "padded rows (lm-eval changed how it truncates contexts?)"
+            )
+        queue.append(PaddedRows(lengths, contexts, docs, content))
         return original_pad(max_length, tensors, *args, **kwargs)
 
     with (

@@ -21,6 +21,10 @@ keeps its positions in order after it, as text perturbations never touch choices
 targets. The context is what remains before the continuation after HFLM's truncation
 from the left. ``loglikelihood_rolling`` perturbs each whole window.
 
+Under a chat template (lm-eval's ``--apply_chat_template``) only the content of the
+context is perturbed: the messages' contents the model rendered, never the template's
+own tokens, which keep their positions (:mod:`.chat_content`).
+
 The model-side spec and seed are part of the results (``config.posgen``) and of every
 ``--use_cache`` key, so a cached answer is never served under another perturbation.
 """
@@ -53,6 +57,7 @@ from posgen.harness.hf_posgen.batch_rows import (
     recording_window_docs,
     row_key,
 )
+from posgen.harness.hf_posgen.chat_content import ChatContents
 from posgen.harness.hf_posgen.position_hooks import build_plan, rotary_positions
 from posgen.harness.length.lambda_attention import lambda_attention
 from posgen.harness.model_family import require_rotary
@@ -181,6 +186,7 @@ class HFPosgenLM(HFLM):
         # called as plan_observer(inps, plan, docs) for every padded loglikelihood batch,
         # docs[b] the documents (task name, lm-eval doc_id) row b belongs to
         self.plan_observer: Any = None
+        self._chat = ChatContents()
         self._perturbation = ModelPerturbation(seed=perturbation.seed)
         self._length = length_scheme
         self.set_perturbation(perturbation.positions, perturbation.features, perturbation.seed)
@@ -240,6 +246,20 @@ class HFPosgenLM(HFLM):
         info["posgen"] = self._perturbation.to_dict()
         return info
 
+    def chat_template(self, chat_template: bool | str = False) -> str | None:
+        """HFLM's; asked for by lm-eval when a run applies a chat template."""
+        if chat_template:
+            self._chat.active = True
+        return super().chat_template(chat_template)
+
+    def apply_chat_template(
+        self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True
+    ) -> str:
+        """HFLM's rendering, remembering where each message's content lies in it."""
+        rendered = super().apply_chat_template(chat_history, add_generation_prompt)
+        self._chat.record(rendered, chat_history)
+        return rendered
+
     def loglikelihood(self, requests: Any, disable_tqdm: bool = False) -> Any:
         """HFLM's, remembering (for the plan observer) which documents ask what."""
         if self.plan_observer is None:
@@ -282,13 +302,24 @@ class HFPosgenLM(HFLM):
             )
         )
         whole = self._whole_rows
-        with recording_rows(lambda request: rows.get(row_key(request, whole), NO_DOCS)) as queue:
+        content = None if whole or not self._chat.active else self._content_mask
+        with recording_rows(
+            lambda request: rows.get(row_key(request, whole), NO_DOCS),
+            content or (lambda request: None),
+        ) as queue:
             self._row_lengths = queue
             try:
                 return super()._loglikelihood_tokens(requests, disable_tqdm, override_bs)
             finally:
                 self._row_lengths = None
                 self.logits_cache = shared_logits
+
+    def _content_mask(self, request: Any) -> Any:
+        """The content mask of a chat-templated request's context tokens."""
+        strings, context_enc, _ = request
+        if strings is None or not strings[0]:
+            return None  # no context string: nothing of a template to keep apart
+        return self._chat.token_mask(self.tokenizer, strings[0], context_enc)
 
     def _detect_batch_size(self, requests: Any = None, pos: int = 0) -> int:
         # Probing batches (all rows full length) are not padded by HFLM; batch_size=auto:N
@@ -309,9 +340,9 @@ class HFPosgenLM(HFLM):
         if not p.changes_model or attn_mask is not None or labels is not None:
             return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
         observed = self._row_lengths is not None and self.plan_observer is not None
-        lengths, spans, docs = self._take_row_lengths(inps)
+        lengths, spans, docs, content = self._take_row_lengths(inps)
         moved = combined_positions(p.positions, p.length)
-        plan = build_plan(inps, lengths, (moved, p.features), p.seed, spans)
+        plan = build_plan(inps, lengths, (moved, p.features), p.seed, spans, content)
         if observed:
             self.plan_observer(inps, plan, docs)
         with ExitStack() as stack:
@@ -330,13 +361,13 @@ class HFPosgenLM(HFLM):
         detection) is unpadded and belongs to no document."""
         batch, width = inps.shape
         if self._row_lengths is None:
-            return PaddedRows([width] * batch, [width] * batch, [NO_DOCS] * batch)
+            return PaddedRows([width] * batch, [width] * batch, [NO_DOCS] * batch, [None] * batch)
         if not self._row_lengths:
             raise RuntimeError(
                 "hf-posgen could not see how HFLM padded this batch (lm-eval "
                 "changed its padding code?); refusing to guess the real tokens"
             )
-        lengths, contexts, docs = self._row_lengths.popleft()
+        lengths, contexts, docs, content = self._row_lengths.popleft()
         if (
             len(lengths) != batch
             or max(lengths) != width
@@ -346,7 +377,9 @@ class HFPosgenLM(HFLM):
                 f"recorded row lengths {lengths} do not match the padded batch "
                 f"of shape {tuple(inps.shape)}"
             )
-        return PaddedRows(lengths, list(lengths) if self._whole_rows else contexts, docs)
+        if self._whole_rows:
+            return PaddedRows(lengths, list(lengths), docs, [None] * batch)
+        return PaddedRows(lengths, contexts, docs, content)
 
     def generate_until(self, requests: Any, disable_tqdm: bool = False) -> Any:
         if self._perturbation.is_set:

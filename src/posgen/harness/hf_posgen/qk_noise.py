@@ -102,7 +102,7 @@ def perturb(x: torch.Tensor, plan: BatchPlan, layer: int, tensor: str) -> torch.
     """``x`` (``[B, H, T, d]``, ``tensor``: ``"query"`` or ``"key"``) after every planned
     qk scheme, in order."""
     for scheme in plan.qk:
-        x = scheme.perturb_qk(x, tensor, layer, plan.spans, plan.keys, plan.seed)
+        x = scheme.perturb_qk(x, tensor, layer, plan.spans, plan.keys, plan.seed, plan.slots)
     return x
 
 

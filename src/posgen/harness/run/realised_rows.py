@@ -14,6 +14,8 @@ tokens with position values ``p`` (shape ``[n]``):
   (``argsort(p)``; see :mod:`posgen.perturbations.order_stats`).
 
 A plan without position values (``qk_noise``) moves no position: its rows carry NaN.
+Under a chat template only the context's content tokens are perturbed, and only they
+count (n is their number; a displacement is in the row's positions).
 
 Each row also keeps the lm-eval documents it served (``docs``: ``[task name, doc_id]``
 pairs, from the model's batch records), so the cell record can give every document its
@@ -54,7 +56,10 @@ class RowRecorder:
             if key in self._items:
                 continue
             values = None if table is None else table[b, :n].astype(np.float64)
-            self._items[key] = row_stats(key, values, n)
+            at = plan.perturbed(b)
+            self._items[key] = row_stats(
+                key, None if values is None else values[at], at.size, at.astype(np.float64)
+            )
             self._rows[key] = (row, values)
 
     def state(self) -> tuple[dict, dict, dict]:
@@ -102,11 +107,14 @@ class RowRecorder:
         return out
 
 
-def row_stats(key: str, values: np.ndarray | None, n: int) -> dict[str, Any]:
-    """Realised statistics of one row of n tokens given position ``values`` (``[n]``)."""
+def row_stats(
+    key: str, values: np.ndarray | None, n: int, at: np.ndarray | None = None
+) -> dict[str, Any]:
+    """Realised statistics of n perturbed tokens given their position ``values``
+    (``[n]``) and their unperturbed positions ``at`` (default ``0..n−1``)."""
     if values is None:
         return {"key": key, "n": n, **dict.fromkeys(_STATS, math.nan)}
-    delta = values - np.arange(n, dtype=np.float64)
+    delta = values - (np.arange(n, dtype=np.float64) if at is None else at)
     moved = delta != 0
     order = order_stats(np.argsort(values, kind="stable"), int(moved.sum()))
     return {

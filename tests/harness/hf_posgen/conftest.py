@@ -1,0 +1,22 @@
+"""Fixtures of the hf-posgen tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from posgen.harness.hf_posgen import model as model_module
+from posgen.harness.hf_posgen.position_hooks import build_plan
+
+
+@pytest.fixture
+def plans(monkeypatch) -> list:
+    """Filled with ``(input_ids, plan)`` of every perturbed forward hf-posgen runs."""
+    seen = []
+
+    def spying(inps, *args, **kwargs):
+        plan = build_plan(inps, *args, **kwargs)
+        seen.append((inps.clone(), plan))
+        return plan
+
+    monkeypatch.setattr(model_module, "build_plan", spying)
+    return seen
