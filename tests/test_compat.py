@@ -99,6 +99,36 @@ def test_attn_implementation_reads_the_config_and_fails_clearly():
         compat.attn_implementation(type("M", (), {"config": object()})())
 
 
+class _SwitchingModel:
+    """Takes the implementations in ``accepts`` and ignores any other."""
+
+    def __init__(self, accepts: set[str]) -> None:
+        self.config = type("Config", (), {"_attn_implementation": "sdpa"})()
+        self.accepts = accepts
+
+    def set_attn_implementation(self, name: str) -> None:
+        if name in self.accepts:
+            self.config._attn_implementation = name
+
+
+def test_attention_implementation_is_restored_even_on_error():
+    model = _SwitchingModel({"sdpa", "mine"})
+    with compat.attention_implementation(model, "mine") as original:
+        assert (original, compat.attn_implementation(model)) == ("sdpa", "mine")
+    assert compat.attn_implementation(model) == "sdpa"
+    with pytest.raises(KeyError), compat.attention_implementation(model, "mine"):
+        raise KeyError("inside")
+    assert compat.attn_implementation(model) == "sdpa"
+
+
+def test_a_model_that_ignores_a_registered_implementation_is_refused():
+    model = _SwitchingModel({"sdpa"})
+    refused = pytest.raises(compat.CompatError, match="does not accept a registered attention")
+    with refused, compat.attention_implementation(model, "mine"):
+        raise AssertionError("the block must not run")
+    assert compat.attn_implementation(model) == "sdpa"
+
+
 def test_transformers_configs_still_carry_attn_implementation():
     from transformers import LlamaConfig
 

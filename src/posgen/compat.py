@@ -79,6 +79,27 @@ class CompatError(RuntimeError):
     """An lm-eval or transformers internal that posgen relies on is missing."""
 
 
+@contextmanager
+def attention_implementation(model: Any, name: str) -> Iterator[str]:
+    """Within the block, ``model`` runs the attention implementation ``name`` (one
+    registered with ``transformers.AttentionInterface``); its own is restored on exit,
+    also after an error. Yields the name of its own. Raises :class:`CompatError` when the
+    model does not take a registered implementation."""
+    original = attn_implementation(model)
+    try:
+        if original != name:
+            model.set_attn_implementation(name)
+        if attn_implementation(model) != name:
+            raise CompatError(
+                f"{type(model).__name__} does not accept a registered attention "
+                f"function (AttentionInterface {name!r})"
+            )
+        yield original
+    finally:
+        if attn_implementation(model) != original:
+            model.set_attn_implementation(original)
+
+
 class UnsupportedLmEvalError(RuntimeError):
     """The installed lm-eval is not the release posgen is tested with."""
 

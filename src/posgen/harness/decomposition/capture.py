@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from posgen.compat import attn_implementation, internal
+from posgen.compat import attention_implementation, internal
 from posgen.harness.model_family import family_of
 
 CAPTURE_NAME = "posgen_capture"
@@ -170,26 +170,18 @@ def capture_attention(model: torch.nn.Module, consumer: Consumer) -> Iterator[No
     def keep_position_embeddings(module, args, kwargs):
         state.position_embeddings[id(module)] = kwargs.get("position_embeddings")
 
-    original = attn_implementation(model)
     hooks = [
         m.register_forward_pre_hook(keep_position_embeddings, with_kwargs=True) for m in modules
     ]
     _ACTIVE.update({id(m): state for m in modules})
     try:
-        model.set_attn_implementation(CAPTURE_NAME)
-        if attn_implementation(model) != CAPTURE_NAME:
-            raise RuntimeError(
-                f"{type(model).__name__} does not accept a registered attention "
-                "function (AttentionInterface); posgen cannot capture it"
-            )
-        yield
+        with attention_implementation(model, CAPTURE_NAME):
+            yield
     finally:
         for hook in hooks:
             hook.remove()
         for m in modules:
             _ACTIVE.pop(id(m), None)
-        if attn_implementation(model) != original:
-            model.set_attn_implementation(original)
 
 
 def capture_forward(

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from transformers import AttentionInterface, AttentionMaskInterface
 
-from posgen.compat import attn_implementation, internal
+from posgen.compat import attention_implementation, attn_implementation, internal
 from posgen.harness.hf_posgen.position_hooks import BatchPlan
 from posgen.harness.model_family import family_of
 
@@ -110,14 +110,10 @@ def perturb(x: torch.Tensor, plan: BatchPlan, layer: int, tensor: str) -> torch.
 def qk_noise_active(model: torch.nn.Module, plan: BatchPlan) -> Iterator[None]:
     """Within the block, ``model`` runs the qk-noise wrapper of its own attention
     implementation with ``plan``; the implementation is restored on exit."""
-    original = attn_implementation(model)
-    name = register(base_of(original))
+    name = register(base_of(attn_implementation(model)))
     token = _ACTIVE.set(plan)
     try:
-        if original != name:
-            model.set_attn_implementation(name)
-        yield
+        with attention_implementation(model, name):
+            yield
     finally:
-        if attn_implementation(model) != original:
-            model.set_attn_implementation(original)
         _ACTIVE.reset(token)

@@ -46,7 +46,7 @@ from typing import Any
 import torch
 from transformers import AttentionInterface, AttentionMaskInterface
 
-from posgen.compat import attn_implementation, internal
+from posgen.compat import attention_implementation, attn_implementation, internal
 from posgen.harness.model_family import family_of, require_rotary, rotary_modules
 from posgen.perturbations.length import LengthLambda
 
@@ -340,16 +340,12 @@ def lambda_attention(
         state.fixed = None
         state.masks.clear()
 
-    original = attn_implementation(model)
-    name = register(base_of(original))
+    name = register(base_of(attn_implementation(model)))
     handle = modules[0].register_forward_hook(hook, with_kwargs=True)
     token = _ACTIVE.set(state)
     try:
-        if original != name:
-            model.set_attn_implementation(name)
-        yield
+        with attention_implementation(model, name):
+            yield
     finally:
         handle.remove()
-        if attn_implementation(model) != original:
-            model.set_attn_implementation(original)
         _ACTIVE.reset(token)
