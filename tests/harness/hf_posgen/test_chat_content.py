@@ -168,3 +168,18 @@ def test_token_mask_needs_the_tokens_hflm_encoded(chat_model):
     assert "<|" not in content
     with pytest.raises(ChatContentError, match="differ"):
         chat.token_mask(tok, rendered, [*ids[:-1], ids[-1] + 1])
+
+
+def test_a_template_that_rewrites_content_fails_only_a_perturbed_cell(
+    chat_model, posgen_tm, local_data
+):
+    from tiny_models import CHAT_TEMPLATE
+
+    lm = HFPosgenLM(pretrained=str(chat_model), device="cpu", batch_size=4)
+    lm.tokenizer.chat_template = CHAT_TEMPLATE.replace("m['content']", "m['content'] | upper")
+    requests = chat_requests(lm, posgen_tm, local_data, fewshot=0)
+    assert requests[0].args[0].split("\n")[1].split("<|")[0].isupper()
+    assert len(lm.loglikelihood(requests, disable_tqdm=True)) == len(requests)  # unperturbed
+    lm.set_perturbation("swap:0.5")
+    with pytest.raises(ChatContentError, match="verbatim"):
+        lm.loglikelihood(requests, disable_tqdm=True)

@@ -73,14 +73,16 @@ class ChatContents:
 
     def __init__(self) -> None:
         self.active = False  # lm-eval asked for a chat template
+        self._messages: dict[str, list[dict[str, Any]]] = {}
         self._spans: dict[str, list[Span]] = {}
         self._masks: dict[tuple[str, tuple[int, ...]], np.ndarray] = {}
 
     def record(self, rendered: str, messages: Sequence[dict[str, Any]]) -> None:
-        """Remember ``rendered``, the template applied to ``messages``."""
+        """Remember ``rendered``, the template applied to ``messages``. The contents are
+        located only when a perturbed forward needs them (an unperturbed cell never
+        does, whatever the template)."""
         self.active = True
-        if rendered not in self._spans:
-            self._spans[rendered] = content_spans(rendered, messages)
+        self._messages.setdefault(rendered, [dict(m) for m in messages])
 
     def token_mask(self, tokenizer: Any, context: str, context_enc: Sequence[int]) -> np.ndarray:
         """Boolean mask over ``context_enc``: which tokens are content. ``context`` is the
@@ -94,13 +96,16 @@ class ChatContents:
         return mask
 
     def _token_mask(self, tokenizer: Any, context: str, ids: tuple[int, ...]) -> np.ndarray:
-        spans = self._spans.get(context)
-        if spans is None:
+        messages = self._messages.get(context)
+        if messages is None:
             raise ChatContentError(
                 "a chat-templated context reached hf-posgen that it did not render in "
                 "this process (lm-eval's request cache, --cache_requests?), so it cannot "
                 "tell the content from the template's tokens; run without the request cache"
             )
+        spans = self._spans.get(context)
+        if spans is None:
+            spans = self._spans[context] = content_spans(context, messages)
         text = context.rstrip()
         if not getattr(tokenizer, "is_fast", False):
             raise ChatContentError(
