@@ -183,3 +183,14 @@ def test_a_template_that_rewrites_content_fails_only_a_perturbed_cell(
     lm.set_perturbation("swap:0.5")
     with pytest.raises(ChatContentError, match="verbatim"):
         lm.loglikelihood(requests, disable_tqdm=True)
+
+
+def test_a_row_without_content_tokens_keeps_every_position():
+    from posgen.harness.hf_posgen.position_hooks import build_plan
+
+    ids = torch.arange(1, 13).reshape(2, 6)
+    content = [np.zeros(4, dtype=bool), np.array([False, True, True, True])]
+    plan = build_plan(ids, [6, 6], [parse("position", "shuffle")], 3, [4, 4], content)
+    assert torch.equal(plan.positions[0], torch.arange(6))
+    assert torch.equal(plan.positions[1, [0, 4, 5]], torch.tensor([0, 4, 5]))
+    assert sorted(plan.positions[1, 1:4].tolist()) == [1, 2, 3]

@@ -131,11 +131,13 @@ def _position_table(
     table = np.tile(np.arange(width, dtype=np.float64), (len(rows), 1))
     integral = True
     for b, (row, span, idx) in enumerate(zip(rows, spans, slots, strict=True)):
+        if idx is not None and not idx.size:
+            continue  # no content token: nothing of the row moves
         for scheme in schemes:
             if idx is None:
                 offsets = scheme.draw(row, span, seed)
                 table[b, : row.size] += offsets
-            elif idx.size:
+            else:
                 offsets = _slot_offsets(scheme, scheme.draw(row[idx], idx.size, seed), idx)
                 table[b, idx] += offsets
             integral = integral and offsets.dtype.kind in "iu"
