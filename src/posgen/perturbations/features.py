@@ -108,11 +108,9 @@ class QKNoise(FeaturePerturbation):
         for b, (span, key) in enumerate(zip(spans, keys, strict=True)):
             stream = self.stream_seed(seed, key, layer, tensor)
             idx = slots[b] if slots else None
-            if idx is None:
-                noise[b, :, :span] = standard_normal(stream, (heads, span, dim), device=x.device)
-            elif idx.size:
-                row = noise[b]  # a view: [H, T, d]
-                draw = standard_normal(stream, (heads, idx.size, dim), device=x.device)
-                row[:, idx.tolist()] = draw.to(row.dtype)
+            at, k = (slice(0, span), span) if idx is None else (idx.tolist(), idx.size)
+            if k:
+                draw = standard_normal(stream, (heads, k, dim), device=x.device)
+                noise[b][:, at] = draw.to(noise.dtype)  # noise[b] is a view
         scale = float(self.sigma) * x.norm(dim=-1, keepdim=True) / math.sqrt(dim)
         return x + scale * noise

@@ -74,7 +74,6 @@ class ChatContents:
     def __init__(self) -> None:
         self.active = False  # lm-eval asked for a chat template
         self._messages: dict[str, list[dict[str, Any]]] = {}
-        self._spans: dict[str, list[Span]] = {}
         self._masks: dict[tuple[str, tuple[int, ...]], np.ndarray] = {}
 
     def record(self, rendered: str, messages: Sequence[dict[str, Any]]) -> None:
@@ -103,9 +102,7 @@ class ChatContents:
                 "this process (lm-eval's request cache, --cache_requests?), so it cannot "
                 "tell the content from the template's tokens; run without the request cache"
             )
-        spans = self._spans.get(context)
-        if spans is None:
-            spans = self._spans[context] = content_spans(context, messages)
+        spans = content_spans(context, messages)
         text = context.rstrip()
         if not getattr(tokenizer, "is_fast", False):
             raise ChatContentError(

@@ -302,10 +302,8 @@ class HFPosgenLM(HFLM):
             )
         )
         whole = self._whole_rows
-        content = None if whole or not self._chat.active else self._content_mask
         with recording_rows(
-            lambda request: rows.get(row_key(request, whole), NO_DOCS),
-            content or (lambda request: None),
+            lambda request: rows.get(row_key(request, whole), NO_DOCS), self._content_mask
         ) as queue:
             self._row_lengths = queue
             try:
@@ -315,10 +313,11 @@ class HFPosgenLM(HFLM):
                 self.logits_cache = shared_logits
 
     def _content_mask(self, request: Any) -> Any:
-        """The content mask of a chat-templated request's context tokens."""
+        """The content mask of a chat-templated request's context tokens (None: no chat
+        template, a rolling window, or no context string: every context token counts)."""
         strings, context_enc, _ = request
-        if strings is None or not strings[0]:
-            return None  # no context string: nothing of a template to keep apart
+        if not self._chat.active or self._whole_rows or strings is None or not strings[0]:
+            return None
         return self._chat.token_mask(self.tokenizer, strings[0], context_enc)
 
     def _detect_batch_size(self, requests: Any = None, pos: int = 0) -> int:
@@ -377,9 +376,7 @@ class HFPosgenLM(HFLM):
                 f"recorded row lengths {lengths} do not match the padded batch "
                 f"of shape {tuple(inps.shape)}"
             )
-        if self._whole_rows:
-            return PaddedRows(lengths, list(lengths), docs, [None] * batch)
-        return PaddedRows(lengths, contexts, docs, content)
+        return PaddedRows(lengths, list(lengths) if self._whole_rows else contexts, docs, content)
 
     def generate_until(self, requests: Any, disable_tqdm: bool = False) -> Any:
         if self._perturbation.is_set:
