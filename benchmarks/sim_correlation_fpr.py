@@ -19,7 +19,7 @@ import time
 import numpy as np
 from scipy import stats
 
-from posgen.results.association import MIN_CLAIM, permutation_correlation
+from posgen.results.scores.association import MIN_CLAIM, permutation_correlation
 
 
 def bootstrap_excludes_zero(rng, x, y, iters: int = 500) -> bool:

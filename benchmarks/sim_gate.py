@@ -34,7 +34,7 @@ import time
 
 import numpy as np
 
-from posgen.results.gate import compare
+from posgen.results.gate.check import compare
 
 DEFAULT = {
     "rates": (0.01, 0.02, 0.05, 0.1, 0.2, 0.5),

@@ -18,8 +18,8 @@ import time
 
 import numpy as np
 
-from posgen.results.intervals import ratio_interval
-from posgen.results.scoring import paired_bootstrap
+from posgen.results.scores.scoring import paired_bootstrap
+from posgen.results.stats.intervals import ratio_interval
 
 SIZES = (6, 12, 24, 48)
 EFFECTS = ("normal", "lognormal CV .5", "lognormal CV 1")
@@ -61,8 +61,8 @@ def coverage(kind: str, n: int, seeds: int, reps: int, iters: int) -> dict[str, 
 
 def real_cells(run: str, metric: str) -> dict[str, tuple[np.ndarray, ...]]:
     """``{cell name: (bll, bw, pll, pw)}`` for every perturbed ``metric`` cell of a run."""
-    from posgen.results.store import RunStore
-    from posgen.results.tidy import perdoc_rows
+    from posgen.results.folder.store import RunStore
+    from posgen.results.tables.tidy import perdoc_rows
 
     perdoc = perdoc_rows(RunStore.open(run).read_cells())
     perdoc = perdoc[perdoc["metric"] == metric]

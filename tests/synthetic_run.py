@@ -15,9 +15,9 @@ import numpy as np
 import pandas as pd
 
 from posgen import __version__
-from posgen.results.schema import SCHEMA_VERSION
-from posgen.results.store import RunStore
-from posgen.results.tidy import cell_record
+from posgen.results.folder.schema import SCHEMA_VERSION
+from posgen.results.folder.store import RunStore
+from posgen.results.tables.tidy import cell_record
 
 RATES = [0.05, 0.2, 0.5]
 SIGMAS = [0.5, 2.0]
@@ -292,8 +292,8 @@ def add_length(
     from pathlib import Path
 
     from posgen.harness.length.runner import LengthRunConfig, prepare_folder
-    from posgen.results.length_scores import result_path
-    from posgen.results.store import atomic_write_json, slug
+    from posgen.results.folder.store import atomic_write_json, slug
+    from posgen.results.scores.length import result_path
 
     fields = {
         "model": f"/models/{label}",

@@ -85,3 +85,33 @@ def test_no_import_cycles_between_modules():
                     seen.add(nxt)
                     stack.append((nxt, [*trail, nxt]))
     assert not cycles, "\n".join(sorted(set(cycles))[:10])
+
+
+def _results_subpackage(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[:2] == ["posgen", "results"] else None
+
+
+def test_results_subpackages_import_only_their_own_and_lower_ones():
+    from posgen.results import LAYERS
+
+    found = {p.name for p in (SRC / "results").iterdir() if (p / "__init__.py").exists()}
+    assert found == set(LAYERS), "a results/ subpackage is missing from results.LAYERS"
+    loose = [p.name for p in (SRC / "results").glob("*.py") if p.name != "__init__.py"]
+    assert not loose, f"modules outside the subpackages: {loose}"
+    bad = []
+    for name, path in MODULES.items():
+        own = _results_subpackage(name)
+        if own is None:
+            continue
+        for target in imports(path):
+            other = _results_subpackage(target)
+            if other and other != own and LAYERS[other] >= LAYERS[own]:
+                bad.append(f"{name} ({own}) imports {target} ({other})")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_subpackage_check_sees_a_sideways_import(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("from posgen.results.report.build import regenerate\n")
+    assert _results_subpackage(next(iter(imports(f)))) == "report"

@@ -3,7 +3,7 @@
 A perturbed task adds :data:`DOC_ID` (``posgen_doc_id``) to every document it perturbs:
 the document's source id, so that its perturbed and unperturbed results pair. The source
 id of a document is the first of :data:`ID_KEYS` whose values are unique over the split,
-else ``"<split>:<index>"``. Light: no lm-eval import (``posgen.results.tidy`` uses it).
+else ``"<split>:<index>"``. Light: no lm-eval import (``posgen.results.tables.tidy`` uses it).
 """
 
 from __future__ import annotations

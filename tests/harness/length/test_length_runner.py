@@ -15,7 +15,7 @@ from posgen.harness.length.apply import length_forward, load_model
 from posgen.harness.length.drift import drift_capture, token_cosines
 from posgen.harness.length.nll import bucket_sums, position_nll
 from posgen.perturbations.length import LengthLambda, LengthNone, LengthScale, LengthYarn
-from posgen.results.store import RunConflictError
+from posgen.results.folder.store import RunConflictError
 
 C = 64
 
@@ -159,9 +159,9 @@ def test_bad_input_is_refused_with_a_message(tiny_path, tmp_path, args, match):
 
 def test_run_for_models_writes_length_folders_and_report_blocks(tiny_path, tmp_path, monkeypatch):
     from posgen.harness.length import command
-    from posgen.results import report
-    from posgen.results.length_report import run_blocks
-    from posgen.results.tidy import length_tables
+    from posgen.results.report import build as report
+    from posgen.results.report.length import run_blocks
+    from posgen.results.tables.tidy import length_tables
 
     monkeypatch.setattr(report, "regenerate", lambda root: {"root": root})
     models = [
@@ -179,8 +179,8 @@ def test_run_for_models_writes_length_folders_and_report_blocks(tiny_path, tmp_p
     assert kinds == ["h", "p", "table", "p", "img", "p", "table"]
     # the gate reads the same folder: per document, excess = mean NLL past C - reference,
     # with the effective length's reference
-    from posgen.results.length_gate import length_section
-    from posgen.results.length_scores import read_records
+    from posgen.results.gate.length import length_section
+    from posgen.results.scores.length import read_records
 
     section = length_section(tmp_path, "tiny")
     assert (

@@ -14,7 +14,7 @@ import pytest
 from posgen.harness.cli import run as run_cli
 from posgen.harness.run.config import Cell, RunConfig
 from posgen.harness.run.plan import plan_cells, resolve_config
-from posgen.results.schema import config_hash
+from posgen.results.folder.schema import config_hash
 
 BEFORE = json.loads((Path(__file__).parent / "data" / "plan_before_dataclasses.json").read_text())
 

@@ -6,7 +6,7 @@ import argparse
 
 from posgen.harness.cli.run import configure_parser
 from posgen.harness.run.plan import plan_cells, resolve_config
-from posgen.results.schema import config_hash
+from posgen.results.folder.schema import config_hash
 
 
 def _config(*extra: str):

@@ -12,7 +12,7 @@ from lm_eval.api.instance import Instance
 from posgen.harness.hf_posgen.model import HFPosgenLM
 from posgen.harness.run.realised_rows import RowRecorder, row_stats
 from posgen.perturbations import parse
-from posgen.results.tidy import realised_record
+from posgen.results.tables.tidy import realised_record
 from tiny_models import training_text
 
 TEXTS = [t[: 40 + 30 * i] for i, t in enumerate(training_text()[:12])]

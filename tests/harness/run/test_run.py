@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from posgen.results.schema import RESULT_COLUMNS, SCHEMA_VERSION
+from posgen.results.folder.schema import RESULT_COLUMNS, SCHEMA_VERSION
 from synthetic_run import cli
 
 TINY_ARGS = [
@@ -226,7 +226,7 @@ def test_an_unreachable_hub_id_is_refused_before_loading(tmp_path, monkeypatch, 
 
 
 def test_a_locked_run_folder_is_refused(tiny_model_dir, tmp_path, monkeypatch, capsys):
-    from posgen.results.run_lock import RunLock
+    from posgen.results.folder.lock import RunLock
 
     _refuse_model_load(monkeypatch)
     with RunLock(tmp_path / "out"):

@@ -1,5 +1,5 @@
 """``posgen baseline RUN -o FILE``: store a model's per-document degradations, and with
-``posgen run --length`` its per-document NLL excess past C (see :mod:`posgen.results.gate`)."""
+``posgen run --length`` its per-document NLL excess past C (see :mod:`posgen.results.gate.check`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from posgen.results.gate import GateInputError, baseline_payload
+from posgen.results.gate.check import GateInputError, baseline_payload
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -19,8 +19,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from posgen.results.schema import SchemaError
-    from posgen.results.store import atomic_write_json
+    from posgen.results.folder.schema import SchemaError
+    from posgen.results.folder.store import atomic_write_json
 
     try:
         payload = baseline_payload(args.run, args.model)

@@ -1,5 +1,5 @@
 """``posgen check RUN --baseline FILE``: the CI gate; exit 0 pass, 1 a measured regression,
-2 invalid input (see :mod:`posgen.results.gate`)."""
+2 invalid input (see :mod:`posgen.results.gate.check`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from posgen.results.gate import (
+from posgen.results.gate.check import (
     GateInputError,
     baseline_payload,
     compare,
@@ -51,8 +51,8 @@ def _writable(path: Path | None) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from posgen.results.schema import SchemaError
-    from posgen.results.store import atomic_write_text
+    from posgen.results.folder.schema import SchemaError
+    from posgen.results.folder.store import atomic_write_text
 
     try:
         _writable(args.junit_xml)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from posgen.results.compare import compare_runs
+from posgen.results.report.compare import compare_runs
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -15,7 +15,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from posgen.results.schema import SchemaError
+    from posgen.results.folder.schema import SchemaError
 
     try:
         text = compare_runs(args.run_a, args.run_b)

@@ -1,5 +1,5 @@
 """``posgen ingest DIR... --out RUN``: a run folder (tables, scores, report) from lm-eval
-output folders written with ``--log_samples`` (see :mod:`posgen.results.ingest`)."""
+output folders written with ``--log_samples`` (see :mod:`posgen.results.ingest.folders`)."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from posgen.results.ingest import ingest
-    from posgen.results.schema import SchemaError
-    from posgen.results.store import RunConflictError
+    from posgen.results.folder.schema import SchemaError
+    from posgen.results.folder.store import RunConflictError
+    from posgen.results.ingest.folders import ingest
 
     if not (args.threshold > 0 and args.threshold_acc > 0):
         print("posgen ingest: --threshold and --threshold-acc must be > 0", file=sys.stderr)

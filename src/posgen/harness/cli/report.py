@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from posgen.results.report import regenerate
+from posgen.results.report.build import regenerate
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -14,7 +14,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from posgen.results.schema import SchemaError
+    from posgen.results.folder.schema import SchemaError
 
     status = 0
     for run in args.runs:

@@ -146,8 +146,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"posgen run: {e}", file=sys.stderr)
         return 2
     from posgen.harness.run.launch import Launch
-    from posgen.results.run_lock import RunLockedError
-    from posgen.results.store import RunConflictError
+    from posgen.results.folder.lock import RunLockedError
+    from posgen.results.folder.store import RunConflictError
 
     launch = Launch.detect()  # one process, or every rank of accelerate launch / torchrun
     if launch.is_main:
@@ -173,8 +173,8 @@ def main(args: argparse.Namespace) -> int:
 
 def _lock(stack: contextlib.ExitStack, out: Path) -> bool | str:
     """Rank 0: check and lock the run folder; True if this run created it, or the refusal."""
-    from posgen.results.run_lock import RunLock, RunLockedError
-    from posgen.results.store import RunConflictError, check_run_folder
+    from posgen.results.folder.lock import RunLock, RunLockedError
+    from posgen.results.folder.store import RunConflictError, check_run_folder
 
     try:
         check_run_folder(out)  # before the lock file is put into someone else's folder
@@ -193,7 +193,7 @@ def _run_locked(args: argparse.Namespace, config, out: Path, fresh: bool, launch
     """The run, with the folder's lock held; a folder this run created is removed again
     if the run fails before anything finished (no half-made run folder is left)."""
     from posgen.harness.run.sweep import run_sweep
-    from posgen.results.store import RunConflictError, RunStore
+    from posgen.results.folder.store import RunConflictError, RunStore
 
     store = None
     try:

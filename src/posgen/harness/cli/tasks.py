@@ -70,7 +70,7 @@ def _perturbation(args: argparse.Namespace) -> Any:
 
 
 def _list() -> int:
-    from posgen.results.scoring import primary_metric
+    from posgen.results.scores.scoring import primary_metric
     from posgen.tasks import family, naming, offline
     from posgen.tasks.content_fields import KNOWN_FIELDS
 

@@ -22,7 +22,7 @@ def plot_r_heatmap(
     table: pd.DataFrame, path: Path, column: str = "r_3axis", title: str = ""
 ) -> None:
     """Layer × head heatmap of ``column`` averaged over documents (the report's figure)."""
-    from posgen.results.plots import r_heatmap
+    from posgen.results.report.plots import r_heatmap
 
     _save(r_heatmap(table, column=column, title=title), path)
 
@@ -31,7 +31,7 @@ def plot_head_map(actual: np.ndarray, fitted: np.ndarray, path: Path, title: str
     """One head's actual logits beside a[i−j] + b[i] + c[j] (NaN = not fitted, blank)."""
     import numpy as np
 
-    from posgen.results.plots import new_figure
+    from posgen.results.report.plots import new_figure
 
     fig, grid = new_figure(1, 2, figsize=(10, 4.6))
     axes = grid[0]
@@ -59,7 +59,7 @@ def plot_lines(
     logx: bool = False,
 ) -> None:
     """Lines of ``ys`` against ``x`` (one line per ``group`` value and y column)."""
-    from posgen.results.plots import new_figure
+    from posgen.results.report.plots import new_figure
 
     fig, axes = new_figure(1, len(ys), figsize=(4.2 * len(ys), 3.4))
     groups = frame.groupby(group, sort=False) if group else [("", frame)]

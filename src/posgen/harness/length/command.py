@@ -135,9 +135,9 @@ def main(args: argparse.Namespace) -> int:
     from posgen.atomic import atomic_write_bytes, atomic_write_text
     from posgen.harness.embedded import resolve_pretrained
     from posgen.harness.length.runner import prepare_folder, read_results, run_documents
-    from posgen.results.length_report import curves_png, markdown
-    from posgen.results.length_scores import score_length
-    from posgen.results.store import atomic_write_json
+    from posgen.results.folder.store import atomic_write_json
+    from posgen.results.report.length import curves_png, markdown
+    from posgen.results.scores.length import score_length
     from posgen.tasks.long_documents import long_documents
 
     _check_specs(args)
@@ -171,8 +171,8 @@ def main(args: argparse.Namespace) -> int:
 def run_for_models(run_root: Path, models: list[dict], schemes: str) -> dict[str, Path]:
     """``posgen run --length``: a length run per (non random-init) model of a sweep into
     ``RUN/length/<model>/``, then the sweep's report is rebuilt to include it."""
-    from posgen.results.report import regenerate
-    from posgen.results.store import slug
+    from posgen.results.folder.store import slug
+    from posgen.results.report.build import regenerate
 
     parser = argparse.ArgumentParser()
     configure_parser(parser)

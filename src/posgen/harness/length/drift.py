@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from posgen.results.length_drift import DriftSums
+from posgen.results.scores.length_drift import DriftSums
 
 
 def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:

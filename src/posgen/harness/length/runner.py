@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from posgen.perturbations.length import LengthPerturbation, parse_length
-from posgen.results.length_scores import read_records, result_path
-from posgen.results.schema import config_hash
-from posgen.results.store import RunConflictError, atomic_write_json, read_json
+from posgen.results.folder.schema import config_hash
+from posgen.results.folder.store import RunConflictError, atomic_write_json, read_json
+from posgen.results.scores.length import read_records, result_path
 
 LENGTH_SCHEMA = 1
 
@@ -56,7 +56,7 @@ class LengthRunConfig:
             raise ValueError("give at least one scheme and one document")
         if not (self.threshold > 0 and math.isfinite(self.threshold)):
             raise ValueError(f"threshold must be a finite number > 0, got {self.threshold}")
-        from posgen.results.length_scores import reference_buckets
+        from posgen.results.scores.length import reference_buckets
 
         reference_buckets(self.bucket_width, self.n_buckets, self.trained_context)
 

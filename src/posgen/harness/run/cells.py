@@ -19,7 +19,7 @@ from posgen import __version__
 from posgen.compat import evaluation_tracker
 from posgen.harness.run.config import Cell, ModelEntry, RunConfig
 from posgen.harness.run.launch import Launch
-from posgen.results.store import RunStore, atomic_write_parquet, slug
+from posgen.results.folder.store import RunStore, atomic_write_parquet, slug
 
 _ENV_INFO: dict[str, Any] = {}
 _GIT_HASH: list[Any] = []
@@ -238,7 +238,7 @@ class ModelSession:
         import lm_eval
 
         from posgen.harness.run.realised_rows import RowRecorder
-        from posgen.results.tidy import cell_record
+        from posgen.results.tables.tidy import cell_record
 
         cfg = self.config
         self.lm.set_perturbation(positions=cell.positions, features=cell.features, seed=cell.seed)

@@ -77,7 +77,7 @@ class ModelEntry:
         return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
 
     def info(self) -> dict[str, Any]:
-        """The model columns of every result row (``posgen.results.tidy``)."""
+        """The model columns of every result row (``posgen.results.tables.tidy``)."""
         return {
             "model_path": str(self.path),
             "model_revision": self.revision,
@@ -116,7 +116,7 @@ class Decompose:
 
 @dataclass(frozen=True)
 class Scoring:
-    """Tolerance thresholds and the bootstrap of ``posgen.results.scoring``."""
+    """Tolerance thresholds and the bootstrap of ``posgen.results.scores.scoring``."""
 
     threshold_ppl: float
     threshold_acc: float
@@ -234,7 +234,7 @@ class Cell:
     features: str | None = None
 
     def record(self) -> dict[str, Any]:
-        """The cell's columns of its stored record (``posgen.results.tidy.cell_record``)."""
+        """The cell's columns of its stored record (``posgen.results.tables.tidy.cell_record``)."""
         return {
             "task": self.task,
             "lm_eval_task": self.lm_eval_task,

@@ -28,8 +28,8 @@ from posgen.harness.run.options import (
 )
 from posgen.perturbations import PerturbationError, registry
 from posgen.perturbations.seeding import DEFAULT_SEED
-from posgen.results.labels import short_labels
-from posgen.results.schema import SCHEMA_VERSION, rate_label
+from posgen.results.folder.labels import short_labels
+from posgen.results.folder.schema import SCHEMA_VERSION, rate_label
 
 # The sweep grids. Rates: fraction of words (text) or positions (position) moved;
 # sigmas: std of the Gaussian jitter of each position before RoPE, in positions.

@@ -19,7 +19,7 @@ count (n is their number; a displacement is in the row's positions).
 
 Each row also keeps the lm-eval documents it served (``docs``: ``[task name, doc_id]``
 pairs, from the model's batch records), so the cell record can give every document its
-own realised amount (:func:`posgen.results.realised.document_items`).
+own realised amount (:func:`posgen.results.tables.realised.document_items`).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class RowRecorder:
         return self
 
     def realised(self) -> dict[str, Any]:
-        """``{"unit": "row", "items": [...]}`` sorted by key (see posgen.results.realised);
+        """``{"unit": "row", "items": [...]}`` sorted by key (see posgen.results.tables.realised);
         each item's ``docs``: the ``[task name, doc_id]`` pairs the row served, sorted."""
         return {
             "unit": "row",

@@ -1,7 +1,7 @@
 """The run: the perturbation sweep, the decomposition fit, scoring and the report.
 
 For every model: one load, then one lm-eval evaluation per cell, each written to the run
-folder as soon as it finishes (see :mod:`posgen.results.store`):
+folder as soon as it finishes (see :mod:`posgen.results.folder.store`):
 
 - the unperturbed baseline (rate 0), computed once per task and shared by every scheme
   (rate 0 of each scheme is the identity perturbation, checked, so this is exact);
@@ -39,7 +39,7 @@ def run_sweep(
     from tqdm.auto import tqdm
 
     from posgen.harness.run.cells import ModelSession
-    from posgen.results.report import regenerate
+    from posgen.results.report.build import regenerate
 
     launch = launch or Launch()
     config = RunConfig.from_dict(store.config)

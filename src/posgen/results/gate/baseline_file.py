@@ -1,0 +1,144 @@
+"""The gate's baseline file: what it stores per document, and its validation.
+
+A baseline (``posgen baseline``, ``baseline_version`` 3) holds, for one model and every
+(task, primary metric, kind, scheme, rate) cell, the per-document degradation
+``g_d`` (nats per word or byte for perplexities, the score drop for accuracy; averaged
+over perturbation seeds when the run has several) and its weight ``w_d`` (words or
+bytes; 1 for accuracy), keyed by document. ``posgen check`` pairs the candidate's
+documents with these. Only each task's primary metric is stored (word perplexity, else
+accuracy): byte perplexity would repeat the word-perplexity test on the same documents.
+Its ``length`` section (null when the run has no ``posgen run --length`` folder for the
+model) holds the per-document NLL excess past C per length scheme and the length
+settings (:mod:`posgen.results.gate.length`). A version-2 file (before the length
+section) is still read, as a baseline without length cells.
+
+Anything unreadable, partial or wrongly typed is refused with :class:`GateInputError`
+(exit status 2) and the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+BASELINE_KIND = "posgen-baseline"
+BASELINE_VERSION = 3
+READABLE_VERSIONS = (2, 3)  # 2: before the length section; read as "no length cells"
+KEY = ("task", "metric", "kind", "scheme", "rate")
+TOP = {"kind": str, "model": str, "suite": dict, "limits": dict, "cells": list}
+CELL = {"task": str, "metric": str, "kind": str, "scheme": str, "rate": float}
+CELL_NUM = ("degradation",)
+
+
+class GateInputError(ValueError):
+    """Invalid input to the gate (exit status 2)."""
+
+
+def gate_cells(scores: dict[str, Any], model: str) -> list[dict[str, Any]]:
+    """Per primary-metric cell of ``model``: degradation, CI, n and per-document g, w."""
+    from posgen.results.folder.schema import METRIC_RULES
+    from posgen.results.scores.scoring import collapse_seeds, primary_metric
+
+    perdoc = scores["perdoc"]
+    docs = collapse_seeds(perdoc[perdoc["model"] == model])
+    degr = scores["degradation"]
+    degr = degr[degr["model"] == model].set_index(list(KEY))
+    out = []
+    for task, t in docs.groupby("task", sort=True):
+        metric = primary_metric(sorted(set(t["metric"])))
+        if metric is None:
+            continue
+        rows = t[t["metric"] == metric]
+        for (kind, scheme, rate), g in rows.groupby(["kind", "scheme", "rate"], sort=True):
+            g = g.sort_values("doc_key")
+            rec = degr.loc[(task, metric, kind, scheme, rate)]
+            gd = g["base_num"] / g["base_den"] - g["num"] / g["den"]
+            w = g["base_den"].tolist() if METRIC_RULES[metric] == "perplexity" else [1.0] * len(g)
+            out.append(
+                {
+                    "task": task,
+                    "metric": metric,
+                    "kind": kind,
+                    "scheme": scheme,
+                    "rate": float(rate),
+                    "degradation": float(rec["degradation"]),
+                    "ci_lo": _finite(rec["ci_lo"]),
+                    "ci_hi": _finite(rec["ci_hi"]),
+                    "n": int(rec["n"]),
+                    "docs": {
+                        "keys": g["doc_key"].astype(str).tolist(),
+                        "w": [float(x) for x in w],
+                        "g": [float(x) for x in gd],
+                    },
+                }
+            )
+    return out
+
+
+def _finite(x: Any) -> float | None:
+    return float(x) if math.isfinite(float(x)) else None
+
+
+def validate(data: Any, path: Path) -> dict[str, Any]:
+    """The baseline ``data`` read from ``path``, or :class:`GateInputError` saying why."""
+    if not isinstance(data, dict) or data.get("kind") != BASELINE_KIND:
+        raise GateInputError(
+            f"{path} is not a posgen baseline (write one with `posgen baseline RUN -o FILE`)"
+        )
+    version = data.get("baseline_version")
+    if version not in READABLE_VERSIONS:
+        raise GateInputError(
+            f"{path} has baseline_version {version!r}; this posgen reads "
+            f"{' and '.join(map(str, READABLE_VERSIONS))}: regenerate it with `posgen baseline`"
+        )
+    check_typed(data, TOP, f"{path}")
+    if version == 2:
+        if "length" in data:
+            raise GateInputError(f"{path} is corrupt: baseline_version 2 has no 'length'")
+        data = {**data, "length": None}
+    elif "length" not in data:
+        raise GateInputError(f"{path} is corrupt: missing key 'length' (null or an object)")
+    if not data["cells"]:
+        raise GateInputError(f"{path} is corrupt: 'cells' is empty")
+    for i, cell in enumerate(data["cells"]):
+        where = f"{path}: cells[{i}]"
+        if not isinstance(cell, dict):
+            raise GateInputError(f"{where} is not an object")
+        check_typed(cell, CELL | dict.fromkeys(CELL_NUM, float) | {"docs": dict}, where)
+        check_docs(cell["docs"], f"{where}.docs")
+    keys = [tuple(c[k] for k in KEY) for c in data["cells"]]
+    if len(set(keys)) != len(keys):
+        raise GateInputError(f"{path} is corrupt: a (task, metric, kind, scheme, rate) repeats")
+    return data
+
+
+def check_typed(obj: dict[str, Any], spec: dict[str, type], where: str) -> None:
+    for key, kind in spec.items():
+        if key not in obj:
+            raise GateInputError(f"{where} is corrupt: missing key {key!r}")
+        v = obj[key]
+        if v is None:
+            raise GateInputError(f"{where} is corrupt: {key!r} is null")
+        ok = _is_number(v) if kind is float else isinstance(v, kind)
+        if not ok:
+            raise GateInputError(
+                f"{where} is corrupt: {key!r} should be {kind.__name__}, got {v!r:.60}"
+            )
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def check_docs(docs: dict[str, Any], where: str) -> None:
+    lists = [docs.get(k) for k in ("keys", "w", "g")]
+    if not all(isinstance(x, list) for x in lists):
+        raise GateInputError(f"{where} is corrupt: needs lists 'keys', 'w' and 'g'")
+    keys, w, g = lists
+    if len(keys) < 2 or not len(keys) == len(w) == len(g):
+        raise GateInputError(f"{where} is corrupt: keys, w, g need the same length >= 2")
+    if not all(isinstance(k, str) for k in keys) or len(set(keys)) != len(keys):
+        raise GateInputError(f"{where} is corrupt: document keys must be unique strings")
+    if not all(_is_number(x) and x > 0 for x in w) or not all(_is_number(x) for x in g):
+        raise GateInputError(f"{where} is corrupt: w must be numbers > 0 and g numbers")

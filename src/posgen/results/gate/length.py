@@ -1,0 +1,148 @@
+"""The length kind in the CI gate: per-document NLL excess past C, per (model, scheme).
+
+``posgen run --length`` writes ``RUN/length/<model>/`` (see
+:mod:`posgen.harness.length.runner`): ``config.json`` and one bucket-sum record per
+(scheme, document). For the gate, each document's value is its NLL excess past the
+trained context C (:func:`posgen.results.scores.length.document_excess`): mean NLL over
+the positions from C on minus its in-context reference, weighted by its tokens past C.
+``posgen check`` pairs the candidate's documents with the baseline's per scheme and
+tests whether the excess grew (one more cell per scheme in the Holm family of
+:mod:`posgen.results.gate.check`).
+
+The baseline's ``length`` section::
+
+    {"settings": {max_length, trained_context, schemes, documents, bucket_width, seed,
+                  positions},
+     "cells": [{"scheme": S, "excess": Σ w e / Σ w, "docs": {"keys", "w", "g"}}, ...]}
+
+(``g``: the per-document excess). The settings determine the values; a candidate with
+other settings is refused (exit status 2), as is length in one run but not the other.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from posgen.results.gate.baseline_file import GateInputError
+
+SETTINGS = (
+    "max_length",
+    "trained_context",
+    "schemes",
+    "documents",
+    "bucket_width",
+    "seed",
+    "positions",
+)
+TASK, METRIC, KIND = "length", "nll_excess", "length"
+
+
+def length_section(run_root: Path, model: str) -> dict[str, Any] | None:
+    """The ``length`` section of ``model``'s baseline (None: the run has no length folder
+    for it). An incomplete or unusable length folder raises :class:`GateInputError`."""
+    from posgen.results.folder.schema import SchemaError
+    from posgen.results.folder.store import read_json, slug
+    from posgen.results.scores.length import document_excess, gather, read_records
+
+    folder = Path(run_root) / "length" / slug(model)
+    if not folder.is_dir():
+        return None
+    try:
+        config = read_json(folder / "config.json", "length run config")["config"]
+        settings = {k: config[k] for k in SETTINGS}
+        records = read_records(folder, list(config["schemes"]), list(config["documents"]))
+    except (SchemaError, KeyError, TypeError) as e:
+        raise GateInputError(f"{folder}: unusable length run ({e!s:.200})") from None
+    if len(settings["documents"]) < 2:
+        raise GateInputError(
+            f"{folder}: the length run has {len(settings['documents'])} document; the gate "
+            "pairs documents and needs at least 2 (rerun with more length documents)"
+        )
+    cells = []
+    for scheme, data in gather(records).items():
+        try:
+            excess, weight = document_excess(
+                data.sums, data.counts, int(config["bucket_width"]), int(config["trained_context"])
+            )
+        except ValueError as e:
+            raise GateInputError(f"{folder}: {e}") from None
+        if not np.isfinite(excess).all():
+            raise GateInputError(f"{folder}: {scheme}: a document's NLL is not finite")
+        cells.append(
+            {
+                "scheme": scheme,
+                "excess": float((weight * excess).sum() / weight.sum()),
+                "docs": {
+                    "keys": list(data.documents),
+                    "w": [float(x) for x in weight],
+                    "g": [float(x) for x in excess],
+                },
+            }
+        )
+    return {"settings": settings, "cells": cells}
+
+
+def length_pairs(
+    baseline: dict[str, Any] | None, current: dict[str, Any] | None
+) -> list[tuple[tuple, dict[str, Any], dict[str, Any]]]:
+    """(row key, baseline cell, candidate cell) per scheme, the key
+    ``(TASK, METRIC, KIND, scheme, None)``; mismatched length input: GateInputError."""
+    if baseline is None and current is None:
+        return []
+    if baseline is None:
+        raise GateInputError(
+            "length mismatch: the run has length cells (RUN/length/<model>/, schemes "
+            f"{current['settings']['schemes']}) but the baseline has none (a run without "
+            "--length, or a baseline_version 2 file); make a new baseline from a run with "
+            "the same --length"
+        )
+    if current is None:
+        raise GateInputError(
+            "length mismatch: the baseline has length cells (schemes "
+            f"{baseline['settings']['schemes']}) but the run has none; rerun with "
+            "`posgen run --length` and the baseline's length settings"
+        )
+    b, c = baseline["settings"], current["settings"]
+    diffs = [
+        f"{k}: baseline {b.get(k)!r}, run {c.get(k)!r}" for k in SETTINGS if b.get(k) != c.get(k)
+    ]
+    if diffs:
+        raise GateInputError(
+            f"length settings mismatch ({'; '.join(diffs)}); rerun `posgen run --length` "
+            "with the baseline's length settings or make a new baseline"
+        )
+    now = {cell["scheme"]: cell for cell in current["cells"]}
+    base = {cell["scheme"]: cell for cell in baseline["cells"]}
+    if set(now) != set(base):
+        raise GateInputError(f"length schemes mismatch: baseline {sorted(base)}, run {sorted(now)}")
+    return [((TASK, METRIC, KIND, s, None), base[s], now[s]) for s in b["schemes"]]
+
+
+def validate_section(section: Any, where: str) -> None:
+    """Refuse a malformed ``length`` section of a baseline file (GateInputError)."""
+    from posgen.results.gate.baseline_file import check_docs, check_typed
+
+    if section is None:
+        return
+    if not isinstance(section, dict):
+        raise GateInputError(f"{where} is corrupt: 'length' should be an object or null")
+    check_typed(section, {"settings": dict, "cells": list}, where)
+    missing = [k for k in SETTINGS if k not in section["settings"]]
+    if missing:
+        raise GateInputError(f"{where}.settings is corrupt: missing {missing}")
+    schemes = []
+    for i, cell in enumerate(section["cells"]):
+        at = f"{where}.cells[{i}]"
+        if not isinstance(cell, dict):
+            raise GateInputError(f"{at} is not an object")
+        check_typed(cell, {"scheme": str, "excess": float, "docs": dict}, at)
+        check_docs(cell["docs"], f"{at}.docs")
+        schemes.append(cell["scheme"])
+    if schemes != list(section["settings"]["schemes"]):
+        raise GateInputError(
+            f"{where} is corrupt: its cells' schemes {schemes} are not the settings' "
+            f"{section['settings']['schemes']}"
+        )

@@ -1,0 +1,401 @@
+"""Rebuild a run's tables, scores and report from its cells.
+
+Writes into the run folder: ``results.parquet``, ``perdoc.parquet``,
+``degradation.parquet``, ``tolerance.parquet``, ``scores.json``, ``report.md`` (PNG
+plots beside it under ``plots/``) and a self-contained ``report.html`` (the same
+plots embedded as base64). Scores are recomputed from the cells each time, with the
+seeded bootstrap, so a regenerated report is identical.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from posgen.results.folder.schema import METRIC_RULES
+from posgen.results.report.examples import examples_section
+from posgen.results.report.realised_plots import common_axis_blocks
+from posgen.results.report.render import Block, render_html, render_markdown
+from posgen.results.scores.run import load_scores, scoring_config
+from posgen.results.scores.scoring import FIT_COLUMNS
+
+
+def regenerate(run_dir: Path | str) -> dict[str, Path]:
+    """Rebuild every derived file of a run; returns their paths."""
+    from posgen.atomic import atomic_write_bytes, atomic_write_text
+
+    store, scores = load_scores(run_dir)
+    paths = {
+        name: store.write_table(f"{name}.parquet", scores[name])
+        for name in ("results", "perdoc", "degradation", "tolerance")
+    }
+    from posgen.results.tables.tidy import length_tables
+
+    for name, table in length_tables(store.root).items():  # read by the report and compare
+        paths[name] = store.write_table(f"{name}.parquet", table)
+    paths["scores"] = store.write_json("scores.json", scores_json(store, scores))
+    blocks = build_blocks(store, scores)
+    images = {}
+    for i, b in enumerate(x for x in blocks if x[0] == "img"):
+        name = f"plots/figure{i + 1}.png"
+        atomic_write_bytes(store.root / name, b[2])
+        images[id(b)] = name
+    paths["md"] = store.root / "report.md"
+    atomic_write_text(paths["md"], render_markdown(blocks, images))
+    paths["html"] = store.root / "report.html"
+    atomic_write_text(paths["html"], render_html(blocks, title=f"posgen report: {store.root.name}"))
+    return paths
+
+
+def scores_json(store, scores: dict[str, Any]) -> dict[str, Any]:
+    from posgen.results.scores.run import json_records
+
+    return {
+        "config_hash": store.config_hash,
+        "scoring": store.config.get("scoring", {}),
+        "interval_method": {
+            "perplexity": scoring_config(store.config).interval,
+            "accuracy": "agresti-min",
+        },
+        "degradation": json_records(scores["degradation"]),
+        "tolerance": json_records(scores["tolerance"]),
+        "fit": scores["fit"],
+        "cross_model": scores["cross_model"],
+    }
+
+
+def excluded_blocks(cells: list[dict[str, Any]]) -> list[Block]:
+    """A note of the documents left out of perplexity ratios (no words or no bytes), the
+    most of any cell per model, task and metric; nothing when there are none."""
+    counts: dict[tuple[str, str, str], int] = {}
+    for c in cells:
+        for metric, slot in c.get("docs", {}).items():
+            key = (c["model"], c["cell"]["task"], metric)
+            counts[key] = max(counts.get(key, 0), len(slot.get("excluded", [])))
+    found = [f"{m} / {t} / {metric}: {n}" for (m, t, metric), n in sorted(counts.items()) if n]
+    if not found:
+        return []
+    return [
+        (
+            "p",
+            "Documents with no words or no bytes (lm-eval logs [0, 0]) have no perplexity "
+            "ratio and are left out of it: " + "; ".join(found) + ".",
+        )
+    ]
+
+
+# --- content ------------------------------------------------------------------------------
+def build_blocks(store, scores: dict[str, Any]) -> list[Block]:
+    from posgen.results.report import plots
+    from posgen.results.report.length import run_blocks as length_run_blocks
+    from posgen.results.scores.scoring import primary_metric
+
+    cfg = store.config
+    blocks: list[Block] = [("h", 1, f"posgen report: {store.root.name}")]
+    blocks += header_blocks(cfg)
+    blocks += [("h", 2, "Summary")]
+    blocks += [
+        (
+            "p",
+            "Tolerance = the largest swept rate (σ for feature schemes) whose "
+            "degradation stays at or under the threshold, at that rate and every smaller "
+            "one; the range beside it uses the upper and lower 95% CI bounds. Crossing = "
+            "where the interpolated curve first exceeds the threshold. AUC = mean "
+            "degradation over the swept range.",
+        )
+    ]
+    blocks.append(("table", *summary_table(scores)))
+    blocks += excluded_blocks(store.read_cells())
+    blocks += [("h", 2, "Models side by side: fit quality and tolerance")]
+    blocks += [
+        (
+            "p",
+            "Fit quality: mean per-head r of the attention-logit decomposition "
+            "(3-axis: W[i,j] ≈ a[i-j] + b[i] + c[j]; 2-axis and distance+key forms "
+            "beside). Tolerance and AUC on the first task's primary metric.",
+        )
+    ]
+    blocks.append(("table", *models_table(cfg, scores)))
+    blocks += [("h", 2, "Fit quality vs tolerance across models")]
+    blocks += correlation_blocks(scores)
+    metrics = {
+        t: m
+        for t, g in scores["degradation"].groupby("task")
+        if (m := primary_metric(sorted(set(g["metric"])))) is not None
+    }
+    blocks += [("h", 2, "Figures")]
+    thresholds = {m: scoring_config(cfg).threshold(m) for m in metrics.values()}
+    for m in cfg_models(cfg) if metrics else []:
+        blocks.append(
+            (
+                "img",
+                f"Degradation curves: {m}",
+                plots.degradation_curves(scores["degradation"], m, metrics, thresholds),
+            )
+        )
+    blocks += common_axis_blocks([m["label"] for m in cfg.get("models", [])], scores, metrics)
+    for m, d in scores["decompositions"].items():
+        blocks.append(("img", f"Fit quality per head: {m}", plots.fit_heatmap(d, m)))
+    if scores["summary"]:
+        blocks.append(
+            ("img", "Degradation vs fit quality", plots.fit_vs_tolerance(scores["summary"]))
+        )
+    blocks += [("h", 2, "Degradation at each rate")]
+    blocks += [("p", REALISED_TEXT)]
+    blocks.append(("table", *detail_table(scores)))
+    blocks += length_run_blocks(store.root)  # posgen run --length: RUN/length/<model>/
+    blocks += examples_section([m["label"] for m in cfg.get("models", [])], scores["cells"])
+    blocks += not_shown_blocks(cfg, scores)
+    return blocks
+
+
+REALISED_TEXT = (
+    "Realised = what the perturbation really did in the cell, beside the nominal rate: "
+    "for text cells the mean share of words moved per document and the documents in "
+    "which anything moved; for position cells the same per model input row (tokens); "
+    "for feature cells the mean |Δposition| per token (rope_noise) or none (qk_noise "
+    "moves no position). A cell marked NOTHING MOVED scored unperturbed input: its "
+    "degradation says nothing about the rate."
+)
+
+
+def cfg_models(cfg: dict[str, Any]) -> list[str]:
+    return [m["label"] for m in cfg.get("models", [])]
+
+
+def header_blocks(cfg: dict[str, Any]) -> list[Block]:
+    rows = [
+        [
+            m["label"],
+            m.get("path", ""),
+            m.get("revision", ""),
+            m.get("dtype", ""),
+            "yes" if m.get("random_init") else "no",
+        ]
+        for m in cfg.get("models", [])
+    ]
+    facts = [
+        f"posgen {cfg.get('posgen_version', '?')}, lm-eval {cfg.get('lm_eval_version', '?')}"
+        f", results schema v{cfg.get('schema_version', '?')}.",
+        f"Suite: {cfg.get('suite')} (version {cfg.get('suite_version', '?')}); tasks "
+        f"{', '.join(cfg.get('tasks', []))}; documents per task (limit): {cfg.get('limits')}.",
+        f"Seeds: perturbation {cfg.get('seed')}, bootstrap "
+        f"{cfg.get('scoring', {}).get('seed', 0)}, random-init weights "
+        f"{cfg.get('random_init_seed', cfg.get('seed'))}.",
+        f"Sweep: {sweep_text(cfg)}.",
+    ]
+    out: list[Block] = [
+        ("p", " ".join(facts)),
+        ("table", ["model", "loaded from", "revision", "dtype", "random init"], rows),
+    ]
+    if any(m.get("embedded") for m in cfg.get("models", [])):
+        out.append(
+            (
+                "p",
+                "Caveat: the embedded model is SmolLM2-135M-Instruct dequantized from "
+                "a 4-bit (Q4_1) GGUF copy; its figures differ a little from the "
+                "full-precision checkpoint.",
+            )
+        )
+    return out
+
+
+def sweep_text(cfg: dict[str, Any]) -> str:
+    parts = []
+    for kind in ("text", "position", "feature"):
+        spec = cfg.get("sweep", {}).get(kind)
+        if spec:
+            parts.append(f"{kind} {'/'.join(spec['schemes'])} at {spec['values']}")
+    return "; ".join(parts) or "?"
+
+
+def summary_table(scores: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    from posgen.results.scores.scoring import primary_metric
+
+    res, tol = scores["results"], scores["tolerance"]
+    base = res[res["kind"] == "none"].set_index(["model", "task", "metric"])["value"]
+    rows = []
+    for (model, task), g in tol.groupby(["model", "task"], sort=False):
+        metric = primary_metric(sorted(set(g["metric"])))
+        for r in g[g["metric"] == metric].itertuples(index=False):
+            rows.append(
+                [
+                    model,
+                    task,
+                    metric,
+                    _fmt(base.get((model, task, metric))),
+                    f"{r.kind} {r.scheme}",
+                    _thr(metric, r.threshold),
+                    f"{r.tolerance:g} [{r.tolerance_lo:g}, {r.tolerance_hi:g}]"
+                    if getattr(r, "measurable", True)
+                    else "not measurable: baseline at or below the threshold",
+                    "none on grid" if _missing(r.crossing) else f"{r.crossing:.3g}",
+                    _fmt(r.auc),
+                ]
+            )
+    return (
+        [
+            "model",
+            "task",
+            "metric",
+            "unperturbed",
+            "perturbation",
+            "threshold",
+            "tolerance [range]",
+            "crossing",
+            "AUC",
+        ],
+        rows,
+    )
+
+
+def _thr(metric: str, thr: float) -> str:
+    return f"+{thr:.0%} PPL" if METRIC_RULES[metric] == "perplexity" else f"-{thr:g} acc"
+
+
+def _missing(x: Any) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def _fmt(x: Any, digits: int = 4) -> str:
+    return "n/a" if _missing(x) else f"{x:.{digits}g}"
+
+
+def models_table(cfg: dict[str, Any], scores: dict[str, Any]) -> tuple[list[str], list]:
+    """One row per model: fit quality and, on the first task, tolerance and AUC per kind."""
+    summary = scores["summary"]
+    task = (cfg.get("tasks") or [""])[0]
+    kinds = [k for k in ("text", "position", "feature") if f"{task}|{k}" in summary]
+    rows = []
+    for m in twins_beside(cfg.get("models", [])):
+        f = scores["fit"].get(m["label"], {})
+        row = [
+            m["label"],
+            "yes" if m.get("random_init") else "no",
+            *(_fmt(f.get(c), 3) if f else "not run" for c in FIT_COLUMNS),
+        ]
+        for k in kinds:
+            v = summary[f"{task}|{k}"].get(m["label"], {})
+            row += [_fmt(v.get("tolerance")), _band(v, "tolerance_interp"), _fmt(v.get("auc"), 3)]
+        rows.append(row)
+    header = ["model", "random init", "mean r (3-axis)", "2-axis", "distance+key"]
+    for k in kinds:
+        header += [f"{k} tolerance", f"{k} crossing [95% band]", f"{k} AUC"]
+    return header, rows
+
+
+def _band(v: dict[str, Any], key: str) -> str:
+    if _missing(v.get(key)):
+        return "n/a"
+    lo, hi = v.get(f"{key}_lo"), v.get(f"{key}_hi")
+    band = "" if _missing(lo) or _missing(hi) else f" [{lo:.3g}, {hi:.3g}]"
+    return f"{v[key]:.3g}{band}"
+
+
+def twins_beside(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Models in config order, each random-init twin right after the model it copies."""
+    labels = {m["label"] for m in models}
+    base = [m for m in models if not (m.get("random_init") and _twin_of(m) in labels)]
+    out = []
+    for m in base:
+        out.append(m)
+        out += [t for t in models if t.get("random_init") and _twin_of(t) == m["label"]]
+    return out
+
+
+def _twin_of(m: dict[str, Any]) -> str:
+    return m["label"].removesuffix("+random-init")
+
+
+def correlation_blocks(scores: dict[str, Any]) -> list[Block]:
+    from posgen.results.scores.association import RULE
+
+    corr = scores["cross_model"]
+    if not any(c["estimable"] for c in corr):
+        n = max((c["n"] for c in corr), default=0)
+        return [
+            (
+                "p",
+                f"Not estimable: {n} model(s) with both a fit and a tolerance (random-init "
+                "twins not counted); a correlation across models needs at least 3, so no "
+                "number is given.",
+            )
+        ]
+    rows = []
+    for c in corr:
+        cells = [c.get("reason", ""), "", "", ""]
+        if c["estimable"]:
+            cells = [f"{c[k]['r']:.2f} (p = {c[k]['p']:.3g})" for k in ("spearman", "pearson")]
+            spread = c["spearman"].get("doc_resampled", {}).get("band", [None, None])
+            cells.append("n/a" if spread[0] is None else f"[{spread[0]:.2f}, {spread[1]:.2f}]")
+            cells.append(
+                "descriptive only"
+                if c["descriptive_only"]
+                else ("relation" if c["claim"] else "no relation shown")
+            )
+        twins = f" (+{len(c['twins'])} twin)" if c.get("twins") else ""
+        rows.append([c["task"], c["kind"], f"r_3axis vs {c['y']}", f"{c['n']}{twins}", *cells])
+    head = ["task", "kind", "variables", "n models", "Spearman ρ (exact p)", "Pearson r (exact p)"]
+    head += ["ρ over document resamples", "reading"]
+    return [("p", f"Rule: {RULE} p is two-sided."), ("table", head, rows)]
+
+
+def detail_table(scores: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    from posgen.results.tables.realised import realised_text
+
+    res = scores["results"]
+    realised = res.drop_duplicates(["model", "task", "kind", "scheme", "rate"]).set_index(
+        ["model", "task", "kind", "scheme", "rate"]
+    )
+    rows = []
+    for r in scores["degradation"].itertuples(index=False):
+        key = (r.model, r.task, r.kind, r.scheme, r.rate)
+        rows.append(
+            [
+                r.model,
+                r.task,
+                r.metric,
+                f"{r.kind} {r.scheme}",
+                f"{r.rate:g}",
+                realised_text(realised.loc[key]) if key in realised.index else "not recorded",
+                f"{r.degradation:+.4f}",
+                f"[{r.ci_lo:+.4f}, {r.ci_hi:+.4f}]",
+                str(r.n),
+                _consistency(r),
+            ]
+        )
+    head = ["model", "task", "metric", "perturbation", "rate/σ", "realised", "degradation"]
+    return ([*head, "95% CI", "docs", "choice unchanged [95% CI]"], rows)
+
+
+def _consistency(r: Any) -> str:
+    c = getattr(r, "consistency", math.nan)
+    if _missing(c):
+        return ""
+    return f"{c:.2f} [{r.consistency_lo:.2f}, {r.consistency_hi:.2f}]"
+
+
+def not_shown_blocks(cfg: dict[str, Any], scores: dict[str, Any]) -> list[Block]:
+    seeds = cfg.get("seeds", 1)
+    items = [
+        "Only one perturbation seed per cell: the CIs cover document sampling (and, "
+        "because every document draws its own perturbation, perturbation noise per "
+        "document), not a second draw of the whole sweep."
+        if seeds == 1
+        else f"{seeds} perturbation seeds per cell, averaged per document: the CIs "
+        "cover document sampling and the draw's variance.",
+        f"Only the documents scored (limits {cfg.get('limits')}); the full tasks may "
+        "give other figures.",
+        "Per-document values, lm-eval's raw results and samples are in the run folder "
+        "(perdoc.parquet, raw/), not in this report.",
+    ]
+    missing = [m for m in cfg_models(cfg) if m not in scores["fit"]]
+    if missing:
+        items.append(f"No decomposition fit for {', '.join(missing)}.")
+    if sum(not m.get("random_init") for m in cfg.get("models", [])) < 3:
+        items.append(
+            "Cross-model correlations need at least 3 models (random-init twins not "
+            "counted) and are not estimated."
+        )
+    return [("h", 2, "What is not shown"), ("ul", items)]

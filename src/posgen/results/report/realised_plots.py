@@ -1,0 +1,110 @@
+"""The common realised axis: text, position and feature perturbations side by side.
+
+A nominal rate means different things for different kinds (a rate of words, a rate of
+token positions, a σ of Gaussian jitter). What all three change is where an item sits
+relative to the others, so the panel puts every cell at its realised mean |Δposition|
+per item (posgen.results.tables.realised: ``realised_mean_displacement``): the mean
+|new index − old index| over a document's words for text swaps, over a row's tokens for
+position swaps, and the mean |p'[t] − t| of the jittered positions for ``rope_noise``
+(expectation σ·√(2/π)). Rotary attention sees a token through its position difference
+to the others, so a kind that degrades alike at the same mean shift acts alike.
+Text indices are words, not tokens (a word is one or more tokens), so the text curve
+sits a little left of where a token count would put it. ``qk_noise`` moves no position
+and has no place on this axis; the panel says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from posgen.results.report.plots import KIND_STYLE, new_figure, png_bytes
+
+KEYS = ["model", "task", "metric", "kind", "scheme", "rate"]
+
+
+def realised_frame(results, degr):
+    """``degr`` rows joined with their cell's realised amounts from ``results``."""
+    cols = [*KEYS, "realised_mean_displacement", "realised_fraction_moved", "realised_unit"]
+    cols += ["realised_items", "realised_items_moved"]
+    return degr.merge(results[cols], on=KEYS, how="left")
+
+
+def common_axis(results, degr, model: str, metrics: Mapping[str, str]) -> bytes:
+    """One panel per task (its primary metric): degradation with its 95% CI against the
+    realised mean |Δposition| per item, a line per (kind, scheme)."""
+    tasks = sorted(metrics)
+    fig, axes = new_figure(1, len(tasks), figsize=(5.2 * len(tasks), 3.8))
+    joined = realised_frame(results, degr)
+    joined = joined[joined["model"] == model]
+    for ax, task in zip(axes[0], tasks, strict=True):
+        g = joined[(joined["task"] == task) & (joined["metric"] == metrics[task])]
+        absent = []
+        for (kind, scheme), h in g.groupby(["kind", "scheme"]):
+            h = h.sort_values("rate")
+            x = h["realised_mean_displacement"].to_numpy(dtype=float)
+            if not np.isfinite(x).any():
+                absent.append(f"{kind} {scheme}")
+                continue
+            color, marker = KIND_STYLE.get(kind, ("black", "o"))
+            y = h["degradation"].to_numpy(dtype=float)
+            err = np.abs(np.vstack([y - h["ci_lo"].to_numpy(), h["ci_hi"].to_numpy() - y]))
+            ax.errorbar(
+                np.concatenate([[0.0], x]),
+                np.concatenate([[0.0], y]),
+                yerr=np.hstack([[[0.0], [0.0]], err]),
+                marker=marker,
+                color=color,
+                capsize=2,
+                label=f"{kind} {scheme}",
+            )
+        ax.axhline(0.0, color="grey", lw=0.6)
+        ax.set_xscale("symlog", linthresh=0.1)
+        ax.margins(x=0.08, y=0.1)
+        ax.set_xlabel(
+            "realised mean |Δposition| per item\n(text: words; position, feature: tokens)"
+        )
+        ax.set_ylabel(
+            f"{metrics[task]}: "
+            + ("relative increase" if "perplexity" in metrics[task] else "drop")
+        )
+        ax.set_title(f"{task}", fontsize=10)
+        if absent:
+            ax.text(
+                0.02,
+                0.97,
+                "no position displacement, not placed: " + ", ".join(absent),
+                transform=ax.transAxes,
+                fontsize=7,
+                va="top",
+            )
+        if ax.lines:
+            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, 0.9))
+        else:
+            ax.text(0.5, 0.5, "nothing measured", ha="center", va="center", transform=ax.transAxes)
+    fig.suptitle(f"Degradation on a common realised axis (95% CI): {model}", fontsize=11)
+    fig.tight_layout()
+    return png_bytes(fig)
+
+
+def common_axis_blocks(models: list[str], scores: Mapping[str, Any], metrics) -> list[tuple]:
+    """The report's common-axis figures, one per model, with their reading note."""
+    if not metrics or "realised_mean_displacement" not in scores["results"]:
+        return []
+    out: list[tuple] = [
+        (
+            "p",
+            "Common realised axis: every perturbed cell at its realised mean |Δposition| "
+            "per item (text: words of the document; position and feature: tokens of the "
+            "model row). If feature-level and position-index perturbations act alike, "
+            "their points fall on one curve.",
+        )
+    ]
+    for m in models:
+        title = f"Degradation vs realised mean |Δposition|: {m}"
+        out.append(
+            ("img", title, common_axis(scores["results"], scores["degradation"], m, metrics))
+        )
+    return out
