@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-_RANK_TOL = 1e-9  # eigenvalues below _RANK_TOL * max eigenvalue count as null
+from posgen.harness.decomposition.causal_layout import CausalLayout, LayoutCommon
+
+_RANK_TOL = 1e-7  # pivots below _RANK_TOL * max diagonal count as null (1e-9 let rounding
+# through at n = 1024: a spurious rank, r off by 1e-4; nonzero eigenvalues of S are >= ~1 here)
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ def padded_diagonal_sums(flat: torch.Tensor, n: int) -> torch.Tensor:
 
 
 @dataclass
-class FitLayout:
+class FitLayout(LayoutCommon):
     """What depends only on the fitted entries F [n, n]: counts, the distance cross block,
     generalised inverses of the Schur complements, ranks."""
 
@@ -95,23 +98,34 @@ class FitLayout:
     def n(self) -> int:
         return int(self.mask.shape[-1])
 
-    def workspace(self, heads: int, dtype: torch.dtype) -> torch.Tensor:
-        """A reusable [heads, n + n²] summing buffer (kept with the layout: allocating and
-        faulting in megabytes per layer costs more than the sums themselves)."""
-        key = ("workspace", heads, dtype)
-        if key not in self.extra:
-            n = self.n
-            self.extra[key] = torch.empty(heads, n * n + n, dtype=dtype, device=self.mask.device)
-        return self.extra[key]
+    def solve(self, s_d: torch.Tensor, s_x: torch.Tensor, two_axis: bool = False):
+        """θ and ESS = θᵀs of G θ = s by block elimination of the diagonal distance block.
 
-    @property
-    def chance_r(self) -> float:
-        """sqrt((rank − 1) / (|F| − 1)): the expected r of the three-axis fit to pure noise."""
-        return float(np.sqrt(max(self.rank3 - 1, 0) / max(self.n_entries - 1, 1)))
+        With G = [[diag(n_d), C], [Cᵀ, B]] and s = (s_d, s_x) [P, n], [P, 2n or n]:
+        θ_x = S⁻ t with t = s_x − Cᵀ s_d / n_d, θ_d = (s_d − C θ_x) / n_d. Exact sums lie in
+        the range of G; rounded ones lie a little off it, and S⁻ need not ignore that part,
+        so s is first projected orthogonally onto the range of G (G is symmetric: the range
+        is the orthogonal complement of the null space, whose basis the layout holds).
+        Returns θ = (θ_d, θ_x) [P, n + width of s_x] and ESS = θᵀs [P].
+        """
+        n = self.n
+        schur, null = (self.schur2, self.null2) if two_axis else (self.schur3, self.null3)
+        cross = self.cross[:, n:] if two_axis else self.cross
+        s_all = torch.cat([s_d, s_x], dim=-1)
+        s_all = s_all - (s_all @ null) @ null.T
+        s_d, s_x = s_all[:, :n], s_all[:, n:]
+        theta_x = (s_x - (s_d * self.inv_d) @ cross) @ schur
+        theta_d = (s_d - theta_x @ cross.T) * self.inv_d
+        ess = (theta_d * s_d).sum(-1) + (theta_x * s_x).sum(-1)
+        return torch.cat([theta_d, theta_x], dim=-1), ess
 
-    @property
-    def chance_r_2axis(self) -> float:
-        return float(np.sqrt(max(self.rank2 - 1, 0) / max(self.n_entries - 1, 1)))
+    def dc_product(self, a: torch.Tensor) -> torch.Tensor:
+        """a C_dc: [P, n] × [n, n] → [P, n], (a C_dc)[j] = Σ_d a[d] 1[(j + d, j) ∈ F]."""
+        return a @ self.c_dc
+
+    def block_mask(self, start: int, stop: int) -> torch.Tensor:
+        """F on query rows start..stop−1: [stop − start, n] bool."""
+        return self.mask[start:stop]
 
     @classmethod
     def from_mask(cls, mask: torch.Tensor, device: torch.device | str | None = None) -> FitLayout:
@@ -239,6 +253,22 @@ class LayoutCache:
         key = (mask_digest(mask), str(dev))
         if key not in self._layouts:
             self._layouts[key] = FitLayout.from_mask(mask, dev)
+        return self._layouts[key]
+
+    def causal(
+        self, n: int, options: FitOptions, device: torch.device | str | None = None
+    ) -> FitLayout | CausalLayout:
+        """The layout of the causal mask of n tokens under ``options``: the structured
+        :class:`CausalLayout` (O(n) memory, no n × n solve) where it applies, else dense."""
+        dev = torch.device(device if device is not None else "cpu")
+        key = (f"causal:{n}:{options.sink_keys}:{options.include_diagonal}", str(dev))
+        if key not in self._layouts:
+            if CausalLayout.supports(n, options.sink_keys, options.include_diagonal):
+                layout = CausalLayout(n, options.sink_keys, options.include_diagonal, dev)
+            else:
+                full = torch.ones(n, n, dtype=torch.bool, device=dev)
+                layout = FitLayout.from_mask(options.apply(full), dev)
+            self._layouts[key] = layout
         return self._layouts[key]
 
     def __len__(self) -> int:

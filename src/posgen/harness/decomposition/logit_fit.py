@@ -265,9 +265,8 @@ def fit_heads(logits: torch.Tensor, layout: FitLayout, sums: HeadSums | None = N
 def fit_sums(s: HeadSums, layout: FitLayout) -> HeadFits:
     """The fits from the heads' sums alone: O(P n) per head beside a few [P, 2n] × [2n, 2n]
     products, so heads of several layers (``HeadSums.cat``) are best solved in one call."""
-    n = layout.n
-    theta, ess = _solve(s.diag, torch.cat([s.rows, s.cols], dim=-1), layout.cross, layout)
-    ess2 = _solve(s.diag, s.cols, layout.cross[:, n:], layout, two_axis=True)[1]
+    theta, ess = layout.solve(s.diag, torch.cat([s.rows, s.cols], dim=-1))
+    ess2 = layout.solve(s.diag, s.cols, two_axis=True)[1]
     tss = s.tss
     rss = (tss - ess).clamp(min=0.0)
     r3 = (ess / tss).clamp(0.0, 1.0).sqrt()
@@ -290,28 +289,6 @@ def fit_sums(s: HeadSums, layout: FitLayout) -> HeadFits:
         chance_r_2axis=layout.chance_r_2axis,
         n_entries=layout.n_entries,
     )
-
-
-def _solve(s_d, s_x, cross, layout: FitLayout, two_axis: bool = False):
-    """θ and ESS = θᵀs of G θ = s by block elimination of the diagonal distance block.
-
-    With G = [[diag(n_d), C], [Cᵀ, B]] and s = (s_d, s_x): θ_x = S⁻ t with
-    t = s_x − Cᵀ s_d / n_d, θ_d = (s_d − C θ_x) / n_d. Exact sums lie in the range of G;
-    rounded ones lie a little off it, and S⁻ need not ignore that part, so s is first
-    projected orthogonally onto the range of G (G is symmetric: the range is the orthogonal
-    complement of the null space, whose basis the layout holds).
-    Returns θ = (θ_d, θ_x) [P, n + width of s_x] and ESS = θᵀs [P].
-    """
-    schur, null = (layout.schur2, layout.null2) if two_axis else (layout.schur3, layout.null3)
-    inv_d, n = layout.inv_d, layout.n
-    s_all = torch.cat([s_d, s_x], dim=-1)
-    s_all = s_all - (s_all @ null) @ null.T
-    s_d, s_x = s_all[:, :n], s_all[:, n:]
-    t = s_x - (s_d * inv_d) @ cross
-    theta_x = t @ schur
-    theta_d = (s_d - theta_x @ cross.T) * inv_d
-    ess = (theta_d * s_d).sum(-1) + (theta_x * s_x).sum(-1)
-    return torch.cat([theta_d, theta_x], dim=-1), ess
 
 
 def _weighted_mean(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

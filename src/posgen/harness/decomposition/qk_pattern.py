@@ -64,7 +64,7 @@ def distance_key_r(
     sum_p2 = (
         (a_hat**2 * cnt_d).sum(-1)
         + (c_hat**2 * cnt_j).sum(-1)
-        + 2 * ((a_hat @ layout.c_dc) * c_hat).sum(-1)
+        + 2 * (layout.dc_product(a_hat) * c_hat).sum(-1)
     )
     var_p = (sum_p2 - n_e * mean_p**2).clamp(min=0.0)
     return cov / (var_p * w_sums.tss).sqrt()

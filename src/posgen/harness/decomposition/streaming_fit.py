@@ -60,8 +60,14 @@ class LayerFitter:
         if self._last is not None and self._last[0] is attended_bhnn:
             return self._last[1:]
         attended = attended_bhnn[0, 0]
-        layout = self.layouts.get(self.options.apply(attended), attended.device)
-        window = bool((~attended & torch.ones_like(attended).tril()).any())  # e.g. sliding
+        if is_causal(attended):  # the structured layout: no n × n work or memory
+            layout, window = (
+                self.layouts.causal(attended.shape[-1], self.options, attended.device),
+                False,
+            )
+        else:
+            layout = self.layouts.get(self.options.apply(attended), attended.device)
+            window = bool((~attended & torch.ones_like(attended).tril()).any())  # e.g. sliding
         self._last = (attended_bhnn, layout, window)
         return layout, window
 
@@ -127,6 +133,20 @@ class LayerFitter:
             }
             for head in range(len(values["r_3axis"]))
         ]
+
+
+def is_causal(attended, block: int = 1024) -> bool:
+    """Whether ``attended`` [n, n] bool is exactly the causal mask (j ≤ i), checked in blocks
+    of query rows (O(block × n) extra memory)."""
+    import torch
+
+    n = attended.shape[-1]
+    j = torch.arange(n, device=attended.device)[None, :]
+    for start in range(0, n, block):
+        i = torch.arange(start, min(start + block, n), device=attended.device)[:, None]
+        if not torch.equal(attended[start : start + block], j <= i):
+            return False
+    return True
 
 
 def _distance_axis(cap, layout):
