@@ -7,6 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from posgen.harness.decomposition import capture
 from posgen.harness.decomposition.capture import CAPTURE_NAME, capture_attention
 from tiny_models import ROPE_ARCHS, build_model
 
@@ -130,3 +131,26 @@ def test_embedded_model_capture_matches_its_attention(embedded_model_dir):
     ids = torch.randint(100, 40000, (1, 64), generator=torch.Generator().manual_seed(0))
     seen = _check_probabilities(model, ids, atol=1e-5)
     assert len(seen) == 30 and seen[0][0] == (1, 9, 64, 64)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma2"])  # gemma2: soft-capping, sliding window
+def test_eager_attention_in_row_blocks_keeps_the_outputs(monkeypatch, arch):
+    model = build_model(arch, seed=0)
+    ids = torch.randint(3, 384, (2, 23), generator=torch.Generator().manual_seed(1))
+    heads = model.config.num_attention_heads
+    monkeypatch.setattr(capture, "ATTENTION_BLOCK_BYTES", 4 * 2 * heads * 23 * 4)  # 4 rows
+    blocks = []
+
+    def consumer(cap) -> None:
+        full = cap.logits
+        block = cap.logit_block(5, 9, heads=slice(1, 3), width=11)
+        torch.testing.assert_close(block, full[:, 1:3, 5:9, :11], rtol=0, atol=1e-6)
+        blocks.append(cap.layer)
+
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        ref = model(ids, use_cache=False)
+        with capture_attention(model, consumer):
+            out = model(ids, use_cache=False)
+    assert blocks == list(range(model.config.num_hidden_layers))
+    torch.testing.assert_close(out.logits, ref.logits, rtol=0, atol=1e-5)

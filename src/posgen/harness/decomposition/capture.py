@@ -4,15 +4,20 @@
 registered with ``transformers.AttentionInterface`` under the name ``posgen_capture``
 (and the eager mask function under the same name with ``AttentionMaskInterface``; without
 it the function would receive ``mask=None`` and attention would silently be non-causal).
-The function receives the model's own post-RoPE query and key, computes
+The function receives the model's own post-RoPE query and key and hands one
+``LayerCapture`` per layer to ``consumer``; the capture computes, on demand,
 
     logits = query @ repeat_kv(key)ᵀ · scaling      [batch, head, query_pos, key_pos] float32
 
 (followed by the model's own soft-capping, tanh(x / cap) · cap, where the layer uses it),
-hands one ``LayerCapture`` per layer to ``consumer`` and then calls the model family's own
-eager attention, so the forward's outputs are unchanged. Streamed: one layer's logits at a
-time, the full L×H×n×n tensor is never held. The original attention implementation is
-restored on exit, whatever happens.
+either whole (``LayerCapture.logits``) or a block of query rows and heads at a time
+(``LayerCapture.logit_block``: extra memory O(heads × block × n), never n × n for all
+heads). It then calls the model family's own eager attention, so the forward's outputs are
+unchanged; when the [B, H, n, n] attention weights would exceed ``ATTENTION_BLOCK_BYTES``,
+the eager function is called on blocks of query rows (attention is row-wise: each output
+row depends only on its own query row and mask row) and the rows are concatenated.
+Streamed: one layer at a time, the full L×H×n×n tensor is never held. The original
+attention implementation is restored on exit, whatever happens.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from posgen.compat import attention_implementation, internal
 from posgen.harness.model_family import family_of
 
 CAPTURE_NAME = "posgen_capture"
+ATTENTION_BLOCK_BYTES = 256 * 2**20  # eager attention in query-row blocks above this
 
 _ACTIVE: dict[int, _CaptureState] = {}  # id(attention module) -> the capture it feeds
 _REGISTERED = False
@@ -37,7 +43,6 @@ class LayerCapture:
     """One layer's capture; tensors live on the model's device."""
 
     layer: int
-    logits: torch.Tensor  # [B, H, n, n] float32, pre-softmax, pre-mask
     attended: torch.Tensor  # [B, 1, n, n] bool, True where the layer may attend
     query: torch.Tensor  # [B, H, n, head_dim] post-RoPE, as the model computed it
     key: torch.Tensor  # [B, H, n, head_dim] post-RoPE, grouped KV heads expanded
@@ -45,6 +50,27 @@ class LayerCapture:
     position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = field(repr=False)
     scaling: float = 1.0
     kv_heads: int = 0  # KV heads before expansion: query head h reads KV head h // (H / kv_heads)
+    softcap: float | None = None
+    _logits: torch.Tensor | None = field(default=None, repr=False)
+
+    @property
+    def logits(self) -> torch.Tensor:
+        """[B, H, n, n] float32, pre-softmax, pre-mask (computed on first use, then kept)."""
+        if self._logits is None:
+            self._logits = self.logit_block(0, self.query.shape[-2])
+        return self._logits
+
+    def logit_block(
+        self, start: int, stop: int, heads: slice = slice(None), width: int | None = None
+    ) -> torch.Tensor:
+        """Logits of query rows start..stop−1 against keys 0..width−1 (default all):
+        [B, h, stop − start, width] float32 = q·kᵀ·scaling (then the layer's soft-capping)."""
+        width = self.key.shape[-2] if width is None else width
+        q = self.query[:, heads, start:stop].float()
+        block = torch.matmul(q, self.key[:, heads, :width].float().transpose(2, 3)) * self.scaling
+        if self.softcap is not None:
+            block = torch.tanh(block / self.softcap) * self.softcap
+        return block
 
     def unrotate(self, x: torch.Tensor) -> torch.Tensor:
         """Undo RoPE on ``x`` [B, H, n, head_dim] with the model's own rotation and (cos, −sin).
@@ -112,26 +138,45 @@ def capture_attention_forward(module, query, key, value, attention_mask, *args, 
     family = family_of(module)
     key_full = family.expand_kv(module, key, query.shape[1])
     with torch.no_grad():
-        logits = torch.matmul(query.float(), key_full.float().transpose(2, 3)) * scaling
-        softcap = kwargs.get("softcap")
-        if softcap is not None:
-            logits = torch.tanh(logits / softcap) * softcap
-        attended = state.attended(attention_mask, key_full.shape[-2])
         state.consumer(
             LayerCapture(
                 layer=state.layer_of[id(module)],
-                logits=logits,
-                attended=attended,
+                attended=state.attended(attention_mask, key_full.shape[-2]),
                 query=query,
                 key=key_full,
                 module=module,
                 position_embeddings=state.position_embeddings.get(id(module)),
                 scaling=scaling,
                 kv_heads=key.shape[1],
+                softcap=kwargs.get("softcap"),
             )
         )
     eager = family.eager_attention_function(module)
-    return eager(module, query, key, value, attention_mask, *args, **kwargs)
+    return _eager_in_row_blocks(eager, module, query, key, value, attention_mask, args, kwargs)
+
+
+def _eager_in_row_blocks(eager, module, query, key, value, attention_mask, args, kwargs):
+    """The eager attention, whole or on blocks of query rows when its [B, H, n, keys] float32
+    weights would exceed ``ATTENTION_BLOCK_BYTES``. Output rows concatenated ([B, n, H, d]);
+    the weights are then not returned (None): no caller of a capture asks for them."""
+    b, h, n = query.shape[:3]
+    keys = key.shape[-2]
+    rows = max(1, ATTENTION_BLOCK_BYTES // (4 * b * h * keys))
+    if rows >= n:
+        return eager(module, query, key, value, attention_mask, *args, **kwargs)
+    outputs = [
+        eager(
+            module,
+            query[:, :, start : start + rows],
+            key,
+            value,
+            attention_mask[:, :, start : start + rows],
+            *args,
+            **kwargs,
+        )[0]
+        for start in range(0, n, rows)
+    ]
+    return torch.cat(outputs, dim=1), None
 
 
 def register() -> None:

@@ -73,6 +73,7 @@ __all__ = [
     "HeadFits",
     "HeadSums",
     "LayoutCache",
+    "centred_sums",
     "diagonal_and_column_sums",
     "diagonal_sums",
     "fit_heads",
@@ -129,6 +130,12 @@ def head_sums(
 
     parts = [_raw_sums(fill, _heads(k, chunk, p), layout, dtype) for k in range(0, p, chunk)]
     diag, rows, cols, sumsq = (torch.cat(t) for t in zip(*parts, strict=True))
+    return centred_sums(diag, rows, cols, sumsq, shift, layout)
+
+
+def centred_sums(diag, rows, cols, sumsq, shift, layout) -> HeadSums:
+    """``HeadSums`` from the raw sums of W − shift over F: diagonal, row, column [P, n] and
+    squares [P] (float64), ``shift`` [P] the per-head value subtracted before summing."""
     n_e = layout.n_entries
     mean = rows.sum(-1) / n_e  # of W − shift: the centred sums below do not depend on shift
     used_i = layout.count_i > 0

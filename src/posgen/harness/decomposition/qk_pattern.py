@@ -40,6 +40,11 @@ class DistanceMap:
         q = self.query[heads].to(out.dtype) * self.scaling
         torch.bmm(q, self.keys[heads].to(out.dtype).transpose(-1, -2), out=out)
 
+    def block(self, start: int, stop: int, width: int) -> torch.Tensor:
+        """D of query rows start..stop−1 against keys 0..width−1: [P, stop − start, width] float32."""
+        q = self.query[:, start:stop].float() * self.scaling
+        return torch.bmm(q, self.keys[:, :width].float().transpose(-1, -2))
+
 
 def distance_sums(d_map: DistanceMap | torch.Tensor, layout: FitLayout):
     """(diagonal, column) raw sums of D [P, n, n] over the fitted entries, [P, n] float64."""

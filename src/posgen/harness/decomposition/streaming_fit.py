@@ -2,18 +2,17 @@
 forward, all layers solved in one batched product after it.
 
 ``LayerFitter`` is a consumer for :func:`posgen.harness.decomposition.capture.capture_attention`.
-For every layer it keeps the sufficient statistics of the exact fit
-(:func:`~posgen.harness.decomposition.logit_fit.head_sums`) and of the distance + key form
-(:func:`~posgen.harness.decomposition.qk_pattern.distance_sums`) and lets the ``[H, n, n]``
-logits go; :meth:`LayerFitter.finish` solves every layer that shares a layout at once and
+For every layer it accumulates the sufficient statistics of the exact fit and of the
+distance + key form a block of query rows at a time
+(:mod:`posgen.harness.decomposition.block_sums`: the layer's ``[H, n, n]`` logits are never
+held whole; a causal layer uses the structured layout of
+:mod:`posgen.harness.decomposition.causal_layout`); :meth:`LayerFitter.finish` solves every layer that shares a layout at once and
 appends one tidy row per (document, layer, head).
 """
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
-
-SUM_DTYPE = "float32"
 
 
 class _LayerSums(NamedTuple):
@@ -40,17 +39,22 @@ class LayerFitter:
         self._last: tuple | None = None  # (attended tensor, layout, restricted)
 
     def __call__(self, cap) -> None:
-        import torch
+        from posgen.harness.decomposition.block_sums import (
+            streamed_diagonal_and_column_sums,
+            streamed_head_sums,
+        )
 
-        from posgen.harness.decomposition.logit_fit import head_sums
-        from posgen.harness.decomposition.qk_pattern import distance_sums
-
-        if cap.logits.shape[0] != 1:
+        if cap.query.shape[0] != 1:
             raise ValueError("decompose fits one document per forward (batch size 1)")
-        logits = cap.logits[0]  # [H, n, n]
+        heads = cap.query.shape[1]
         layout, window = self._layout(cap.attended)
-        sums = head_sums(logits, layout, dtype=getattr(torch, SUM_DTYPE))
-        d_sums = distance_sums(_distance_axis(cap, layout), layout)
+
+        def logits(start: int, stop: int, width: int):  # [H, stop − start, width]
+            return cap.logit_block(start, stop, width=width)[0]
+
+        sums = streamed_head_sums(logits, heads, layout)
+        d_map = _distance_axis(cap, layout)
+        d_sums = streamed_diagonal_and_column_sums(d_map.block, heads, layout)
         self._pending.append(_LayerSums(cap.layer, layout, sums, d_sums, window))
 
     def _layout(self, attended_bhnn):
