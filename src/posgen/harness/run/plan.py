@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from posgen import __version__
-from posgen.harness.run.config import Cell, Decompose, ModelEntry, RunConfig, Scoring, SweepAxis
 from posgen.harness.run.options import (
     HUB_ID,
     PlanError,
@@ -28,6 +27,7 @@ from posgen.harness.run.options import (
 )
 from posgen.perturbations import PerturbationError, registry
 from posgen.perturbations.seeding import DEFAULT_SEED
+from posgen.results.folder.config import Cell, Decompose, ModelEntry, RunConfig, Scoring, SweepAxis
 from posgen.results.folder.labels import short_labels
 from posgen.results.folder.schema import SCHEMA_VERSION, rate_label
 
