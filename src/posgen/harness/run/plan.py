@@ -195,7 +195,9 @@ def suite_tasks(suite: str) -> tuple[list[str], int | None]:
     tasks = [t.strip() for t in suite.split(",") if t.strip()]
     if not tasks:
         raise PlanError("--suite: give 'offline' or a comma-separated list of lm-eval tasks")
-    known = set(shared_task_manager().all_tasks)
+    from posgen.harness.run.task_index import known_task_names
+
+    known = known_task_names(lambda: shared_task_manager().all_tasks)
     for t in tasks:
         if t not in known:
             close = difflib.get_close_matches(t, sorted(known), n=3)
