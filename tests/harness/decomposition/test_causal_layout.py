@@ -128,3 +128,18 @@ def test_sums_off_the_range_are_projected_and_bad_sums_raise():
     sums.diag[0, 5] = float("nan")
     with pytest.raises(ValueError, match="not finite"):
         fit_sums(sums, layout)
+
+
+def test_row_moments_match_brute_force():
+    gen = torch.Generator().manual_seed(11)
+    for n, k, diag, first in ((20, 0, True, 7), (20, 3, False, 9), (17, 2, True, 0)):
+        layout = CausalLayout(n, k, diag)
+        a, b, c = (torch.randn(2, n, generator=gen, dtype=torch.float64) for _ in range(3))
+        i = torch.arange(n)
+        f = a[:, (i[:, None] - i[None, :]).clamp(min=0)] + b[:, :, None] + c[:, None, :]
+        rows = layout.mask.clone()
+        rows[:first] = False
+        total, squares, count = layout.row_moments(a, b, c, first)
+        torch.testing.assert_close(total, (f * rows).sum((1, 2)), rtol=0, atol=1e-10)
+        torch.testing.assert_close(squares, (f**2 * rows).sum((1, 2)), rtol=0, atol=1e-10)
+        assert count == int(rows.sum())

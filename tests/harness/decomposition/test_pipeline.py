@@ -177,3 +177,41 @@ def test_cli_modules_import_light():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--length", "lambda:4,16"],  # Λ replaces the capture's attention function
+        ["--length", "bogus:3"],
+        ["--length", "scale:0"],
+        ["--trained-context", "0"],
+    ],
+)
+def test_cli_refuses_bad_length_input_before_loading(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        _parse(argv)
+    assert exc.value.code == 2
+    assert "--length" in capsys.readouterr().err or "--trained-context" in argv
+
+
+def test_cli_length_scheme_past_a_trained_context(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    model = str(tiny_model_dir("llama", 0))
+    argv = ["--model", model, "--docs", "1", "--tokens", "40", "--device", "cpu"]
+    args = _parse([*argv, "--length", "scale:2", "--trained-context", "24", "--out", str(out)])
+    assert decompose.main(args) == 0
+    table = pd.read_parquet(out / "heads.parquet")
+    assert (table["length"] == "scale:2.0").all() and (table["context"] == 24).all()
+    for col in ("r_3axis_before_context", "r_3axis_past_context"):
+        assert table[col].between(0, 1).all(), col
+    assert (table["a_trend_rms_past"] >= 0).all() and (table["a_trend_rms_before"] >= 0).all()
+    layers = pd.read_csv(out / "layers.csv")
+    assert "r_3axis_past_context" in layers.columns and len(layers) == 2
+    assert "past C: query rows i >= C" in capsys.readouterr().out
+    plain = _parse([*argv, "--trained-context", "24", "--out", str(tmp_path / "plain")])
+    assert decompose.main(plain) == 0
+    as_trained = pd.read_parquet(tmp_path / "plain" / "heads.parquet")
+    assert not np.allclose(as_trained["r_3axis_past_context"], table["r_3axis_past_context"])
+    with pytest.raises(SystemExit, match="random-init with --length"):
+        decompose.main(_parse([*argv, "--length", "none", "--random-init"]))

@@ -19,6 +19,7 @@ W[s + t, s + t − (m − 1 − u)], i.e. distance d = m − 1 − u (zeros wher
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
@@ -35,20 +36,47 @@ def block_rows(heads: int, n: int) -> int:
     return max(1, min(n, BLOCK_ELEMENTS // max(heads * n, 1)))
 
 
+class RawSums(NamedTuple):
+    """Sums over the fitted entries of some query rows of W − shift (float64): diagonal,
+    row and column [P, n], squares [P]."""
+
+    diag: torch.Tensor
+    rows: torch.Tensor
+    cols: torch.Tensor
+    sumsq: torch.Tensor
+
+    def __add__(self, other: RawSums) -> RawSums:  # type: ignore[override]
+        return RawSums(*(x + y for x, y in zip(self, other, strict=True)))
+
+
 def streamed_head_sums(source: BlockSource, heads: int, layout) -> HeadSums:
     """``HeadSums`` of the logits that ``source`` yields, block by block (module doc)."""
+    return split_head_sums(source, heads, layout, None)[0]
+
+
+def split_head_sums(source: BlockSource, heads: int, layout, split: int | None):
+    """(``HeadSums``, shift [P], raw sums of rows < ``split``, of rows ≥ ``split``); without a
+    split (None, or not inside 1..n−1) the last two are None."""
     shift = _rough_mean(source, layout)  # [P] float64, keeps float32 sums exact enough
-    diag, rows, cols, sumsq = _accumulate(source, heads, layout, shift, squares=True)
-    return centred_sums(diag, rows, cols, sumsq, shift, layout)
+    n = layout.n
+    if split is None or not 0 < split < n:
+        total = _accumulate(source, heads, layout, shift, (0, n), squares=True)
+        before = past = None
+    else:
+        before = _accumulate(source, heads, layout, shift, (0, split), squares=True)
+        past = _accumulate(source, heads, layout, shift, (split, n), squares=True)
+        total = before + past
+    return centred_sums(*total, shift, layout), shift, before, past
 
 
 def streamed_diagonal_and_column_sums(source: BlockSource, heads: int, layout):
     """Raw (diagonal, column) sums over F of the map ``source`` yields: [P, n] float64 each."""
-    diag, _, cols, _ = _accumulate(source, heads, layout, None, squares=False)
-    return diag, cols
+    raw = _accumulate(source, heads, layout, None, (0, layout.n), squares=False)
+    return raw.diag, raw.cols
 
 
-def _accumulate(source: BlockSource, heads: int, layout, shift, squares: bool):
+def _accumulate(source: BlockSource, heads: int, layout, shift, rows_range, squares: bool):
+    """``RawSums`` of query rows rows_range[0]..rows_range[1]−1, a block at a time."""
     n = layout.n
     dev = layout.count_d.device
     diag = torch.zeros(heads, n, dtype=torch.float64, device=dev)
@@ -56,20 +84,22 @@ def _accumulate(source: BlockSource, heads: int, layout, shift, squares: bool):
     cols = torch.zeros_like(diag)
     sumsq = torch.zeros(heads, dtype=torch.float64, device=dev)
     step = block_rows(heads, n)
-    for start in range(0, n, step):
-        stop = min(start + step, n)
-        buf = torch.zeros(heads, stop - start, 2 * stop, dtype=torch.float32, device=dev)
+    for start in range(rows_range[0], rows_range[1], step):
+        stop = min(start + step, rows_range[1])
+        buf = torch.empty(heads, stop - start, 2 * stop, dtype=torch.float32, device=dev)
+        buf[:, :, :stop] = 0.0
         x = buf[:, :, stop:]  # [P, r, m], m = stop
-        x.copy_(source(start, stop, stop))
-        if shift is not None:
-            x.sub_(shift.float()[:, None, None])
+        if shift is None:
+            x.copy_(source(start, stop, stop))
+        else:
+            torch.sub(source(start, stop, stop), shift.float()[:, None, None], out=x)
         x.mul_(layout.block_mask(start, stop)[:, :stop])
         diag[:, :stop] += _block_diagonal_sums(buf, start).double()
         cols[:, :stop] += x.sum(-2).double()
         if squares:
             rows[:, start:stop] = x.sum(-1).double()
             sumsq += (torch.linalg.vector_norm(x, dim=(-2, -1)).double()) ** 2
-    return diag, rows, cols, sumsq
+    return RawSums(diag, rows, cols, sumsq)
 
 
 def _block_diagonal_sums(buf: torch.Tensor, start: int) -> torch.Tensor:
@@ -91,4 +121,4 @@ def _rough_mean(source: BlockSource, layout) -> torch.Tensor:
         mask = layout.block_mask(i, i + 1)[:, : i + 1]  # [1, i + 1]
         total = total + torch.where(mask, source(i, i + 1, i + 1).double(), 0.0).sum((-1, -2))
         count += int(mask.sum())
-    return total / count
+    return (total / count).float().double()  # representable in the float32 sums

@@ -67,8 +67,15 @@ def decompose_model(
     progress: bool = True,
     include_diagonal: bool = True,
     sink_keys: int = 0,
+    length=None,
+    context: int | None = None,
 ) -> pd.DataFrame:
     """The tidy per-head table of one model on ``docs`` probe windows of ``tokens`` tokens.
+
+    ``length``: a ``LengthPerturbation`` (``posgen length``'s schemes; Λ excepted, its
+    attention function would replace the capture's): the model is loaded and run under it
+    as ``posgen length`` does. ``context``: the trained context C; with it the table gets
+    the ``past_context`` columns (NaN where n ≤ C) and a ``context`` column.
 
     ``model``: a name/path (``embedded`` = SmolLM2-135M) or a loaded model (then pass its
     ``tokenizer``). With ``random_init`` the weights are replaced by a seeded random-init
@@ -84,22 +91,49 @@ def decompose_model(
     from posgen.harness.decomposition.logit_fit import FitOptions, LayoutCache
     from posgen.harness.decomposition.streaming_fit import LayerFitter
 
-    net, tokenizer, name = _resolve(model, tokenizer, random_init, seed, device)
+    net, tokenizer, name = _resolve(model, tokenizer, random_init, seed, device, length)
     windows = probe_token_windows(tokenizer, docs=docs, tokens=tokens)
-    fitter = LayerFitter(FitOptions(include_diagonal, sink_keys), LayoutCache())
+    fitter = LayerFitter(FitOptions(include_diagonal, sink_keys), LayoutCache(), context)
     for k, ids in enumerate(tqdm(windows, desc=f"decompose {name}", disable=not progress)):
         fitter.doc = k
-        capture_forward(net, ids, fitter)
+        with _length_forward(net, ids, length):
+            capture_forward(net, ids, fitter)
         fitter.finish()
     table = pd.DataFrame(fitter.rows)
     table.insert(0, "seed", seed)
     table.insert(0, "random_init", random_init)
     table.insert(0, "model", name)
     table["include_diagonal"], table["sink_keys"] = include_diagonal, sink_keys
+    if length is not None:
+        table["length"] = length.to_string()
+    if context is not None:
+        table["context"] = context
     return table
 
 
-def _resolve(model, tokenizer, random_init: bool, seed: int, device):
+def _length_forward(net, ids: list[int], length):
+    """``posgen length``'s forward context for ``length`` (a no-op context without one)."""
+    from contextlib import nullcontext
+
+    import torch
+
+    if length is None:
+        return nullcontext()
+    from posgen.harness.length.apply import length_forward
+
+    return length_forward(net, torch.tensor([ids]), length)
+
+
+def _resolve(model, tokenizer, random_init: bool, seed: int, device, length=None):
+    if isinstance(model, str) and length is not None and not random_init:
+        from transformers import AutoTokenizer
+
+        from posgen.harness.embedded import resolve_pretrained
+        from posgen.harness.length.apply import load_model as load_with_length
+
+        path = resolve_pretrained(model)
+        net = load_with_length(str(path), length).to(device or "cpu")
+        return net, tokenizer or AutoTokenizer.from_pretrained(path), model
     if isinstance(model, str):
         net, tok = load_model(model, random_init=random_init, seed=seed, device=device)
         return net, tokenizer or tok, model

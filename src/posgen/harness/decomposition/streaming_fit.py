@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from posgen.harness.decomposition.past_context import COLUMNS as PAST_COLUMNS
+
 
 class _LayerSums(NamedTuple):
     """What ``LayerFitter`` keeps of one layer until ``finish()``: O(P n), not the logits."""
@@ -23,6 +25,7 @@ class _LayerSums(NamedTuple):
     sums: Any  # logit_fit.HeadSums of W
     d_sums: tuple  # (diagonal, column) sums of the distance map D
     restricted: bool  # the layer attends to fewer entries than causal (e.g. sliding window)
+    split: tuple | None = None  # (shift, rows < C, rows ≥ C raw sums) with a context C
 
 
 class LayerFitter:
@@ -31,8 +34,10 @@ class LayerFitter:
     after the forward solves all layers that share a layout in one batched product and
     appends the tidy rows of document ``doc``."""
 
-    def __init__(self, options, layouts) -> None:
-        self.options, self.layouts = options, layouts
+    def __init__(self, options, layouts, context: int | None = None) -> None:
+        """``context``: the trained context C; with n > C on a causal layer each head also
+        gets the ``past_context`` figures (r before / past C, a[d]'s trend), else NaN."""
+        self.options, self.layouts, self.context = options, layouts, context
         self.rows: list[dict[str, Any]] = []
         self.doc = 0
         self._pending: list[_LayerSums] = []
@@ -40,9 +45,10 @@ class LayerFitter:
 
     def __call__(self, cap) -> None:
         from posgen.harness.decomposition.block_sums import (
+            split_head_sums,
             streamed_diagonal_and_column_sums,
-            streamed_head_sums,
         )
+        from posgen.harness.decomposition.causal_layout import CausalLayout
 
         if cap.query.shape[0] != 1:
             raise ValueError("decompose fits one document per forward (batch size 1)")
@@ -52,10 +58,12 @@ class LayerFitter:
         def logits(start: int, stop: int, width: int):  # [H, stop − start, width]
             return cap.logit_block(start, stop, width=width)[0]
 
-        sums = streamed_head_sums(logits, heads, layout)
+        split = self.context if isinstance(layout, CausalLayout) else None
+        sums, *parts = split_head_sums(logits, heads, layout, split)
         d_map = _distance_axis(cap, layout)
         d_sums = streamed_diagonal_and_column_sums(d_map.block, heads, layout)
-        self._pending.append(_LayerSums(cap.layer, layout, sums, d_sums, window))
+        split_sums = tuple(parts) if parts[1] is not None else None
+        self._pending.append(_LayerSums(cap.layer, layout, sums, d_sums, window, split_sums))
 
     def _layout(self, attended_bhnn):
         """(layout, restricted) for ``cap.attended``; layers sharing one mask share the work."""
@@ -93,6 +101,7 @@ class LayerFitter:
             d_sums = tuple(torch.cat([it.d_sums[k] for it in items]) for k in (0, 1))
             fits = fit_sums(sums, layout)
             values = self._values(fits, distance_key_r(sums, d_sums, layout))
+            values.update(self._past_context(items, fits, layout))
             start = 0
             for it in items:
                 heads = it.sums.mean.shape[0]
@@ -105,6 +114,26 @@ class LayerFitter:
                 start += heads
         for layer in sorted(by_layer):
             self.rows.extend(by_layer[layer])
+
+    def _past_context(self, items, fits, layout) -> dict[str, list[float]]:
+        """The ``past_context`` columns of the heads of ``items`` (NaN without a split)."""
+        import torch
+
+        from posgen.harness.decomposition.block_sums import RawSums
+        from posgen.harness.decomposition.past_context import past_context_figures
+
+        heads = fits.r_3axis.shape[0]
+        if self.context is None:
+            return {}
+        if any(it.split is None for it in items):  # n ≤ C, or not a causal layer
+            return {k: [float("nan")] * heads for k in PAST_COLUMNS}
+        shift = torch.cat([it.split[0] for it in items])
+        before, past = (
+            RawSums(*(torch.cat([it.split[part][f] for it in items]) for f in range(4)))
+            for part in (1, 2)
+        )
+        figures = past_context_figures(fits, shift, before, past, layout, self.context)
+        return {k: v.double().cpu().tolist() for k, v in figures.items()}
 
     @staticmethod
     def _values(fits, r_dk) -> dict[str, list[float]]:
@@ -130,10 +159,11 @@ class LayerFitter:
                 "head": head,
                 "n": fits.a.shape[-1],
                 "n_entries": fits.n_entries,
-                **{k: v[head] for k, v in values.items()},
+                **{k: v[head] for k, v in values.items() if k not in PAST_COLUMNS},
                 "chance_r": fits.chance_r,
                 "chance_r_2axis": fits.chance_r_2axis,
                 "restricted_mask": window,
+                **{k: values[k][head] for k in PAST_COLUMNS if k in values},
             }
             for head in range(len(values["r_3axis"]))
         ]

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
+from posgen.harness.decomposition.past_context import COLUMNS as PAST_COLUMNS
+
 R_HIGH = 0.9  # summary: share of heads with r above this
 
 
@@ -50,9 +52,16 @@ def layer_means(table: pd.DataFrame) -> pd.DataFrame:
         "share_key",
         "logit_std",
     ]
+    cols += [c for c in PAST_COLUMNS if c in table.columns]
     return (
         table.groupby(["model", "random_init", "n", "layer"], sort=False)[cols].mean().reset_index()
     )
+
+
+def past_context_table(per_layer: pd.DataFrame) -> pd.DataFrame:
+    """The per-layer figures before and past the trained context (from ``layer_means``)."""
+    keep = ["model", "random_init", "layer", "r_3axis", *PAST_COLUMNS]
+    return per_layer[[c for c in keep if c in per_layer.columns]]
 
 
 def write_outputs(
