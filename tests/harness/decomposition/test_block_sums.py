@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posgen.harness.decomposition import block_sums, capture
+from posgen.harness.decomposition import block_sums, capture, streaming_fit
 from posgen.harness.decomposition.block_sums import (
     streamed_diagonal_and_column_sums,
     streamed_head_sums,
@@ -51,19 +51,27 @@ def test_streamed_sums_equal_whole_sums(monkeypatch, elements):
             torch.testing.assert_close(got_t, ref_t, rtol=1e-5, atol=1e-3)
 
 
-def test_decomposition_never_holds_whole_logits_and_blocks_agree(monkeypatch):
+def test_decomposition_never_holds_whole_logits_and_both_paths_agree(monkeypatch):
+    """The bilinear path (q, k sums) and the block path (logit blocks) give one table."""
     tok = build_tokenizer()
     model = build_model("llama", seed=0)
-    whole = decompose_model(model, tokenizer=tok, docs=1, tokens=48, progress=False)
+
+    def run():
+        return decompose_model(model, tokenizer=tok, docs=1, tokens=48, progress=False, context=30)
+
+    bilinear = run()
 
     def refuse(self):
         raise AssertionError("whole [B, H, n, n] logits requested")
 
     monkeypatch.setattr(capture.LayerCapture, "logits", property(refuse))
+    monkeypatch.setattr(streaming_fit, "_bilinear_sums", streaming_fit._block_sums)
     monkeypatch.setattr(block_sums, "BLOCK_ELEMENTS", 4 * 48 * 5)  # 5 rows per block
     monkeypatch.setattr(capture, "ATTENTION_BLOCK_BYTES", 4 * 4 * 48 * 7)  # 7 rows
-    blocked = decompose_model(model, tokenizer=tok, docs=1, tokens=48, progress=False)
-    for col in ("r_3axis", "r_2axis", "r_distance_key", "r_row_centred", "logit_std"):
+    blocked = run()
+    cols = ["r_3axis", "r_2axis", "r_distance_key", "r_row_centred", "logit_std"]
+    cols += ["r_3axis_before_context", "r_3axis_past_context", "a_trend_rms_past"]
+    for col in cols:
         torch.testing.assert_close(
-            torch.tensor(blocked[col].values), torch.tensor(whole[col].values), rtol=0, atol=1e-6
+            torch.tensor(blocked[col].values), torch.tensor(bilinear[col].values), rtol=0, atol=1e-6
         )

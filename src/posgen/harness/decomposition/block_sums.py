@@ -48,6 +48,9 @@ class RawSums(NamedTuple):
     def __add__(self, other: RawSums) -> RawSums:  # type: ignore[override]
         return RawSums(*(x + y for x, y in zip(self, other, strict=True)))
 
+    def __sub__(self, other: RawSums) -> RawSums:
+        return RawSums(*(x - y for x, y in zip(self, other, strict=True)))
+
 
 def streamed_head_sums(source: BlockSource, heads: int, layout) -> HeadSums:
     """``HeadSums`` of the logits that ``source`` yields, block by block (module doc)."""

@@ -44,25 +44,16 @@ class LayerFitter:
         self._last: tuple | None = None  # (attended tensor, layout, restricted)
 
     def __call__(self, cap) -> None:
-        from posgen.harness.decomposition.block_sums import (
-            split_head_sums,
-            streamed_diagonal_and_column_sums,
-        )
         from posgen.harness.decomposition.causal_layout import CausalLayout
 
         if cap.query.shape[0] != 1:
             raise ValueError("decompose fits one document per forward (batch size 1)")
-        heads = cap.query.shape[1]
         layout, window = self._layout(cap.attended)
-
-        def logits(start: int, stop: int, width: int):  # [H, stop − start, width]
-            return cap.logit_block(start, stop, width=width)[0]
-
         split = self.context if isinstance(layout, CausalLayout) else None
-        sums, *parts = split_head_sums(logits, heads, layout, split)
-        d_map = _distance_axis(cap, layout)
-        d_sums = streamed_diagonal_and_column_sums(d_map.block, heads, layout)
-        split_sums = tuple(parts) if parts[1] is not None else None
+        if isinstance(layout, CausalLayout) and cap.softcap is None:
+            sums, d_sums, split_sums = _bilinear_sums(cap, layout, split)
+        else:
+            sums, d_sums, split_sums = _block_sums(cap, layout, split)
         self._pending.append(_LayerSums(cap.layer, layout, sums, d_sums, window, split_sums))
 
     def _layout(self, attended_bhnn):
@@ -181,6 +172,44 @@ def is_causal(attended, block: int = 1024) -> bool:
         if not torch.equal(attended[start : start + block], j <= i):
             return False
     return True
+
+
+def _bilinear_sums(cap, layout, split):
+    """(HeadSums, D sums, split sums) of a causal, uncapped layer from its q and k alone
+    (:mod:`posgen.harness.decomposition.qk_sums`): no [n, n] map at all."""
+    import torch
+
+    from posgen.harness.decomposition.logit_fit import centred_sums
+    from posgen.harness.decomposition.qk_sums import causal_qk_sums
+
+    q = cap.query[0].double() * cap.scaling  # [H, n, d]
+    total = causal_qk_sums(q, cap.key[0], layout)
+    shift = torch.zeros(q.shape[0], dtype=torch.float64, device=q.device)
+    split_sums = None
+    if split is not None and 0 < split < layout.n:
+        past = causal_qk_sums(q, cap.key[0], layout, first_row=split)
+        split_sums = (shift, total - past, past)
+    d_map = _distance_axis(cap, layout)
+    d_raw = causal_qk_sums(q, d_map.keys, layout, squares=False)
+    return centred_sums(*total, shift, layout), (d_raw.diag, d_raw.cols), split_sums
+
+
+def _block_sums(cap, layout, split):
+    """(HeadSums, D sums, split sums) from the logits a block of query rows at a time
+    (:mod:`posgen.harness.decomposition.block_sums`): any mask, soft-capping included."""
+    from posgen.harness.decomposition.block_sums import (
+        split_head_sums,
+        streamed_diagonal_and_column_sums,
+    )
+
+    def logits(start: int, stop: int, width: int):  # [H, stop − start, width]
+        return cap.logit_block(start, stop, width=width)[0]
+
+    heads = cap.query.shape[1]
+    sums, *parts = split_head_sums(logits, heads, layout, split)
+    d_map = _distance_axis(cap, layout)
+    d_sums = streamed_diagonal_and_column_sums(d_map.block, heads, layout)
+    return sums, d_sums, (tuple(parts) if parts[1] is not None else None)
 
 
 def _distance_axis(cap, layout):
