@@ -20,39 +20,31 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 from posgen.harness.decomposition.probe import probe_token_windows
+from posgen.harness.loading import random_init_twin
+from posgen.harness.run.config import ModelEntry
 
 DEFAULT_DOCS = 8
 
 DEFAULT_TOKENS = 256
 
 
-def load_model(model: str, *, random_init: bool = False, seed: int = 0, device=None):
-    """(model, tokenizer) in float32 eval mode; ``embedded`` resolves to SmolLM2-135M."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+def load_model(model: str | ModelEntry, *, random_init: bool = False, seed: int = 0, device=None):
+    """(model, tokenizer) in eval mode through :func:`posgen.harness.loading.load_model`;
+    ``model`` is a name or folder (``embedded`` = SmolLM2-135M, float32) or a ModelEntry
+    (its dtype, revision, adapter, ... as given)."""
+    import argparse
+    from dataclasses import replace
 
-    from posgen.harness.embedded import resolve_pretrained
+    from posgen.harness.loading import load_model as load
+    from posgen.harness.loading import model_entries
 
-    path = resolve_pretrained(model)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if random_init:
-        net = random_init_twin(AutoConfig.from_pretrained(path), seed=seed, name=str(model))
-    else:
-        net = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    return net.to(device or "cpu").eval(), tokenizer
-
-
-def random_init_twin(config, *, seed: int, name: str) -> PreTrainedModel:
-    """The same architecture with random weights from a seed derived with posgen.seeding."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from posgen.perturbations.seeding import item_rng
-
-    torch_seed = int(item_rng(seed, "random-init-twin", name).integers(0, 2**62))
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(torch_seed)
-        return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    entry = (
+        model if isinstance(model, ModelEntry) else model_entries([model], argparse.Namespace())[0]
+    )
+    if random_init and not entry.random_init:
+        entry = replace(entry, random_init=True)
+    loaded = load(entry, device or "cpu", seed=seed)
+    return loaded.model, loaded.tokenizer
 
 
 def decompose_model(
@@ -100,9 +92,9 @@ def decompose_model(
 
 
 def _resolve(model, tokenizer, random_init: bool, seed: int, device):
-    if isinstance(model, str):
+    if isinstance(model, (str, ModelEntry)):
         net, tok = load_model(model, random_init=random_init, seed=seed, device=device)
-        return net, tokenizer or tok, model
+        return net, tokenizer or tok, model if isinstance(model, str) else model.label
     if tokenizer is None:
         raise ValueError("pass tokenizer= with a loaded model")
     name = getattr(model.config, "name_or_path", "") or type(model).__name__
