@@ -225,7 +225,7 @@ def run_length(args: argparse.Namespace, entry: ModelEntry, device: str | None) 
     from posgen.harness.length.runner import prepare_folder, read_results, run_documents
     from posgen.results.folder.store import atomic_write_json
     from posgen.results.report.length import curves_png, markdown
-    from posgen.results.scores.length import score_length
+    from posgen.results.scores.length import json_ready, score_length
 
     config = resolve_config(args, _trained_context(args, entry), entry)
     config, token_ids = _select_documents(args, entry, config)
@@ -237,7 +237,7 @@ def run_length(args: argparse.Namespace, entry: ModelEntry, device: str | None) 
     except ValueError as exc:
         raise _fail(str(exc)) from None
     scores = score_length(read_results(folder, config), config.to_dict())
-    atomic_write_json(folder / "length_scores.json", scores)
+    atomic_write_json(folder / "length_scores.json", json_ready(scores))
     atomic_write_bytes(folder / "length_curves.png", curves_png(scores))
     text = markdown(scores)
     atomic_write_text(folder / "length.md", text)
