@@ -21,12 +21,17 @@ import json
 import math
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from posgen.harness.run.config import ModelEntry
 from posgen.harness.run.options import PlanError
 from posgen.perturbations.base import PerturbationError
+
+if TYPE_CHECKING:
+    from posgen.harness.length.documents import Document
 
 QUICK_DOCUMENTS = 2
 QUICK_SCHEMES = "none;lambda:4,C;scale:2"
@@ -61,8 +66,24 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--positions", default=None, help="a position scheme applied too")
     parser.add_argument(
-        "--documents", type=int, default=None, help="number of documents (built-in: <= 5)"
+        "--documents",
+        type=int,
+        default=None,
+        help="number of documents: the first N long enough (built-in: <= 5, default 5; "
+        "--data/--dataset: default all)",
     )
+    data = parser.add_argument_group("documents (default: five built-in long texts)")
+    data.add_argument(
+        "--data",
+        metavar="PATH",
+        help="a text file, a folder of .txt files, or a JSONL file (see --text-field)",
+    )
+    data.add_argument(
+        "--dataset",
+        metavar="NAME[:CONFIG]:SPLIT[:FIELD]",
+        help="a datasets split (hub id, cache, or a Dataset.save_to_disk folder)",
+    )
+    data.add_argument("--text-field", help="the text field of JSONL rows or dataset rows (text)")
     parser.add_argument("--bucket-width", type=int, default=None, help="default C/8")
     parser.add_argument("--threshold", type=float, default=0.10, help="PPL increase (0.10)")
     parser.add_argument("--seed", type=int, default=1234)
@@ -81,9 +102,11 @@ def _fail(message: str) -> PlanError:
     return PlanError(message)
 
 
-def check_arguments(args: argparse.Namespace) -> tuple[ModelEntry, str | None]:
+def check_arguments(args: argparse.Namespace) -> tuple[ModelEntry, str | None, Iterator[Document]]:
     """Every argument checked before the model (or the embedded model's conversion) is
-    touched: numbers, schemes, the output folder, the device and the model entry."""
+    touched: numbers, schemes, the output folder, the device, the model entry and the
+    documents' source (opened, read later)."""
+    from posgen.harness.length.documents import open_documents
     from posgen.harness.loading import check_device, model_entries, require_rope
     from posgen.harness.out_folder import check_out_folder
 
@@ -111,9 +134,16 @@ def check_arguments(args: argparse.Namespace) -> tuple[ModelEntry, str | None]:
     if args.out is not None:
         check_out_folder(args.out)
     device = check_device(args.device)
+    if args.documents is not None and args.documents > ALL_DOCUMENTS and _builtin(args):
+        raise _fail(f"--documents must be in [1, {ALL_DOCUMENTS}] with the built-in documents")
+    documents = open_documents(args.data, args.dataset, args.text_field)
     (entry,) = model_entries([args.model], args)
     require_rope(entry, "posgen length")
-    return entry, device
+    return entry, device, documents
+
+
+def _builtin(args: argparse.Namespace) -> bool:
+    return args.data is None and args.dataset is None
 
 
 def resolve_config(args: argparse.Namespace, trained: int, entry: ModelEntry | None = None):
@@ -170,8 +200,8 @@ def main(args: argparse.Namespace) -> int:
     from posgen.results.folder.store import RunConflictError
 
     try:
-        entry, device = check_arguments(args)
-        folder = run_length(args, entry, device)
+        entry, device, documents = check_arguments(args)
+        folder = run_length(args, entry, device, documents)
     except (PlanError, RunConflictError) as e:
         print(f"posgen length: {e}", file=sys.stderr)
         return 2
@@ -189,19 +219,19 @@ def _trained_context(args: argparse.Namespace, entry: ModelEntry) -> int:
     return int(args.trained_context or trained)
 
 
-def _select_documents(args: argparse.Namespace, entry: ModelEntry, config):
+def _select_documents(
+    args: argparse.Namespace, entry: ModelEntry, config, documents: Iterator[Document]
+):
     """The run's documents (tokenized, cut to max length), and the config naming them."""
-    from posgen.harness.length.documents import builtin_documents, describe_shortfall, records
+    from posgen.harness.length.documents import describe_shortfall, records
     from posgen.harness.length.documents import select as select_documents
     from posgen.harness.loading import load_tokenizer
 
-    wanted = args.documents or (QUICK_DOCUMENTS if args.quick else ALL_DOCUMENTS)
-    if wanted > ALL_DOCUMENTS:
-        raise _fail(f"--documents must be in [1, {ALL_DOCUMENTS}] with the built-in documents")
+    wanted = args.documents
+    if wanted is None and (args.quick or _builtin(args)):
+        wanted = QUICK_DOCUMENTS if args.quick else ALL_DOCUMENTS
     tokenizer = load_tokenizer(entry)
-    sel = select_documents(
-        builtin_documents(), lambda t: tokenizer(t).input_ids, config.max_length, wanted
-    )
+    sel = select_documents(documents, lambda t: tokenizer(t).input_ids, config.max_length, wanted)
     shortfall = describe_shortfall(sel, wanted, config.max_length)
     if shortfall:
         raise _fail(shortfall)
@@ -215,11 +245,17 @@ def _select_documents(args: argparse.Namespace, entry: ModelEntry, config):
         config,
         documents=tuple(d.doc_id for d in sel.documents),
         document_sources=records(sel.documents),
+        skipped_documents=sel.skipped,
     )
     return config, sel.token_ids
 
 
-def run_length(args: argparse.Namespace, entry: ModelEntry, device: str | None) -> Path:
+def run_length(
+    args: argparse.Namespace,
+    entry: ModelEntry,
+    device: str | None,
+    documents: Iterator[Document] | None = None,
+) -> Path:
     """The whole run of checked arguments: config, documents, folder, records, scores."""
     from posgen.atomic import atomic_write_bytes, atomic_write_text
     from posgen.harness.length.runner import prepare_folder, read_results, run_documents
@@ -228,7 +264,11 @@ def run_length(args: argparse.Namespace, entry: ModelEntry, device: str | None) 
     from posgen.results.scores.length import json_ready, score_length
 
     config = resolve_config(args, _trained_context(args, entry), entry)
-    config, token_ids = _select_documents(args, entry, config)
+    if documents is None:
+        from posgen.harness.length.documents import builtin_documents
+
+        documents = builtin_documents()
+    config, token_ids = _select_documents(args, entry, config, documents)
     body = json.dumps(config.to_dict(), sort_keys=True).encode()
     folder = args.out or Path("posgen-runs") / f"length-{hashlib.sha256(body).hexdigest()[:12]}"
     prepare_folder(folder, config)

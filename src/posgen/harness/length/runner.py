@@ -51,6 +51,7 @@ class LengthRunConfig:
     # SHA-256, so that a rerun on another model or other documents is refused
     model_entry: Mapping[str, Any] = field(default_factory=dict)
     document_sources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    skipped_documents: int = 0  # read before the kept ones, shorter than max_length
 
     def __post_init__(self) -> None:
         if self.max_length < 2 or self.trained_context < 2:
