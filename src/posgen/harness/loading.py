@@ -2,7 +2,7 @@
 
 ``posgen run`` (its models through lm-eval's ``hf`` loading, its random-init twins),
 ``posgen length``, ``posgen decompose`` and ``posgen run --length`` all take a model as a
-:class:`~posgen.harness.run.config.ModelEntry` (path or hub id, resolved revision, dtype,
+:class:`~posgen.results.folder.config.ModelEntry` (path or hub id, resolved revision, dtype,
 PEFT adapter, remote code, attention implementation, device map) plus a device, and load
 it here. The API::
 
@@ -31,8 +31,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from posgen.harness.run.config import ModelEntry, decode_device_map
 from posgen.harness.run.options import PlanError
+from posgen.results.folder.config import ModelEntry, decode_device_map
 
 if TYPE_CHECKING:
     from posgen.perturbations.length import LengthPerturbation

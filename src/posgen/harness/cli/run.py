@@ -12,6 +12,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from posgen.harness.cli.arguments import add_threshold_arguments
 from posgen.harness.loading import add_loading_arguments, check_device
 from posgen.harness.out_folder import check_out_folder
 from posgen.harness.run.plan import (
@@ -104,22 +105,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         metavar="SCHEMES",
         help="also run `posgen length` per model into RUN/length/<model>/ and report it: "
         "'quick' (2 documents, none;lambda;scale) or ';'-separated length schemes",
-    )
-
-
-def add_threshold_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--threshold`` and ``--threshold-acc`` (``posgen run`` and ``posgen ingest``)."""
-    parser.add_argument(
-        "--threshold",
-        type=float,
-        default=0.10,
-        help="tolerance threshold: relative perplexity increase (0.10)",
-    )
-    parser.add_argument(
-        "--threshold-acc",
-        type=float,
-        default=0.05,
-        help="tolerance threshold: absolute accuracy drop (0.05)",
     )
 
 

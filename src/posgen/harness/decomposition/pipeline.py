@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 from posgen.harness.decomposition.probe import probe_token_windows
 from posgen.harness.loading import random_init_twin
-from posgen.harness.run.config import ModelEntry
+from posgen.results.folder.config import ModelEntry
 
 DEFAULT_DOCS = 8
 

@@ -26,9 +26,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from posgen.harness.run.config import ModelEntry
 from posgen.harness.run.options import PlanError
 from posgen.perturbations.base import PerturbationError
+from posgen.results.folder.config import ModelEntry
 
 if TYPE_CHECKING:
     from posgen.harness.length.documents import Document

@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from posgen.harness.run.config import ModelEntry
 from posgen.perturbations.length import LengthPerturbation, parse_length
+from posgen.results.folder.config import ModelEntry
 from posgen.results.folder.schema import config_hash
 from posgen.results.folder.store import RunConflictError, atomic_write_json, read_json
 from posgen.results.scores.length import read_records, result_path
