@@ -146,3 +146,5 @@ def test_a_one_document_length_run_writes_strict_json(models, tmp_path):
 
     scores = json.loads((out / "length_scores.json").read_text(), parse_constant=refuse)
     assert scores["curves"][0]["ci_low"] is None  # one document: no interval, null
+    for path in [out / "config.json", *(out / "docs").rglob("*.json")]:
+        json.loads(path.read_text(), parse_constant=refuse)
