@@ -52,24 +52,26 @@ def _vm(field: str) -> int:
 
 
 def child(scheme_text: str, tokens: int, model_name: str, layers: int | None) -> dict:
-    import torch
-    from transformers import AutoTokenizer
+    import argparse
 
-    from posgen.harness.embedded import resolve_pretrained
-    from posgen.harness.length.apply import length_forward, load_model
+    import torch
+
+    from posgen.harness.length.apply import length_forward
     from posgen.harness.length.drift import attention_modules, drift_capture
     from posgen.harness.length.nll import position_nll
+    from posgen.harness.loading import load_model, model_entries
     from posgen.perturbations.length import parse_length
     from posgen.tasks.long_documents import long_documents
 
-    path = resolve_pretrained(model_name)
     scheme = parse_length(scheme_text)
-    model = load_model(path, scheme)
+    (entry,) = model_entries([model_name], argparse.Namespace())
+    loaded = load_model(entry, "cpu", length=scheme)
+    model = loaded.model
     if layers:  # keep the first decoder layers only (see --layers)
         model.model.layers = model.model.layers[:layers]
         model.config.num_hidden_layers = layers
     doc, text = next(iter(long_documents().items()))
-    ids = AutoTokenizer.from_pretrained(path)(text).input_ids[:tokens]
+    ids = loaded.tokenizer(text).input_ids[:tokens]
     if len(ids) < tokens:
         raise SystemExit(f"{doc} has only {len(ids)} tokens")
     input_ids = torch.tensor([ids])

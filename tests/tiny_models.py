@@ -130,3 +130,18 @@ def build_short_context_model(
     cfg = AutoConfig.for_model(arch, **dict(CONFIGS[arch], **overrides))
     torch.manual_seed(seed)
     return AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+
+
+def save_tiny_adapter(model_dir: Path, out: Path, seed: int = 0) -> Path:
+    """A LoRA adapter (rank 4 on q_proj and v_proj) for the model saved in ``model_dir``,
+    with seeded non-zero weights in both factors, so that it changes the model's outputs
+    (PEFT's default initialisation makes a fresh adapter the identity)."""
+    from peft import LoraConfig, get_peft_model
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    torch.manual_seed(seed)
+    config = LoraConfig(
+        r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False
+    )
+    get_peft_model(base, config).save_pretrained(out)
+    return Path(out)

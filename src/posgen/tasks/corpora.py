@@ -182,19 +182,24 @@ def _prose_chunks(source: str, target_words: int) -> list[Chunk]:
     ]
 
 
+def play_speeches(play: str) -> list[str]:
+    """The whole speeches (speaker line + verse lines) of ``play`` from Act II on."""
+    text = source_files()[f"plays/{play}"].read_text(encoding="utf-8", errors="replace")
+    start = text.find("ACT II")
+    body = text[start:] if start >= 0 else text
+    speeches = [s.strip("\n") for s in re.split(r"\n\s*\n", body)]
+    return [
+        s
+        for s in speeches
+        if s and not s.lstrip().startswith(("[", "ACT", "SCENE")) and len(s.splitlines()) >= 2
+    ]
+
+
 def play_chunks(target_words: int) -> list[Chunk]:
     """Runs of whole speeches (speaker line + verse lines) from the middle acts."""
     out: list[Chunk] = []
     for play in PLAYS:
-        text = source_files()[f"plays/{play}"].read_text(encoding="utf-8", errors="replace")
-        start = text.find("ACT II")
-        body = text[start:] if start >= 0 else text
-        speeches = [s.strip("\n") for s in re.split(r"\n\s*\n", body)]
-        speeches = [
-            s
-            for s in speeches
-            if s and not s.lstrip().startswith(("[", "ACT", "SCENE")) and len(s.splitlines()) >= 2
-        ]
+        speeches = play_speeches(play)
         out.extend(chunk_sentences(speeches, "plays", play, target_words, separator="\n\n"))
     return out
 

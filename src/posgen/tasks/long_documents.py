@@ -1,27 +1,26 @@
 """Whole long documents of the offline corpus, for perplexity past a trained context.
 
-The Britannica (1911) Shakespeare article (cleaned as in :mod:`posgen.tasks.corpora`)
-and the four plays from Act II on (whole speeches, blank-line separated): five texts of
-roughly 15k–40k words, installed offline. Deterministic: same sources, same texts.
+The Britannica (1911) Shakespeare article (cleaned as in :mod:`posgen.tasks.corpora`, its
+sentences joined by spaces) and four plays from Act II on (whole speeches, blank-line
+separated): five texts of roughly 15k–40k words. They ship with posgen as package data
+(the article is the decomposition's probe file; the plays are ``long_<play>.txt``), each
+checked against its SHA-256 in the data manifest. Deterministic: same files, same texts.
 """
 
 from __future__ import annotations
 
-from posgen.tasks import corpora
+from posgen.tasks import corpora, offline
 
 # Longest first, so that the first k documents are the k longest.
 DOCUMENT_ORDER = ("hamlet", "eb1911-shakespeare", "julius_caesar", "macbeth", "tempest")
 
 
 def long_documents() -> dict[str, str]:
-    """``{document id: text}`` in :data:`DOCUMENT_ORDER`."""
-    docs: dict[str, list[str]] = {}
-    separators: dict[str, str] = {}
-    for origin, sentences in corpora.sentence_streams("britannica"):
-        docs[origin] = list(sentences)
-        separators[origin] = " "
-    for chunk in corpora.play_chunks(1):
-        docs.setdefault(chunk.origin, []).extend(chunk.sentences)
-        separators[chunk.origin] = chunk.separator
-    order = [d for d in DOCUMENT_ORDER if d in docs] + sorted(set(docs) - set(DOCUMENT_ORDER))
-    return {d: separators[d].join(docs[d]) for d in order}
+    """``{document id: text}`` in :data:`DOCUMENT_ORDER`, from the shipped files."""
+    paragraphs = offline.probe_britannica().rstrip("\n").split("\n\n")
+    docs = {
+        "eb1911-shakespeare": " ".join(s for p in paragraphs for s in corpora.split_sentences(p))
+    }
+    for play in corpora.PLAYS:
+        docs[play] = offline.load_bytes(offline.long_play_file(play)).decode("utf-8")
+    return {d: docs[d] for d in DOCUMENT_ORDER}

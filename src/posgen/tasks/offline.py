@@ -25,8 +25,9 @@
 
 The JSONL files ship in ``posgen/tasks/data/`` with ``MANIFEST.json`` (suite version,
 sha256 of each file and of each source), next to ``PROBE_FILE``: the cleaned Britannica
-article (:func:`posgen.tasks.corpora.britannica_text`), the decomposition's probe text, so
-that nothing posgen reads at run time needs the corpus package. ``python -m posgen.tasks.offline --check``
+article (:func:`posgen.tasks.corpora.britannica_text`), the decomposition's probe text, and
+four plays from Act II on (``long_<play>.txt``, with the article ``posgen length``'s
+documents), so that nothing posgen reads at run time needs the corpus package. ``python -m posgen.tasks.offline --check``
 rebuilds them and compares bytes; ``--write`` rewrites them. Every doc carries a stable
 ``doc_id`` (e.g. ``prose-britannica-012``), so per-document results pair across runs.
 Sizes: one pass over the suite is about 8.4k SmolLM2 tokens; on SmolLM2-135M it took
@@ -236,6 +237,8 @@ def build_files() -> dict[str, bytes]:
     prose = build_prose()
     files = {"posgen_prose.jsonl": _jsonl(prose), "posgen_cloze.jsonl": _jsonl(build_cloze(prose))}
     files[PROBE_FILE] = corpora.britannica_text().encode("utf-8")
+    for play in corpora.PLAYS:  # posgen length's long documents (with the article above)
+        files[long_play_file(play)] = "\n\n".join(corpora.play_speeches(play)).encode("utf-8")
     manifest = {
         "suite_version": SUITE_VERSION,
         "builder": "posgen.tasks.offline",
@@ -244,6 +247,11 @@ def build_files() -> dict[str, bytes]:
     }
     files[MANIFEST] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
     return files
+
+
+def long_play_file(play: str) -> str:
+    """The shipped file of a play's text from Act II on (``posgen length``'s documents)."""
+    return f"long_{play}.txt"
 
 
 def read_manifest() -> dict[str, Any]:

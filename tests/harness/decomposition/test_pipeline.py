@@ -213,5 +213,3 @@ def test_cli_length_scheme_past_a_trained_context(tiny_model_dir, tmp_path, caps
     assert decompose.main(plain) == 0
     as_trained = pd.read_parquet(tmp_path / "plain" / "heads.parquet")
     assert not np.allclose(as_trained["r_3axis_past_context"], table["r_3axis_past_context"])
-    with pytest.raises(SystemExit, match="random-init with --length"):
-        decompose.main(_parse([*argv, "--length", "none", "--random-init"]))

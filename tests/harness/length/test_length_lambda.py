@@ -155,6 +155,18 @@ def test_fused_kernel_and_explicit_local_attention_agree(causal):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
+def test_the_causal_prefix_off_cpu_equals_the_fused_kernel():
+    """Queries before W: off CPU, torch's scaled_dot_product_attention (no L × L scores on
+    CUDA) gives what the CPU's fused kernel gives."""
+    from posgen.harness.length.lambda_attention import causal_attention, local_attention
+
+    gen = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 3, 12, 8, generator=gen) for _ in range(3))
+    fused = causal_attention(q, k, v, 0.4, fused=True)
+    torch.testing.assert_close(causal_attention(q, k, v, 0.4, fused=False), fused)
+    torch.testing.assert_close(local_attention(q, k, v, None, 0.4, fused=True)[0], fused)
+
+
 def test_lambda_on_cpu_runs_the_fused_kernel_not_explicit_scores(model, monkeypatch):
     """The speed of ``posgen length --quick`` rests on this: every local band goes through
     torch's fused attention kernel (one causal call before W, one per block after)."""

@@ -3,7 +3,9 @@ capture, the command and its resumable folder."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 
 import numpy as np
 import pytest
@@ -11,11 +13,10 @@ import torch
 from tests.tiny_models import build_short_context_model, build_tokenizer
 
 from posgen.harness.cli import main as cli_main
-from posgen.harness.length.apply import length_forward, load_model
+from posgen.harness.length.apply import length_forward
 from posgen.harness.length.drift import drift_capture, token_cosines
 from posgen.harness.length.nll import bucket_sums, position_nll
 from posgen.perturbations.length import LengthLambda, LengthNone, LengthScale, LengthYarn
-from posgen.results.folder.store import RunConflictError
 
 C = 64
 
@@ -31,6 +32,17 @@ def tiny_path(tmp_path_factory):
 @pytest.fixture(scope="module")
 def model():
     return build_short_context_model("llama", max_positions=C)
+
+
+def load_model(path, scheme):
+    """The tiny model loaded as ``posgen length`` loads it, with ``scheme``'s rope settings."""
+    import argparse
+
+    from posgen.harness.loading import load_model as load
+    from posgen.harness.loading import model_entries
+
+    (entry,) = model_entries([str(path)], argparse.Namespace())
+    return load(entry, "cpu", length=scheme).model
 
 
 def _ids(n: int) -> torch.Tensor:
@@ -139,8 +151,9 @@ def test_command_writes_a_resumable_folder(tiny_path, tmp_path, capsys):
     stamps = [f.stat().st_mtime_ns for f in files]
     assert _run(tiny_path, out) == 0  # resumes: nothing recomputed
     assert [f.stat().st_mtime_ns for f in files] == stamps
-    with pytest.raises(RunConflictError):
-        _run(tiny_path, out, "--threshold", "0.2")
+    capsys.readouterr()
+    assert _run(tiny_path, out, "--threshold", "0.2") == 2
+    assert "another config" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -152,9 +165,12 @@ def test_command_writes_a_resumable_folder(tiny_path, tmp_path, capsys):
         (["--bucket-width", "64"], "no position bucket"),
     ],
 )
-def test_bad_input_is_refused_with_a_message(tiny_path, tmp_path, args, match):
-    with pytest.raises(SystemExit, match=match):
-        cli_main(["length", "--model", str(tiny_path), "--out", str(tmp_path / "x"), *args])
+def test_bad_input_is_refused_with_a_message(tiny_path, tmp_path, args, match, capsys):
+    out = tmp_path / "x"
+    assert cli_main(["length", "--model", str(tiny_path), "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and re.search(match, err), err
+    assert not out.exists()
 
 
 def test_run_for_models_writes_length_folders_and_report_blocks(tiny_path, tmp_path, monkeypatch):
@@ -164,10 +180,9 @@ def test_run_for_models_writes_length_folders_and_report_blocks(tiny_path, tmp_p
     from posgen.results.tables.tidy import length_tables
 
     monkeypatch.setattr(report, "regenerate", lambda root: {"root": root})
-    models = [
-        {"label": "tiny", "path": str(tiny_path), "random_init": False},
-        {"label": "tiny+random-init", "path": str(tiny_path), "random_init": True},
-    ]
+    from posgen.harness.loading import model_entries
+
+    models = model_entries([str(tiny_path)], argparse.Namespace(), random_init=True)
     # 'quick' = 2 documents, none;lambda:4,C;scale:2 with C from the model config (64)
     assert command.run_for_models(tmp_path, models, "quick") == {"root": tmp_path}
     (folder,) = (tmp_path / "length").iterdir()
@@ -182,7 +197,7 @@ def test_run_for_models_writes_length_folders_and_report_blocks(tiny_path, tmp_p
     from posgen.results.gate.length import length_section
     from posgen.results.scores.length import read_records
 
-    section = length_section(tmp_path, "tiny")
+    section = length_section(tmp_path, models[0].label)
     assert (
         section["settings"]["trained_context"] == C and section["settings"]["max_length"] == 2 * C
     )

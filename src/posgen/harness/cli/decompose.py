@@ -4,6 +4,8 @@ probe text, with its tables and plots."""
 from __future__ import annotations
 
 import argparse
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 from posgen.harness.decomposition.pipeline import (  # light: torch loads inside
@@ -21,13 +23,23 @@ from posgen.harness.decomposition.tables import (
     summarize,
     write_outputs,
 )
+from posgen.harness.loading import (
+    add_loading_arguments,
+    check_device,
+    default_device,
+    load_config,
+    model_entries,
+    require_rope,
+)
+from posgen.harness.out_folder import check_out_folder
+from posgen.harness.run.options import PlanError
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         default="embedded",
-        help="model name or folder (default: embedded = SmolLM2-135M)",
+        help="a local folder, a hub id, or 'embedded' (SmolLM2-135M, the default)",
     )
     parser.add_argument(
         "--random-init",
@@ -61,7 +73,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="C for the past-context figures (default: the config's max_position_embeddings); "
         "they are computed when --tokens > C, --length or --trained-context is given",
     )
-    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if any)")
     parser.add_argument(
         "--experiments",
         action="store_true",
@@ -74,15 +85,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         default=Path("posgen-runs/decompose"),
         help="output folder (default posgen-runs/decompose)",
     )
+    add_loading_arguments(parser)
 
 
-def _experiments(args: argparse.Namespace, device: str) -> None:
+def _experiments(args: argparse.Namespace, entry, device: str) -> None:
     from posgen.harness.decomposition.experiments import write_experiments
 
-    model, tokenizer = load_model(args.model, device=device)
+    model, tokenizer = load_model(entry, device=device)
     twin = None
     if args.random_init:
-        twin = random_init_twin(model.config, seed=args.seed, name=args.model).to(device)
+        twin = random_init_twin(model.config, seed=args.seed, name=entry.path).to(device)
     summaries = write_experiments(
         args.out,
         model,
@@ -112,21 +124,15 @@ def _length_scheme(text: str):
     return scheme
 
 
-def _context(args: argparse.Namespace) -> int | None:
-    """C for the past-context figures, or None when they are not asked for."""
-    from transformers import AutoConfig
-
-    from posgen.harness.embedded import resolve_pretrained
-
-    trained = getattr(
-        AutoConfig.from_pretrained(resolve_pretrained(args.model)), "max_position_embeddings", None
-    )
+def _context(args: argparse.Namespace, entry) -> int | None:
+    """C for the past-context figures (config only, no weights), or None when not asked for."""
+    trained = getattr(load_config(entry), "max_position_embeddings", None)
     c = args.trained_context or trained
     wanted = args.length is not None or args.trained_context is not None
     if c is None:
         if wanted:
-            raise SystemExit(
-                "posgen decompose: the model config has no max_position_embeddings; pass --trained-context"
+            raise PlanError(
+                "the model config has no max_position_embeddings; pass --trained-context"
             )
         return None
     return c if wanted or args.tokens > c else None
@@ -139,47 +145,40 @@ def _positive(text: str) -> int:
     return value
 
 
+def check_arguments(args: argparse.Namespace):
+    """Every argument checked before any model loads: the model entry, the device and the
+    trained context C of the past-context figures (None when they are not asked for)."""
+    if not 0 <= args.seed < 2**32:
+        raise PlanError(f"--seed must be an integer in [0, 2**32), got {args.seed}")
+    check_out_folder(args.out)
+    device = check_device(args.device)
+    (entry,) = model_entries([args.model], args)
+    require_rope(entry, "posgen decompose")
+    return entry, device, _context(args, entry)
+
+
 def main(args: argparse.Namespace) -> int:
     import pandas as pd
-    import torch
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if args.random_init and args.length is not None:
-        raise SystemExit(
-            "posgen decompose: --random-init with --length is not supported (the twin is "
-            "built without the scheme's loading); run them separately"
-        )
-    context = _context(args)
-    tables = [
-        decompose_model(
-            args.model,
-            docs=args.docs,
-            tokens=args.tokens,
-            seed=args.seed,
-            device=device,
-            length=args.length,
-            context=context,
-        )
-    ]
-    if args.random_init:
-        tables.append(
-            decompose_model(
-                args.model,
-                docs=args.docs,
-                tokens=args.tokens,
-                random_init=True,
-                seed=args.seed,
-                device=device,
-                context=context,
-            )
-        )
+    try:
+        entry, device, context = check_arguments(args)
+    except PlanError as e:
+        print(f"posgen decompose: {e}", file=sys.stderr)
+        return 2
+    device = device or default_device()
+    kw = dict(docs=args.docs, tokens=args.tokens, seed=args.seed, device=device)
+    kw.update(length=args.length, context=context)
+    tables = [decompose_model(entry, **kw)]
+    if args.random_init:  # the twin keeps the trained model's label
+        tables.append(decompose_model(replace(entry, random_init=True), random_init=True, **kw))
     table = pd.concat(tables, ignore_index=True)
     summary = summarize(table)
     per_layer = layer_means(table)
     write_outputs(args.out, table, summary, per_layer)
-    write_plots(args.out, table, median_head_map(table, model=args.model, device=device))
+    head_map = median_head_map(table, model=entry, device=device, length=args.length)
+    write_plots(args.out, table, head_map)
     if args.experiments:
-        _experiments(args, device)
+        _experiments(args, entry, device)
     with pd.option_context("display.width", 200, "display.max_columns", 40):
         print(summary.T.to_string(header=False))
         if context is not None:

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 from posgen.harness.cli.arguments import add_threshold_arguments
+from posgen.harness.loading import add_loading_arguments, check_device
+from posgen.harness.out_folder import check_out_folder
 from posgen.harness.run.plan import (
     PlanError,
     check_model_side_kinds,
@@ -76,21 +78,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--batch-size", default="8", help="lm-eval batch size: N, auto or auto:N (default 8)"
     )
-    load = parser.add_argument_group("model loading (as lm-eval's hf model)")
-    load.add_argument(
-        "--dtype", default="float32", help="float32 (default), bfloat16, float16, auto"
-    )
-    load.add_argument("--revision", help="hub branch, tag or commit (recorded as its commit)")
-    load.add_argument("--trust-remote-code", action="store_true", help="run the hub repo's code")
-    load.add_argument("--attn-implementation", help="eager, sdpa, flash_attention_2, ...")
-    load.add_argument("--peft", metavar="ADAPTER", help="a PEFT adapter folder or hub id")
-    load.add_argument(
-        "--device-map",
-        metavar="MAP",
-        help="place the model with transformers' device_map (lm-eval's parallelize=True): "
-        "auto, balanced, balanced_low_0, sequential, a device (cpu, cuda:1), or a JSON "
-        'object of module names to devices, e.g. \'{"": "cpu"}\' (not the random-init twin)',
-    )
+    add_loading_arguments(parser)
     prompt = parser.add_argument_group(
         "prompts (as lm-eval's; see docs/running.md for what each perturbation touches)"
     )
@@ -109,7 +97,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="render prompts with the tokenizer's chat template (or the named one), few-shot "
         "examples as turns; text cells perturb the content before rendering",
     )
-    parser.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
         "--length",
@@ -127,6 +114,8 @@ def main(args: argparse.Namespace) -> int:
         notes = check_model_side_kinds(config)
         if args.length and args.length != "quick":
             _check_length(args.length)
+        check_device(args.device)
+        out = check_out_folder(args.out or default_out(config))
     except PlanError as e:
         print(f"posgen run: {e}", file=sys.stderr)
         return 2
@@ -138,7 +127,6 @@ def main(args: argparse.Namespace) -> int:
     if launch.is_main:
         for note in notes:
             print(f"posgen run: note: {note}", file=sys.stderr)
-    out = args.out or default_out(config)
     try:
         with contextlib.ExitStack() as stack:
             fresh = launch.share(_lock(stack, out) if launch.is_main else None)
@@ -196,8 +184,7 @@ def _run_locked(args: argparse.Namespace, config, out: Path, fresh: bool, launch
         if args.length and launch.is_main:
             from posgen.harness.length.command import run_for_models
 
-            models = [m.to_dict() for m in config.models]
-            paths = run_for_models(store.root, models, args.length)
+            paths = run_for_models(store.root, list(config.models), args.length, args.device)
         return paths
     except BaseException:
         if launch.is_main and fresh and (store is None or not store.has_results()):

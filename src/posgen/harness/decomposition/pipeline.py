@@ -20,39 +20,36 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 from posgen.harness.decomposition.probe import probe_token_windows
+from posgen.harness.loading import random_init_twin
+from posgen.results.folder.config import ModelEntry
 
 DEFAULT_DOCS = 8
 
 DEFAULT_TOKENS = 256
 
-
-def load_model(model: str, *, random_init: bool = False, seed: int = 0, device=None):
-    """(model, tokenizer) in float32 eval mode; ``embedded`` resolves to SmolLM2-135M."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    from posgen.harness.embedded import resolve_pretrained
-
-    path = resolve_pretrained(model)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if random_init:
-        net = random_init_twin(AutoConfig.from_pretrained(path), seed=seed, name=str(model))
-    else:
-        net = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    return net.to(device or "cpu").eval(), tokenizer
+HEAD_MAP_MAX_TOKENS = 2048  # head_map.png only for windows up to this length
 
 
-def random_init_twin(config, *, seed: int, name: str) -> PreTrainedModel:
-    """The same architecture with random weights from a seed derived with posgen.seeding."""
-    import torch
-    from transformers import AutoModelForCausalLM
+def load_model(
+    model: str | ModelEntry, *, random_init: bool = False, seed: int = 0, device=None, length=None
+):
+    """(model, tokenizer) in eval mode through :func:`posgen.harness.loading.load_model`;
+    ``model`` is a name or folder (``embedded`` = SmolLM2-135M, float32) or a ModelEntry
+    (its dtype, revision, adapter, ... as given); ``length`` a length scheme (a rope
+    scaling is applied at load)."""
+    import argparse
+    from dataclasses import replace
 
-    from posgen.perturbations.seeding import item_rng
+    from posgen.harness.loading import load_model as load
+    from posgen.harness.loading import model_entries
 
-    torch_seed = int(item_rng(seed, "random-init-twin", name).integers(0, 2**62))
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(torch_seed)
-        return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    entry = (
+        model if isinstance(model, ModelEntry) else model_entries([model], argparse.Namespace())[0]
+    )
+    if random_init and not entry.random_init:
+        entry = replace(entry, random_init=True)
+    loaded = load(entry, device or "cpu", seed=seed, length=length)
+    return loaded.model, loaded.tokenizer
 
 
 def decompose_model(
@@ -125,18 +122,11 @@ def _length_forward(net, ids: list[int], length):
 
 
 def _resolve(model, tokenizer, random_init: bool, seed: int, device, length=None):
-    if isinstance(model, str) and length is not None and not random_init:
-        from transformers import AutoTokenizer
-
-        from posgen.harness.embedded import resolve_pretrained
-        from posgen.harness.length.apply import load_model as load_with_length
-
-        path = resolve_pretrained(model)
-        net = load_with_length(str(path), length).to(device or "cpu")
-        return net, tokenizer or AutoTokenizer.from_pretrained(path), model
-    if isinstance(model, str):
-        net, tok = load_model(model, random_init=random_init, seed=seed, device=device)
-        return net, tokenizer or tok, model
+    if isinstance(model, (str, ModelEntry)):
+        net, tok = load_model(
+            model, random_init=random_init, seed=seed, device=device, length=length
+        )
+        return net, tokenizer or tok, model if isinstance(model, str) else model.label
     if tokenizer is None:
         raise ValueError("pass tokenizer= with a loaded model")
     name = getattr(model.config, "name_or_path", "") or type(model).__name__
@@ -155,8 +145,10 @@ def head_logit_maps(
     doc: int = 0,
     include_diagonal: bool = True,
     sink_keys: int = 0,
+    length=None,
 ):
-    """(actual, fitted) [n, n] float64 arrays of one head on probe window ``doc``; NaN = unfitted."""
+    """(actual, fitted) [n, n] float64 arrays of one head on probe window ``doc`` (under the
+    length scheme ``length``, if any); NaN = unfitted."""
     import torch
 
     from posgen.harness.decomposition.capture import capture_forward
@@ -168,11 +160,12 @@ def head_logit_maps(
     def keep(cap) -> None:
         if cap.layer == layer:
             kept["logits"], kept["attended"] = (
-                cap.logits[0, head : head + 1].clone(),
+                cap.logit_block(0, cap.query.shape[-2], heads=slice(head, head + 1))[0],
                 cap.attended[0, 0].clone(),
             )
 
-    capture_forward(model, ids, keep)
+    with _length_forward(model, ids, length):
+        capture_forward(model, ids, keep)
     layout = FitLayout.from_mask(FitOptions(include_diagonal, sink_keys).apply(kept["attended"]))
     fits = fit_heads(kept["logits"], layout)
     actual = torch.where(layout.mask, kept["logits"][0].double(), float("nan"))
@@ -188,15 +181,21 @@ class HeadMap(NamedTuple):
 
 
 def median_head_map(
-    table: pd.DataFrame, *, model: str | PreTrainedModel, tokenizer=None, device=None
-) -> HeadMap:
+    table: pd.DataFrame, *, model: str | PreTrainedModel, tokenizer=None, device=None, length=None
+) -> HeadMap | None:
     """The trained model's head with the median r_3axis on document 0 of ``table``, its
-    logits recaptured and fitted (the model is reloaded when given by name)."""
+    logits recaptured (under ``length``, the scheme the table was measured with) and fitted
+    (the model is reloaded when given by name). None past ``HEAD_MAP_MAX_TOKENS`` tokens:
+    an n × n picture of a longer window would not be readable, and holding it costs O(n²)."""
+    if int(table["n"].max()) > HEAD_MAP_MAX_TOKENS:
+        return None
     trained = table[~table["random_init"].astype(bool)]
     source = trained if len(trained) else table
     doc0 = source[source["doc"] == source["doc"].min()].sort_values("r_3axis")
     pick = doc0.iloc[len(doc0) // 2]
-    net, tok, _ = _resolve(model, tokenizer, bool(pick["random_init"]), int(pick["seed"]), device)
+    net, tok, _ = _resolve(
+        model, tokenizer, bool(pick["random_init"]), int(pick["seed"]), device, length
+    )
     actual, fitted = head_logit_maps(
         net,
         tok,
@@ -206,6 +205,7 @@ def median_head_map(
         doc=int(pick["doc"]),
         include_diagonal=bool(pick["include_diagonal"]),
         sink_keys=int(pick["sink_keys"]),
+        length=length,
     )
     title = (
         f"{pick['model']} layer {pick['layer']} head {pick['head']} doc {pick['doc']}: "

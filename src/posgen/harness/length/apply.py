@@ -1,8 +1,8 @@
 """Putting a length scheme (and optionally a position scheme) on a model.
 
-- rope scalings (``dynamic``, ``yarn``) are load-time: :func:`load_model` passes the
-  scheme's ``rope_parameters`` to ``from_pretrained`` (editing a built model's config does
-  nothing: the rotary module reads it in ``__init__``);
+- rope scalings (``dynamic``, ``yarn``) are load-time: :func:`posgen.harness.loading.load_model`
+  passes the scheme's ``rope_parameters`` to ``from_pretrained`` (editing a built model's
+  config does nothing: the rotary module reads it in ``__init__``);
 - ``scale:F`` and position schemes enter inside the rotary embedding
   (:func:`posgen.harness.hf_posgen.position_hooks.rotary_positions`), combined as ``positions / F``;
 - ``lambda:G,W`` swaps the attention function (:mod:`.lambda_attention`).
@@ -22,19 +22,6 @@ from posgen.perturbations.length import LengthLambda, LengthPerturbation, combin
 from posgen.perturbations.positions import PositionPerturbation
 
 
-def load_model(path: str, length: LengthPerturbation, dtype: torch.dtype = torch.float32) -> Any:
-    """``AutoModelForCausalLM.from_pretrained(path, **length.load_kwargs(config))`` in eval
-    mode (sdpa attention)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.from_pretrained(path)
-    kwargs = length.load_kwargs(config)
-    model = AutoModelForCausalLM.from_pretrained(
-        path, dtype=dtype, attn_implementation="sdpa", **kwargs
-    )
-    return model.eval()
-
-
 def check_loaded(model: Any, length: LengthPerturbation) -> None:
     """Refuse a model that was not loaded with the rope scaling the scheme needs."""
     have = dict(getattr(model.config, "rope_parameters", None) or {})
@@ -49,7 +36,7 @@ def check_loaded(model: Any, length: LengthPerturbation) -> None:
     if have.get("rope_type") != length.rope_type or have.get("factor") != factor:
         raise RuntimeError(
             f"length={length.to_string()} is applied at load time, but this model was loaded "
-            f"with rope_parameters={have}; load it with posgen.harness.length.apply.load_model"
+            f"with rope_parameters={have}; load it with posgen.harness.loading.load_model(entry, length=scheme)"
         )
 
 

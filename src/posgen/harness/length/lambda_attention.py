@@ -201,9 +201,9 @@ def lambda_attention_forward(
     out = torch.empty_like(query)
     # queries before W see plain causal attention (no key is out of the window, no global
     # key is allowed yet): one causal kernel call, which skips the masked half
-    out[:, :, :window] = local_attention(
-        query[:, :, :window], k_local[:, :, :window], v_local[:, :, :window], None, scaling
-    )[0].to(query.dtype)
+    out[:, :, :window] = causal_attention(
+        query[:, :, :window], k_local[:, :, :window], v_local[:, :, :window], scaling
+    ).to(query.dtype)
     for start in range(window, n, block):
         stop = min(n, start + block)
         lo = start - window + 1
@@ -276,6 +276,26 @@ def local_attention(
     lse = torch.logsumexp(scores, dim=-1)
     probs = torch.exp(scores - lse.unsqueeze(-1)).to(value.dtype)
     return probs @ value, lse
+
+
+def causal_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    scale: float,
+    fused: bool | None = None,
+) -> torch.Tensor:
+    """Causal softmax attention ``[B, H, L, d]`` of equal-length query and key, without an
+    L × L tensor: torch's fused CPU kernel on CPU (``fused``, default there), elsewhere
+    ``scaled_dot_product_attention(is_causal=True)`` (flash or memory-efficient kernels
+    on CUDA)."""
+    if fused is None:
+        fused = query.device.type == "cpu"
+    if fused:
+        return flash_attention_cpu()(query, key, value, is_causal=True, scale=scale)[0]
+    return torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, is_causal=True, scale=scale
+    )
 
 
 def flash_attention_cpu() -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from posgen.perturbations.length import LengthPerturbation, parse_length
+from posgen.results.folder.config import ModelEntry
 from posgen.results.folder.schema import config_hash
 from posgen.results.folder.store import RunConflictError, atomic_write_json, read_json
 from posgen.results.scores.length import read_records, result_path
@@ -46,10 +47,17 @@ class LengthRunConfig:
     chunk: int = 1024
     block_size: int | None = None
     threshold: float = 0.10
+    # how the model was loaded (ModelEntry.to_dict()) and each document's source and
+    # SHA-256, so that a rerun on another model or other documents is refused
+    model_entry: Mapping[str, Any] = field(default_factory=dict)
+    document_sources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    skipped_documents: int = 0  # read before the kept ones, shorter than max_length
 
     def __post_init__(self) -> None:
         if self.max_length < 2 or self.trained_context < 2:
             raise ValueError("max_length and trained_context must be >= 2")
+        if self.chunk < 1 or (self.block_size is not None and self.block_size < 1):
+            raise ValueError("chunk and block size must be >= 1")
         if self.bucket_width < 1 or self.bucket_width > self.max_length:
             raise ValueError(f"bucket width must be in [1, {self.max_length}]")
         if not self.schemes or not self.documents:
@@ -65,7 +73,13 @@ class LengthRunConfig:
         return math.ceil(self.max_length / self.bucket_width)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "schemes": list(self.schemes), "documents": list(self.documents)}
+        return {
+            **asdict(self),
+            "schemes": list(self.schemes),
+            "documents": list(self.documents),
+            "model_entry": dict(self.model_entry),
+            "document_sources": {k: dict(v) for k, v in self.document_sources.items()},
+        }
 
     def parsed_schemes(self) -> list[LengthPerturbation]:
         return [parse_length(s) for s in self.schemes]
@@ -98,25 +112,22 @@ def _load_groups(schemes: list[LengthPerturbation]) -> dict[str, list[LengthPert
 def run_documents(
     folder: Path,
     config: LengthRunConfig,
-    model_path: str,
-    texts: dict[str, str],
+    entry: ModelEntry,
+    device: str | None,
+    token_ids: dict[str, list[int]],
     log: Callable[[str], None] = print,
 ) -> None:
-    """Compute every missing (scheme, document) file of the run folder."""
+    """Compute every missing (scheme, document) file of the run folder; the model is
+    loaded through :func:`posgen.harness.loading.load_model`, once per load group."""
     import torch
-    from transformers import AutoTokenizer
 
-    from posgen.harness.length.apply import length_forward, load_model
+    from posgen.harness.length.apply import length_forward
     from posgen.harness.length.drift import drift_capture
     from posgen.harness.length.nll import bucket_sums, position_nll
+    from posgen.harness.loading import load_model
     from posgen.perturbations import parse
 
     positions = parse("position", config.positions) if config.positions else None
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    ids = {d: tokenizer(texts[d]).input_ids[: config.max_length] for d in config.documents}
-    short = {d: len(v) for d, v in ids.items() if len(v) < config.max_length}
-    if short:
-        raise ValueError(f"documents shorter than --max-length {config.max_length}: {short}")
     width, n_buckets = config.bucket_width, config.n_buckets
     for group in _load_groups(config.parsed_schemes()).values():
         todo = [
@@ -127,9 +138,10 @@ def run_documents(
         ]
         if not todo:
             continue
-        model = load_model(model_path, group[0])
+        loaded = load_model(entry, device, length=group[0])
+        model = loaded.model
         for scheme, doc in todo:
-            input_ids = torch.tensor([ids[doc]], dtype=torch.long)
+            input_ids = torch.tensor([token_ids[doc]], dtype=torch.long, device=model.device)
             start = time.perf_counter()
             with (
                 length_forward(model, input_ids, scheme, positions, config.seed, config.block_size),
@@ -147,10 +159,11 @@ def run_documents(
                 "count": counts.tolist(),
                 "drift": drift[-1].to_dict() if drift else None,
                 "seconds": seconds,
+                "loaded": loaded.record,
             }
             atomic_write_json(result_path(folder, scheme.to_string(), doc), record)
             log(f"{scheme.to_string():>16}  {doc:<20} {input_ids.shape[1]} tokens  {seconds:.1f} s")
-        del model
+        del model, loaded
 
 
 def read_results(folder: Path, config: LengthRunConfig) -> list[dict[str, Any]]:

@@ -157,27 +157,20 @@ class ModelSession:
             raise
 
     def _load(self) -> ModelSession:
-        import torch
-
         from posgen.harness.hf_posgen.model import HFPosgenLM
+        from posgen.harness.loading import hflm_kwargs, load_model
         from posgen.harness.run.plan import shared_task_manager
         from posgen.lm_eval_plugin import register_all
 
         register_all()
         self.task_manager = shared_task_manager()
-        device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        kwargs = {
-            "batch_size": self.config.batch_size,
-            "device": device,
-            "dtype": self.model.dtype,
-            **({} if self.model.random_init else self.model.load_options()),
-        }
+        kwargs = {"batch_size": self.config.batch_size, **hflm_kwargs(self.model, self.device)}
         if kwargs.get("device_map") is not None:
             kwargs.update(self._placement_memory())
         with self._quiet():
             if self.model.random_init:
-                net, tok = self._random_init_twin()
-                self.lm = HFPosgenLM(pretrained=net, tokenizer=tok, **kwargs)
+                twin = load_model(self.model, kwargs["device"], seed=self.config.random_init_seed)
+                self.lm = HFPosgenLM(pretrained=twin.model, tokenizer=twin.tokenizer, **kwargs)
             else:
                 self.lm = HFPosgenLM(pretrained=self.model.path, **kwargs)
         if (self.lm.rank, self.lm.world_size) != (self.launch.rank, self.launch.world_size):
@@ -204,18 +197,6 @@ class ModelSession:
         offload = self.store.root / f".offload-{slug(self.model.label)}.tmp"
         self._log_stack.callback(shutil.rmtree, offload, ignore_errors=True)
         return {"max_cpu_memory": get_max_memory()["cpu"], "offload_folder": str(offload)}
-
-    def _random_init_twin(self):
-        from transformers import AutoConfig, AutoTokenizer
-
-        from posgen.harness.decomposition.pipeline import random_init_twin
-        from posgen.harness.embedded import resolve_pretrained
-
-        path = resolve_pretrained(self.model.path)
-        net = random_init_twin(
-            AutoConfig.from_pretrained(path), seed=self.config.random_init_seed, name=path
-        )
-        return net, AutoTokenizer.from_pretrained(path)
 
     def _open_log(self):
         """The model's log file, ``raw/<model>/lm_eval.log`` (appended to)."""

@@ -248,6 +248,18 @@ def drift_rows(data: SchemeData) -> list[dict[str, Any]]:
     return rows
 
 
+def json_ready(obj: Any) -> Any:
+    """``obj`` with every non-finite float (an interval of one document, a bucket no
+    document reached) replaced by None, so it is strict JSON: null, never a bare NaN."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_ready(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_ready(v) for v in obj]
+    return obj
+
+
 def score_length(records: Sequence[dict[str, Any]], config: dict[str, Any]) -> dict[str, Any]:
     """Everything the report shows: curves, effective lengths, drift, per scheme."""
     width, c = int(config["bucket_width"]), int(config["trained_context"])

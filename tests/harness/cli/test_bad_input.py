@@ -1,0 +1,150 @@
+"""Bad input to the commands that load a model (length, decompose, run): one line on
+stderr, exit status 2, nothing written and no model touched (not even the embedded
+model's conversion)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from posgen.harness.cli import main as cli_main
+from tiny_models import build_short_context_model, build_tokenizer
+
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, tiny_model_dir) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("bad-input")
+    short = root / "short"
+    build_short_context_model("llama", max_positions=64).save_pretrained(short)
+    build_tokenizer().save_pretrained(short)
+    (root / "no-config").mkdir()
+    (root / "afile").write_text("not a folder")
+    return {
+        "short": short,
+        "gpt2": tiny_model_dir("gpt2", 0),
+        "no-config": root / "no-config",
+        "afile": root / "afile",
+    }
+
+
+@pytest.fixture
+def no_loading(monkeypatch, tmp_path):
+    """Any model, tokenizer or config load (or the embedded conversion) fails the test;
+    the working folder is empty, so a default output folder would show."""
+    from posgen.harness import embedded, loading
+    from posgen.harness.run import cells
+
+    def refuse(*a, **k):
+        raise AssertionError("a model, tokenizer or config was loaded")
+
+    for name in ("load_model", "load_tokenizer", "load_config"):
+        monkeypatch.setattr(loading, name, refuse)
+    monkeypatch.setattr(embedded, "resolve_pretrained", refuse)
+    monkeypatch.setattr(cells.ModelSession, "__enter__", refuse)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _refused(argv: list[str], message: str, capsys, cwd: Path) -> None:
+    before = sorted(p.name for p in cwd.iterdir())
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert message in err, err
+    assert sorted(p.name for p in cwd.iterdir()) == before  # nothing written
+
+
+LENGTH = [
+    (["--chunk", "0"], "--chunk must be an integer >= 1, got 0"),
+    (["--chunk", "-5"], "--chunk must be an integer >= 1, got -5"),
+    (["--documents", "0"], "--documents must be an integer >= 1, got 0"),
+    (["--max-length", "0"], "--max-length must be an integer >= 2, got 0"),
+    (["--seed", "-1"], "--seed must be an integer in [0, 2**32), got -1"),
+    (["--bucket-width", "0"], "--bucket-width must be an integer >= 1"),
+    (["--block-size", "0"], "--block-size must be an integer >= 1"),
+    (["--trained-context", "1"], "--trained-context must be an integer >= 2"),
+    (["--threshold", "nan"], "--threshold must be a finite number > 0"),
+    (["--device", "bogus"], "--device 'bogus': give cpu, cuda, cuda:N or mps"),
+    (["--dtype", "float8"], "--dtype: 'float8'"),
+    (["--peft", "/no/such/adapter"], "no such adapter folder"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), LENGTH)
+def test_length_refuses_bad_numbers_and_flags(models, no_loading, capsys, args, message):
+    argv = ["length", "--model", str(models["short"]), "--out", str(no_loading / "out"), *args]
+    _refused(argv, message, capsys, no_loading)
+
+
+def test_length_refuses_a_bad_factor_before_the_embedded_model_converts(no_loading, capsys):
+    _refused(
+        ["length", "--factor", "-1"], "--factor must be a finite number > 0", capsys, no_loading
+    )
+
+
+MODELS = [
+    ("missing", "no such model folder"),
+    ("no-config", "has no config.json"),
+    ("gpt2", "has no rotary position embedding"),
+]
+
+
+@pytest.mark.parametrize("command", ["length", "decompose"])
+@pytest.mark.parametrize(("model", "message"), MODELS)
+def test_a_bad_model_is_refused(models, no_loading, capsys, command, model, message):
+    path = models.get(model, no_loading / "no-such-model")
+    argv = [command, "--model", str(path), "--out", str(no_loading / "out")]
+    _refused(argv, message, capsys, no_loading)
+
+
+def _out_cases(models, cwd: Path) -> list[tuple[str, str]]:
+    return [
+        (str(models["afile"]), "is a file, not a folder"),
+        (str(models["afile"] / "sub"), "is a file, so no folder can be made under it"),
+        ("/sys/posgen-out", "cannot write into /sys"),
+    ]
+
+
+@pytest.mark.parametrize("command", ["length", "decompose", "run"])
+@pytest.mark.parametrize("case", [0, 1, 2])
+def test_an_unusable_out_is_refused(models, no_loading, capsys, command, case):
+    out, message = _out_cases(models, no_loading)[case]
+    _refused([command, "--model", str(models["short"]), "--out", out], message, capsys, no_loading)
+    assert models["afile"].read_text() == "not a folder"
+
+
+@pytest.mark.parametrize("command", ["length", "decompose", "run"])
+def test_a_bogus_device_is_refused(models, no_loading, capsys, command):
+    argv = [command, "--model", str(models["short"]), "--device", "bogus"]
+    _refused(argv, "--device 'bogus': give cpu, cuda, cuda:N or mps", capsys, no_loading)
+
+
+@NO_CUDA
+@pytest.mark.parametrize("command", ["length", "decompose", "run"])
+def test_cuda_without_cuda_is_refused(models, no_loading, capsys, command):
+    argv = [command, "--model", str(models["short"]), "--device", "cuda"]
+    _refused(argv, "--device cuda: no CUDA device is available", capsys, no_loading)
+
+
+def test_decompose_refuses_a_negative_seed(models, no_loading, capsys):
+    argv = ["decompose", "--model", str(models["short"]), "--seed", "-1"]
+    _refused(argv, "--seed must be an integer in [0, 2**32)", capsys, no_loading)
+
+
+def test_a_one_document_length_run_writes_strict_json(models, tmp_path):
+    out = tmp_path / "one"
+    argv = ["length", "--model", str(models["short"]), "--documents", "1", "--schemes", "none"]
+    assert cli_main([*argv, "--bucket-width", "16", "--out", str(out), "--device", "cpu"]) == 0
+
+    def refuse(name: str):
+        raise AssertionError(f"{name} in length_scores.json")
+
+    scores = json.loads((out / "length_scores.json").read_text(), parse_constant=refuse)
+    assert scores["curves"][0]["ci_low"] is None  # one document: no interval, null
+    for path in [out / "config.json", *(out / "docs").rglob("*.json")]:
+        json.loads(path.read_text(), parse_constant=refuse)
