@@ -180,8 +180,8 @@ def bench_memory(tokens: int, device: str) -> dict:
     with torch.no_grad(), capture_attention(model, keep):
         model(ids, attention_mask=mask, use_cache=False)
     cap = kept["cap"]
-    cap.logits, cap.query, cap.key = cap.logits.clone(), cap.query.clone(), cap.key.clone()
-    layer_bytes = cap.logits.numel() * 4
+    cap.query, cap.key = cap.query.clone(), cap.key.clone()
+    layer_bytes = cap.query.shape[0] * cap.query.shape[1] * cap.query.shape[2] ** 2 * 4  # logits
 
     def fit_layer() -> None:
         fitter(cap)
