@@ -124,6 +124,21 @@ def _length_scheme(text: str):
     return scheme
 
 
+def _length_forward(length):
+    """``posgen length``'s forward for ``length`` as a ``forward_context(model, ids)``."""
+    if length is None:
+        return None
+
+    def forward_context(model, ids: list[int]):
+        import torch
+
+        from posgen.harness.length.apply import length_forward
+
+        return length_forward(model, torch.tensor([ids]), length)
+
+    return forward_context
+
+
 def _context(args: argparse.Namespace, entry) -> int | None:
     """C for the past-context figures (config only, no weights), or None when not asked for."""
     trained = getattr(load_config(entry), "max_position_embeddings", None)
@@ -167,7 +182,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     device = device or default_device()
     kw = dict(docs=args.docs, tokens=args.tokens, seed=args.seed, device=device)
-    kw.update(length=args.length, context=context)
+    kw.update(length=args.length, context=context, forward_context=_length_forward(args.length))
     tables = [decompose_model(entry, **kw)]
     if args.random_init:  # the twin keeps the trained model's label
         tables.append(decompose_model(replace(entry, random_init=True), random_init=True, **kw))
@@ -175,7 +190,9 @@ def main(args: argparse.Namespace) -> int:
     summary = summarize(table)
     per_layer = layer_means(table)
     write_outputs(args.out, table, summary, per_layer)
-    head_map = median_head_map(table, model=entry, device=device, length=args.length)
+    head_map = median_head_map(
+        table, model=entry, device=device, length=args.length, forward_context=kw["forward_context"]
+    )
     write_plots(args.out, table, head_map)
     if args.experiments:
         _experiments(args, entry, device)

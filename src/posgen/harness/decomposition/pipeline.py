@@ -66,13 +66,16 @@ def decompose_model(
     sink_keys: int = 0,
     length=None,
     context: int | None = None,
+    forward_context=None,
 ) -> pd.DataFrame:
     """The tidy per-head table of one model on ``docs`` probe windows of ``tokens`` tokens.
 
     ``length``: a ``LengthPerturbation`` (``posgen length``'s schemes; Λ excepted, its
-    attention function would replace the capture's): the model is loaded and run under it
-    as ``posgen length`` does. ``context``: the trained context C; with it the table gets
-    the ``past_context`` columns (NaN where n ≤ C) and a ``context`` column.
+    attention function would replace the capture's): a rope scaling is applied when the
+    model loads, and ``forward_context(model, ids)`` (a context manager factory, e.g.
+    ``posgen length``'s forward for the scheme) wraps every captured forward. ``context``:
+    the trained context C; with it the table gets the ``past_context`` columns (NaN where
+    n ≤ C) and a ``context`` column.
 
     ``model``: a name/path (``embedded`` = SmolLM2-135M) or a loaded model (then pass its
     ``tokenizer``). With ``random_init`` the weights are replaced by a seeded random-init
@@ -93,7 +96,7 @@ def decompose_model(
     fitter = LayerFitter(FitOptions(include_diagonal, sink_keys), LayoutCache(), context)
     for k, ids in enumerate(tqdm(windows, desc=f"decompose {name}", disable=not progress)):
         fitter.doc = k
-        with _length_forward(net, ids, length):
+        with _forward_context(forward_context, net, ids):
             capture_forward(net, ids, fitter)
         fitter.finish()
     table = pd.DataFrame(fitter.rows)
@@ -108,17 +111,11 @@ def decompose_model(
     return table
 
 
-def _length_forward(net, ids: list[int], length):
-    """``posgen length``'s forward context for ``length`` (a no-op context without one)."""
+def _forward_context(forward_context, net, ids: list[int]):
+    """``forward_context(net, ids)``, or a no-op context without one."""
     from contextlib import nullcontext
 
-    import torch
-
-    if length is None:
-        return nullcontext()
-    from posgen.harness.length.apply import length_forward
-
-    return length_forward(net, torch.tensor([ids]), length)
+    return nullcontext() if forward_context is None else forward_context(net, ids)
 
 
 def _resolve(model, tokenizer, random_init: bool, seed: int, device, length=None):
@@ -145,10 +142,10 @@ def head_logit_maps(
     doc: int = 0,
     include_diagonal: bool = True,
     sink_keys: int = 0,
-    length=None,
+    forward_context=None,
 ):
-    """(actual, fitted) [n, n] float64 arrays of one head on probe window ``doc`` (under the
-    length scheme ``length``, if any); NaN = unfitted."""
+    """(actual, fitted) [n, n] float64 arrays of one head on probe window ``doc`` (the
+    forward inside ``forward_context(model, ids)``, if given); NaN = unfitted."""
     import torch
 
     from posgen.harness.decomposition.capture import capture_forward
@@ -164,7 +161,7 @@ def head_logit_maps(
                 cap.attended[0, 0].clone(),
             )
 
-    with _length_forward(model, ids, length):
+    with _forward_context(forward_context, model, ids):
         capture_forward(model, ids, keep)
     layout = FitLayout.from_mask(FitOptions(include_diagonal, sink_keys).apply(kept["attended"]))
     fits = fit_heads(kept["logits"], layout)
@@ -181,10 +178,17 @@ class HeadMap(NamedTuple):
 
 
 def median_head_map(
-    table: pd.DataFrame, *, model: str | PreTrainedModel, tokenizer=None, device=None, length=None
+    table: pd.DataFrame,
+    *,
+    model: str | PreTrainedModel,
+    tokenizer=None,
+    device=None,
+    length=None,
+    forward_context=None,
 ) -> HeadMap | None:
     """The trained model's head with the median r_3axis on document 0 of ``table``, its
-    logits recaptured (under ``length``, the scheme the table was measured with) and fitted
+    logits recaptured (loaded under ``length`` and run in ``forward_context``, as the table
+    was measured) and fitted
     (the model is reloaded when given by name). None past ``HEAD_MAP_MAX_TOKENS`` tokens:
     an n × n picture of a longer window would not be readable, and holding it costs O(n²)."""
     if int(table["n"].max()) > HEAD_MAP_MAX_TOKENS:
@@ -205,7 +209,7 @@ def median_head_map(
         doc=int(pick["doc"]),
         include_diagonal=bool(pick["include_diagonal"]),
         sink_keys=int(pick["sink_keys"]),
-        length=length,
+        forward_context=forward_context,
     )
     title = (
         f"{pick['model']} layer {pick['layer']} head {pick['head']} doc {pick['doc']}: "
