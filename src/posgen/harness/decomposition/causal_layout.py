@@ -198,7 +198,7 @@ class CausalLayout(LayoutCommon):
         s = torch.cat([s_d, s_x], dim=-1)
         s = s - (s @ null) @ null.T  # onto the range of G
         diag = torch.cat([self.count_d, self.count_j] if two_axis else self._counts())
-        with _one_thread():  # O(P n) vectors: thread hand-offs cost more than they save
+        with one_thread():  # O(P n) vectors: thread hand-offs cost more than they save
             theta = _conjugate_gradients(lambda x: self._product(x, two_axis), s, diag, self)
         return theta, (theta * s).sum(-1)
 
@@ -216,7 +216,7 @@ def _shift(x: torch.Tensor, k: int) -> torch.Tensor:
 
 
 @contextmanager
-def _one_thread() -> Iterator[None]:
+def one_thread() -> Iterator[None]:
     """torch on one intra-op thread within the block (restored after)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

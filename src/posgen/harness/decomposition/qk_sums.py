@@ -63,9 +63,9 @@ def _correlation(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """c[p, t] = Σ_i q[p, i]·k[p, i − t] for t = 0..n−1 (k = 0 before 0), [P, n] float64."""
     n = q.shape[1]
     size = 2 * n  # no wrap-around
-    fq = torch.fft.rfft(q, n=size, dim=1)  # [P, n + 1, d]
-    fk = torch.fft.rfft(k, n=size, dim=1)
-    return torch.fft.irfft((fq * fk.conj()).sum(-1), n=size, dim=1)[:, :n]
+    fq = torch.fft.rfft(q.transpose(1, 2).contiguous(), n=size)  # [P, d, n + 1], contiguous
+    fk = torch.fft.rfft(k.transpose(1, 2).contiguous(), n=size)
+    return torch.fft.irfft((fq * fk.conj()).sum(1), n=size)[:, :n]
 
 
 def _row_squares(q: torch.Tensor, k: torch.Tensor, d0: int, first_row: int) -> torch.Tensor:

@@ -179,18 +179,20 @@ def _bilinear_sums(cap, layout, split):
     (:mod:`posgen.harness.decomposition.qk_sums`): no [n, n] map at all."""
     import torch
 
+    from posgen.harness.decomposition.causal_layout import one_thread
     from posgen.harness.decomposition.logit_fit import centred_sums
     from posgen.harness.decomposition.qk_sums import causal_qk_sums
 
     q = cap.query[0].double() * cap.scaling  # [H, n, d]
-    total = causal_qk_sums(q, cap.key[0], layout)
     shift = torch.zeros(q.shape[0], dtype=torch.float64, device=q.device)
     split_sums = None
-    if split is not None and 0 < split < layout.n:
-        past = causal_qk_sums(q, cap.key[0], layout, first_row=split)
-        split_sums = (shift, total - past, past)
     d_map = _distance_axis(cap, layout)
-    d_raw = causal_qk_sums(q, d_map.keys, layout, squares=False)
+    with one_thread():  # O(n d) tensors: on a loaded CPU, thread hand-offs cost 2-5x
+        total = causal_qk_sums(q, cap.key[0], layout)
+        if split is not None and 0 < split < layout.n:
+            past = causal_qk_sums(q, cap.key[0], layout, first_row=split)
+            split_sums = (shift, total - past, past)
+        d_raw = causal_qk_sums(q, d_map.keys, layout, squares=False)
     return centred_sums(*total, shift, layout), (d_raw.diag, d_raw.cols), split_sums
 
 
