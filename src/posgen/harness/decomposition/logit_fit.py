@@ -39,10 +39,16 @@ with extra degeneracies beyond these (rare: e.g. a distance seen by a single ent
 excluded sinks) leaves per-term values one basic solution; fitted values and every r stay
 exact.
 
-Everything per head is O(n²) sums (``head_sums``: the only pass over the logits) plus
-O(n²) products with C and S⁻ (``fit_sums``: shared by all heads, batched as matrix
-products over any number of heads, e.g. all layers of a forward), because for OLS with an
-intercept in the column space:
+For the causal mask (with or without sink keys and the diagonal) the same normal equations
+are solved from their structure instead, with no n × n matrix:
+:mod:`posgen.harness.decomposition.causal_layout` (prefix-sum products with G, conjugate
+gradients); ``LayoutCache.causal`` picks it. Both layouts offer ``solve``.
+
+Everything per head is O(n²) sums (``head_sums``: the only pass over the logits; see
+``block_sums`` and ``qk_sums`` for the ways ``posgen decompose`` gets them without holding
+the logits) plus the solve (``fit_sums``: shared by all heads, batched over any number of
+heads, e.g. all layers of a forward), because for OLS with an intercept in the column
+space:
 
     r² = ESS / TSS,  ESS = θᵀ s_c,  TSS = Σ_F (W − W̄)²,  RSS = TSS − ESS
     r_row_centred² = 1 − RSS / Σ_F (W[i, j] − W̄[i, ·])²   (row indicators are in X, so the

@@ -3,11 +3,13 @@ forward, all layers solved in one batched product after it.
 
 ``LayerFitter`` is a consumer for :func:`posgen.harness.decomposition.capture.capture_attention`.
 For every layer it accumulates the sufficient statistics of the exact fit and of the
-distance + key form a block of query rows at a time
-(:mod:`posgen.harness.decomposition.block_sums`: the layer's ``[H, n, n]`` logits are never
-held whole; a causal layer uses the structured layout of
-:mod:`posgen.harness.decomposition.causal_layout`); :meth:`LayerFitter.finish` solves every layer that shares a layout at once and
-appends one tidy row per (document, layer, head).
+distance + key form without holding the layer's ``[H, n, n]`` logits: a causal layer
+without soft-capping from its queries and keys alone
+(:mod:`posgen.harness.decomposition.qk_sums`), any other a block of query rows at a time
+(:mod:`posgen.harness.decomposition.block_sums`). A causal layer is solved with the
+structured layout (:mod:`posgen.harness.decomposition.causal_layout`), any other mask with
+the dense one. :meth:`LayerFitter.finish` solves every layer that shares a layout at once
+and appends one tidy row per (document, layer, head).
 """
 
 from __future__ import annotations
