@@ -100,7 +100,9 @@ def _make_forward(base: str) -> Callable[..., Any]:
 
 def perturb(x: torch.Tensor, plan: BatchPlan, layer: int, tensor: str) -> torch.Tensor:
     """``x`` (``[B, H, T, d]``, ``tensor``: ``"query"`` or ``"key"``) after every planned
-    qk scheme, in order."""
+    qk scheme, in order; unchanged in a layer outside ``plan.layers``."""
+    if not plan.acts_in(layer):
+        return x
     for scheme in plan.qk:
         x = scheme.perturb_qk(x, tensor, layer, plan.spans, plan.keys, plan.seed, plan.slots)
     return x
