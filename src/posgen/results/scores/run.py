@@ -8,17 +8,13 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
+from posgen.results.folder.config import Scoring
 from posgen.results.scores.association import cross_model
 from posgen.results.scores.scoring import (
-    ScoringConfig,
     degradation_table,
     model_summary,
     tolerance_table,
 )
-
-
-def scoring_config(config: dict[str, Any]):
-    return ScoringConfig(**config.get("scoring", {}))
 
 
 def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
@@ -35,8 +31,9 @@ def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
     results, perdoc = result_rows(cells), perdoc_rows(cells)
     decomps = load_decompositions(store)
     fits = {m: fit_quality(d) for m, d in decomps.items()}
-    twins = {m["label"] for m in store.config.get("models", []) if m.get("random_init")}
-    scores = score_tables(perdoc, fits, scoring_config(store.config), twins)
+    config = store.run_config
+    twins = {m.label for m in config.models if m.random_init}
+    scores = score_tables(perdoc, fits, config.scoring, twins)
     return store, {
         **scores,
         "results": results,
@@ -50,10 +47,10 @@ def load_decompositions(store) -> dict[str, Any]:
     import pandas as pd
 
     out = {}
-    for m in store.config.get("models", []):
-        path = store.decomposition_path(m["label"])
+    for m in store.run_config.models:
+        path = store.decomposition_path(m.label)
         if path.is_file():
-            out[m["label"]] = pd.read_parquet(path)
+            out[m.label] = pd.read_parquet(path)
     return out
 
 
@@ -73,7 +70,7 @@ def json_records(df) -> list[dict[str, Any]]:
 def score_tables(
     perdoc,
     fits: Mapping[str, Mapping[str, float]],
-    cfg: ScoringConfig | None = None,
+    cfg: Scoring | None = None,
     twins: Collection[str] = (),
 ) -> dict[str, Any]:
     """Every score of a run: degradation and tolerance tables, fit quality per model, and
@@ -81,7 +78,7 @@ def score_tables(
     vs AUC, per task and kind; ``twins`` are the random-init models, not counted)."""
     from posgen.results.scores.tolerance import band, resampled_figures
 
-    cfg = cfg or ScoringConfig()
+    cfg = cfg or Scoring()
     degr = degradation_table(perdoc, cfg)
     tol = tolerance_table(degr, cfg)
     summary = model_summary(tol, fits)
