@@ -41,7 +41,7 @@ def planted(tmp_path_factory) -> Path:
 
 
 def run(*argv: str) -> int:
-    return main(build_parser().parse_args(["layers", *argv]))
+    return main(build_parser("layers").parse_args(["layers", *argv]))
 
 
 ARGS = ("--limit", "3", "--positions", "shuffle", "--decompose-docs", "1", "--no-progress")
@@ -73,7 +73,7 @@ def test_the_run_writes_its_report_and_relation(folder):
     assert {r["covariate"] for r in scores["relation"]} == {"fit_r", "share_distance"}
     assert all(r["null_size"] == 8 for r in scores["relation"])
     md = (folder / "layers.md").read_text()
-    assert "mirror-shift p" in md and "| all |" in md
+    assert "mirror-shift test" in md and "| all |" in md
     assert (folder / "layers.png").read_bytes()[:4] == b"\x89PNG"
 
 

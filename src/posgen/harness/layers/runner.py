@@ -47,7 +47,7 @@ def load_lm(config: dict[str, Any], device: str | None) -> Any:
     import torch
 
     from posgen.harness.hf_posgen.model import HFPosgenLM
-    from posgen.harness.run.config import ModelEntry
+    from posgen.results.folder.config import ModelEntry
 
     entry = ModelEntry.from_dict(config["model"])
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
