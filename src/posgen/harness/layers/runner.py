@@ -86,10 +86,11 @@ def run_cells(
             lm.set_perturbation(None, None, cfg["seed"])
         else:
             lm.set_perturbation(cfg["positions"], cfg["features"], cfg["seed"], layers=layer_set)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         with contextlib.redirect_stderr(log or sys.stderr):
             ll = score_documents(lm, texts)
         timings[cell] = time.perf_counter() - start
+        cpu = time.process_time() - cpu  # every thread of this process
         folder.write_cell(
             cell,
             {
@@ -102,7 +103,7 @@ def run_cells(
         )
         if progress:
             print(
-                f"posgen layers: {cell} ({k}/{len(todo)}) {timings[cell]:.1f} s",
+                f"posgen layers: {cell} ({k}/{len(todo)}) {timings[cell]:.1f} s ({cpu:.1f} CPU-s)",
                 file=sys.stderr,
                 flush=True,
             )
