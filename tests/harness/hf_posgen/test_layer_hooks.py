@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import pytest
@@ -173,6 +174,7 @@ def test_layers_out_of_range_are_refused_after_load_too(lm):
         ("positions=swap:0.3,layers=x", "layers=x"),
         ("layers=1", "give a positions= or features= scheme"),
         ("positions=swap:0.3,layers=1,length=scale:2", "drop length="),
+        ("positions=swap:0.3,layers=1,heads=4", "4 query heads"),
     ],
 )
 def test_bad_layers_are_refused_before_weights_load(tiny_model_dir, monkeypatch, args, match):
@@ -186,3 +188,67 @@ def test_bad_layers_are_refused_before_weights_load(tiny_model_dir, monkeypatch,
     monkeypatch.setattr(HFLM, "__init__", no_load)
     with pytest.raises(PerturbationError, match=match):
         HFPosgenLM.create_from_arg_string(f"pretrained={tiny_model_dir('llama')},{args}", {})
+
+
+# ---------------------------------------------------------------- heads= within a layer
+def heads_run(model, plan, layers, heads, split=True):
+    plan = dataclasses.replace(plan, layers=layers, heads=heads)
+    with contextlib.ExitStack() as stack:
+        if plan.positions is not None:
+            stack.enter_context(layer_positions(model, plan.positions, layers, split))
+        if plan.qk or split:
+            stack.enter_context(qk_noise_active(model, plan))
+        return hidden(model)
+
+
+def head_outputs(model, layer: int, run) -> torch.Tensor:
+    """The input of layer ``layer``'s output projection, ``[B, T, H * d]``."""
+    attention = dict((m.layer_idx, m) for m in model.modules() if hasattr(m, "layer_idx"))[layer]
+    proj = getattr(attention, "o_proj", None) or attention.dense
+    seen = []
+    handle = proj.register_forward_pre_hook(lambda m, a: seen.append(a[0].detach().clone()))
+    try:
+        run()
+    finally:
+        handle.remove()
+    return seen[0]
+
+
+@pytest.mark.parametrize("scheme", [("position", "shuffle"), ("feature", "qk_noise:0.5")])
+def test_every_head_chosen_equals_the_layer_perturbation_exactly(model, scheme):
+    plan = build_plan(IDS, LENGTHS, [parse(*scheme)], 3)
+    heads = tuple(range(model.config.num_attention_heads))
+    whole = heads_run(model, plan, (1, 2), None, split=False)
+    mixed = heads_run(model, plan, (1, 2), heads)
+    assert all(torch.equal(a, b) for a, b in zip(whole, mixed, strict=True))
+
+
+@pytest.mark.parametrize("scheme", [("position", "shuffle"), ("feature", "qk_noise:0.5")])
+def test_heads_outside_the_choice_attend_as_plain_hf(model, scheme):
+    plan = build_plan(IDS, LENGTHS, [parse(*scheme)], 3)
+    plain = head_outputs(model, 1, lambda: hidden(model))
+    mixed = head_outputs(model, 1, lambda: heads_run(model, plan, (1,), (1,)))
+    d = plain.shape[-1] // model.config.num_attention_heads
+    for h in range(model.config.num_attention_heads):
+        same = torch.equal(mixed[..., h * d : (h + 1) * d], plain[..., h * d : (h + 1) * d])
+        assert same == (h != 1), h
+
+
+def test_heads_need_layers_and_must_exist(tiny_model_dir):
+    from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
+
+    with pytest.raises(PerturbationError, match="give layers= too"):
+        ModelPerturbation.parse("swap:0.3", None, 1, None, "0")
+    with pytest.raises(PerturbationError, match="heads=x"):
+        ModelPerturbation.parse("swap:0.3", None, 1, "0", "x")
+    assert ModelPerturbation.parse("swap:0.3", None, 1, "0", "1;3").to_dict()["heads"] == "1;3"
+
+
+def test_model_args_take_heads(lm):
+    lm.set_perturbation("swap:0.3", layers="1")
+    layer = rolling(lm)
+    lm.set_perturbation("swap:0.3", layers="1", heads="0-3")  # every head of the tiny model
+    assert rolling(lm) == layer
+    lm.set_perturbation("swap:0.3", layers="1", heads="2")
+    assert rolling(lm) != layer
+    assert lm.get_model_info()["posgen"]["heads"] == "2"

@@ -14,10 +14,11 @@ from posgen.perturbations.base import PerturbationError
 LAYERS_FORMS = "a layer (12), a range (0-5) or ';'-separated ones (3;7;11)"
 
 
-def parse_layers(value: str | int | Sequence[int] | None) -> tuple[int, ...] | None:
-    """``layers=`` value -> sorted distinct layer indices (None for ``None``/``''``/``all``).
-
-    Raises :class:`PerturbationError` naming the accepted forms."""
+def parse_layers(
+    value: str | int | Sequence[int] | None, what: str = "layers"
+) -> tuple[int, ...] | None:
+    """``layers=`` (or ``heads=``, ``what``) value -> sorted distinct indices (None for
+    ``None``/``''``/``all``). Raises :class:`PerturbationError` naming the accepted forms."""
     if value is None or (isinstance(value, str) and value.strip().lower() in ("", "all", "none")):
         return None
     if isinstance(value, int) and not isinstance(value, bool):
@@ -30,10 +31,10 @@ def parse_layers(value: str | int | Sequence[int] | None) -> tuple[int, ...] | N
     for part in parts:
         lo, dash, hi = part.partition("-")
         if not lo.strip().isdigit() or (dash and not hi.strip().isdigit()):
-            raise PerturbationError(f"layers={value}: {part!r} is not {LAYERS_FORMS}")
+            raise PerturbationError(f"{what}={value}: {part!r} is not {LAYERS_FORMS}")
         a, b = int(lo), int(hi) if dash else int(lo)
         if b < a:
-            raise PerturbationError(f"layers={value}: range {part!r} runs backwards")
+            raise PerturbationError(f"{what}={value}: range {part!r} runs backwards")
         chosen.update(range(a, b + 1))
     return tuple(sorted(chosen))
 
@@ -55,3 +56,11 @@ def format_layers(layers: Sequence[int]) -> str:
         else:
             runs.append([i, i])
     return ";".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def check_heads(heads: Sequence[int] | None, count: int) -> None:
+    """Raise :class:`PerturbationError` unless every query head index is below ``count``."""
+    if heads and max(heads) >= count:
+        raise PerturbationError(
+            f"heads={format_layers(heads)}: the model has {count} query heads (0-{count - 1})"
+        )

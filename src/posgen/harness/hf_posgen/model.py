@@ -57,7 +57,7 @@ from posgen.harness.hf_posgen.batch_rows import (
 )
 from posgen.harness.hf_posgen.chat_content import ChatContents
 from posgen.harness.hf_posgen.layer_hooks import layer_count, layer_positions
-from posgen.harness.hf_posgen.layer_selection import check_layers
+from posgen.harness.hf_posgen.layer_selection import check_heads, check_layers
 from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
 from posgen.harness.hf_posgen.position_hooks import build_plan, rotary_positions
 from posgen.harness.length.lambda_attention import lambda_attention
@@ -85,21 +85,23 @@ class HFPosgenLM(HFLM):
         perturb_seed: int = DEFAULT_SEED,
         length: str | None = None,
         layers: str | None = None,
+        heads: str | None = None,
         **kwargs: Any,
     ) -> None:
         """Same arguments as lm-eval's ``hf`` model plus ``positions``, ``features``,
         ``perturb_seed``, ``length`` (a length scheme; write ``lambda:G:W`` in
         ``--model_args``, which splits at commas) and ``layers`` (the decoder layers the
-        position and feature schemes act in: ``12``, ``0-5``, ``3;7;11``; default all).
+        position and feature schemes act in: ``12``, ``0-5``, ``3;7;11``; default all) and
+        ``heads`` (query heads within those layers, same forms; default all).
         Specs are checked before any weights load; rope scalings (``dynamic:F``,
         ``yarn:F``) are passed to ``from_pretrained``."""
-        perturbation = ModelPerturbation.parse(positions, features, perturb_seed, layers)
+        perturbation = ModelPerturbation.parse(positions, features, perturb_seed, layers, heads)
         length_scheme = _parse_length_arg(length)
         if perturbation.layers is not None and length_scheme is not None:
             raise PerturbationError("layers= restricts positions=/features=; drop length=")
         if isinstance(pretrained, str):
             pretrained = resolve_pretrained(pretrained)
-            _check_layers_in_config(pretrained, perturbation.layers, kwargs)
+            _check_layers_in_config(pretrained, perturbation, kwargs)
         launch = _launch_accelerator()  # before any weights load
         kwargs.update(_length_load_kwargs(pretrained, length_scheme, kwargs))
         super().__init__(pretrained=pretrained, **kwargs)
@@ -116,9 +118,8 @@ class HFPosgenLM(HFLM):
         self._chat = ChatContents()
         self._perturbation = ModelPerturbation(seed=perturbation.seed)
         self._length = length_scheme
-        self.set_perturbation(
-            perturbation.positions, perturbation.features, perturbation.seed, perturbation.layers
-        )
+        p = perturbation
+        self.set_perturbation(p.positions, p.features, p.seed, p.layers, p.heads)
 
     def _join_launch(self, launch: Any) -> None:
         """Rank and world size of an ``accelerate launch``/``torchrun`` launch. HFLM takes
@@ -140,6 +141,7 @@ class HFPosgenLM(HFLM):
         features: str | Perturbation | None = None,
         seed: int = DEFAULT_SEED,
         layers: str | int | tuple[int, ...] | None = None,
+        heads: str | int | tuple[int, ...] | None = None,
     ) -> ModelPerturbation:
         """Switch the model-side perturbation without reloading weights.
 
@@ -147,7 +149,7 @@ class HFPosgenLM(HFLM):
         invalid spec (or ``layers`` past the model's last layer) and
         ``NoRotaryEmbeddingError`` for a model without RoPE.
         """
-        new = ModelPerturbation.parse(positions, features, seed, layers)
+        new = ModelPerturbation.parse(positions, features, seed, layers, heads)
         new = dataclasses.replace(new, length=getattr(self, "_length", None))
         if new.layers is not None and new.length is not None:
             raise PerturbationError("layers= restricts positions=/features=; drop length=")
@@ -161,6 +163,7 @@ class HFPosgenLM(HFLM):
             )
             require_rotary(self.model, what)
             check_layers(new.layers, layer_count(self.model))
+            check_heads(new.heads, self.model.config.get_text_config().num_attention_heads)
         self._perturbation = new
         if self._cache_db is not None:
             namespace_response_cache(self._cache_db, new.cache_namespace())
@@ -276,17 +279,19 @@ class HFPosgenLM(HFLM):
         lengths, spans, docs, content = self._take_row_lengths(inps)
         moved = combined_positions(p.positions, p.length)
         plan = build_plan(inps, lengths, (moved, p.features), p.seed, spans, content)
-        plan = dataclasses.replace(plan, layers=p.layers)
+        plan = dataclasses.replace(plan, layers=p.layers, heads=p.heads)
         if observed:
             self.plan_observer(inps, plan, docs)
         with ExitStack() as stack:
             if isinstance(p.length, LengthLambda):
                 stack.enter_context(lambda_attention(self.model, p.length))
+            split = p.heads is not None
             if plan.positions is not None and p.layers is not None:
-                stack.enter_context(layer_positions(self.model, plan.positions, p.layers))
+                positions = layer_positions(self.model, plan.positions, p.layers, split)
+                stack.enter_context(positions)
             elif plan.positions is not None:
                 stack.enter_context(rotary_positions(self.model, plan.positions))
-            if plan.qk:
+            if plan.qk or split:
                 stack.enter_context(qk_noise.qk_noise_active(self.model, plan))
             return super()._model_call(inps)
 
@@ -364,20 +369,21 @@ def _parse_length_arg(value: str | LengthPerturbation | None) -> LengthPerturbat
         raise PerturbationError(f"length={value}: {exc}") from None
 
 
-def _check_layers_in_config(
-    pretrained: str, layers: tuple[int, ...] | None, given: dict[str, Any]
-) -> None:
-    """Refuse ``layers=`` past the last layer from the config alone, before weights load."""
-    if layers is None:
+def _check_layers_in_config(pretrained: str, p: ModelPerturbation, given: dict[str, Any]) -> None:
+    """Refuse ``layers=``/``heads=`` past the last one from the config alone, before
+    weights load."""
+    if p.layers is None:
         return
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(
         pretrained, trust_remote_code=given.get("trust_remote_code", False)
     )
-    count = getattr(config.get_text_config(), "num_hidden_layers", None)
-    if count is not None:
-        check_layers(layers, int(count), pretrained)
+    text = config.get_text_config()
+    if getattr(text, "num_hidden_layers", None) is not None:
+        check_layers(p.layers, int(text.num_hidden_layers), pretrained)
+    if getattr(text, "num_attention_heads", None) is not None:
+        check_heads(p.heads, int(text.num_attention_heads))
 
 
 def _length_load_kwargs(

@@ -48,6 +48,7 @@ class ModelPerturbation:
     seed: int = DEFAULT_SEED
     length: LengthPerturbation | None = None
     layers: tuple[int, ...] | None = None  # decoder layers the schemes act in; None: all
+    heads: tuple[int, ...] | None = None  # query heads within those layers; None: all
 
     @classmethod
     def parse(
@@ -56,6 +57,7 @@ class ModelPerturbation:
         features: str | Perturbation | None,
         seed: int | str | None,
         layers: str | int | Sequence[int] | None = None,
+        heads: str | int | Sequence[int] | None = None,
     ) -> ModelPerturbation:
         seed = DEFAULT_SEED if seed is None else seed
         if isinstance(seed, bool) or not str(seed).lstrip("-").isdigit():
@@ -65,7 +67,12 @@ class ModelPerturbation:
             parse_spec("feature", features),  # type: ignore[arg-type]
             int(seed),
             layers=parse_layers(layers),
+            heads=parse_layers(heads, "heads"),
         )
+        if new.heads is not None and new.layers is None:
+            raise PerturbationError(
+                f"heads={heads} picks query heads within layers=; give layers= too"
+            )
         if new.layers is not None and new.positions is None and new.features is None:
             raise PerturbationError(
                 f"layers={layers} restricts positions=/features= to those layers; "
@@ -98,6 +105,7 @@ class ModelPerturbation:
                 else {"length": self.length.spec.to_dict(), "length_str": self.length.to_string()}
             ),
             **({} if self.layers is None else {"layers": format_layers(self.layers)}),
+            **({} if self.heads is None else {"heads": format_layers(self.heads)}),
         }
 
     def cache_namespace(self) -> str:

@@ -63,6 +63,7 @@ class BatchPlan:
     seed: int
     slots: tuple[np.ndarray | None, ...] = ()
     layers: tuple[int, ...] | None = None  # the layers the schemes act in (None: all)
+    heads: tuple[int, ...] | None = None  # query heads within those layers (None: all)
 
     def acts_in(self, layer: int) -> bool:
         """Do the planned schemes act in decoder layer ``layer``?"""
