@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -120,3 +121,17 @@ def test_bad_input_exits_2_before_any_model_loads(planted, tmp_path, argv, messa
 def test_a_model_without_rope_is_refused(tiny_model_dir, tmp_path, capsys):
     assert run("--model", str(tiny_model_dir("gpt2")), "--out", str(tmp_path / "o")) == 2
     assert "no rotary position embedding" in capsys.readouterr().err
+
+
+def test_heads_give_one_cell_per_head_of_the_chosen_layers(planted, tmp_path):
+    out = tmp_path / "heads"
+    assert run("--model", str(planted), "--out", str(out), *ARGS, "--heads", "--layers", "1-2") == 0
+    scores = json.loads((out / "layers_scores.json").read_text())
+    assert [(r["layer"], r["head"]) for r in scores["layers"]] == [
+        (i, h) for i in (1, 2) for h in range(4)
+    ]
+    assert all(r["null_size"] == 16 for r in scores["relation"])  # 8 heads, mirror ring
+    assert all(math.isfinite(r["fit_r"]) for r in scores["layers"])
+    size = {(r["layer"], r["head"]): abs(r["degradation"]) for r in scores["layers"]}
+    assert max(size, key=size.get)[0] == POSITIONAL
+    assert "| 2.3 |" in (out / "layers.md").read_text()

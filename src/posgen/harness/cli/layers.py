@@ -33,6 +33,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--layers", help="layers to profile: 12, 0-5 or 3;7;11 (default: every layer)"
     )
     parser.add_argument(
+        "--heads",
+        action="store_true",
+        help="one cell per query head of each chosen layer (hf-posgen heads=); with "
+        "--layers to keep it short",
+    )
+    parser.add_argument(
         "--limit", type=int, default=DEFAULT_LIMIT, help=f"posgen_prose documents ({DEFAULT_LIMIT})"
     )
     parser.add_argument(
@@ -101,7 +107,7 @@ def resolve(args: argparse.Namespace) -> dict:
         (entry,) = model_entries([args.model], False, args.seed, options)
         if not entry.rope:
             raise _BadInput(f"{args.model} has no rotary position embedding to perturb")
-        count = _layer_count(entry)
+        count, n_heads = _layer_count(entry)
         check_layers(layers, count, entry.label)
     except (PerturbationError, PlanError) as e:
         raise _BadInput(str(e)) from None
@@ -114,10 +120,12 @@ def resolve(args: argparse.Namespace) -> dict:
         "layers": list(layers if layers is not None else range(count)),
         "batch_size": args.batch_size,
         "decompose": {"docs": args.decompose_docs, "tokens": args.decompose_tokens},
+        **({"heads": n_heads} if args.heads else {}),  # query heads per layer
     }
 
 
-def _layer_count(entry) -> int:
+def _layer_count(entry) -> tuple[int, int]:
+    """Decoder layers and query heads per layer, from the config alone."""
     from transformers import AutoConfig
 
     from posgen.harness.embedded import resolve_pretrained
@@ -125,7 +133,8 @@ def _layer_count(entry) -> int:
     config = AutoConfig.from_pretrained(
         resolve_pretrained(entry.path), trust_remote_code=entry.trust_remote_code
     )
-    return int(config.get_text_config().num_hidden_layers)
+    text = config.get_text_config()
+    return int(text.num_hidden_layers), int(text.num_attention_heads)
 
 
 def main(args: argparse.Namespace) -> int:

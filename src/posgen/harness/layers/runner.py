@@ -26,8 +26,22 @@ from posgen.harness.layers.folder import LayersFolder
 TASK = "posgen_prose"
 
 
-def cell_name(layer: int | None) -> str:
-    return "all" if layer is None else f"layer-{layer:03d}"
+def cell_name(layer: int | None, head: int | None = None) -> str:
+    if layer is None:
+        return "all"
+    return f"layer-{layer:03d}" if head is None else f"layer-{layer:03d}-head-{head:02d}"
+
+
+def cell_plan(config: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(cell, layers, heads)`` in order: plain, each layer (or each head of each
+    chosen layer with ``heads`` in the config), all layers."""
+    cells: list[tuple[str, Any, Any]] = [("plain", "plain", None)]
+    for i in config["layers"]:
+        if config.get("heads"):
+            cells += [(cell_name(i, h), (i,), (h,)) for h in range(config["heads"])]
+        else:
+            cells.append((cell_name(i), (i,), None))
+    return [*cells, ("all", None, None)]
 
 
 def prose_documents(limit: int) -> list[dict[str, Any]]:
@@ -76,16 +90,14 @@ def run_cells(
     cfg = folder.config
     docs = prose_documents(cfg["limit"])
     texts = [d["text"] for d in docs]
-    cells: list[tuple[str, Any]] = [("plain", "plain")]
-    cells += [(cell_name(i), (i,)) for i in layers]
-    cells.append(("all", None))
     timings: dict[str, float] = {}
-    todo = [(c, s) for c, s in cells if not folder.has_cell(c)]
-    for k, (cell, layer_set) in enumerate(todo, 1):
+    todo = [c for c in cell_plan(cfg) if not folder.has_cell(c[0])]
+    for k, (cell, layer_set, head_set) in enumerate(todo, 1):
         if layer_set == "plain":
             lm.set_perturbation(None, None, cfg["seed"])
         else:
-            lm.set_perturbation(cfg["positions"], cfg["features"], cfg["seed"], layers=layer_set)
+            p = (cfg["positions"], cfg["features"], cfg["seed"])
+            lm.set_perturbation(*p, layers=layer_set, heads=head_set)
         start, cpu = time.perf_counter(), time.process_time()
         with contextlib.redirect_stderr(log or sys.stderr):
             ll = score_documents(lm, texts)
@@ -135,7 +147,7 @@ def run(folder: LayersFolder, device: str | None, progress: bool = True) -> dict
     """Load once, score the unfinished cells, fit the decomposition if missing."""
     cfg = folder.config
     layers = list(cfg["layers"])
-    todo = [c for c in ["plain", *map(cell_name, layers), "all"] if not folder.has_cell(c)]
+    todo = [c for c, _, _ in cell_plan(cfg) if not folder.has_cell(c)]
     need_fit = cfg["decompose"]["docs"] > 0 and not folder.decomposition_path.is_file()
     if not todo and not need_fit:
         return {}

@@ -12,21 +12,23 @@ from posgen.harness.layers.folder import LayersFolder
 from posgen.harness.layers.runner import cell_name
 
 
-def covariates(folder: LayersFolder, length_run: Path | None) -> dict[str, dict[int, float]]:
-    """Per-layer fit r (mean ``r_3axis`` over documents and heads), distance share, and
-    drift past the trained context of the plain model (``none`` scheme of a length run)."""
-    out: dict[str, dict[int, float]] = {}
+def covariates(
+    folder: LayersFolder, length_run: Path | None, by_head: bool = False
+) -> dict[str, dict[Any, float]]:
+    """Per layer (or per ``(layer, head)``): fit r (mean ``r_3axis`` over documents, and
+    heads for a layer), distance share, and drift past the trained context of the plain
+    model (``none`` scheme of a length run; per layer only)."""
+    out: dict[str, dict[Any, float]] = {}
     if folder.decomposition_path.is_file():
         import pandas as pd
 
-        from posgen.harness.decomposition.tables import layer_means
-
-        means = layer_means(pd.read_parquet(folder.decomposition_path))
-        out["fit_r"] = dict(zip(means["layer"].astype(int), means["r_3axis"], strict=True))
-        out["share_distance"] = dict(
-            zip(means["layer"].astype(int), means["share_distance"], strict=True)
-        )
-    if length_run is not None:
+        table = pd.read_parquet(folder.decomposition_path)
+        keys = ["layer", "head"] if by_head else ["layer"]
+        means = table.groupby(keys)[["r_3axis", "share_distance"]].mean()
+        index = [tuple(int(v) for v in k) if by_head else int(k) for k in means.index]
+        out["fit_r"] = dict(zip(index, means["r_3axis"], strict=True))
+        out["share_distance"] = dict(zip(index, means["share_distance"], strict=True))
+    if length_run is not None and not by_head:
         out["drift"] = read_drift(length_run)
     return out
 
@@ -52,15 +54,17 @@ def build_profile(folder: LayersFolder, length_run: Path | None = None) -> dict[
     cfg = folder.config
     plain = folder.read_cell("plain")
     bll, words = plain["loglikelihood"], plain["words"]
-    cov = covariates(folder, length_run)
+    by_head = bool(cfg.get("heads"))
+    cov = covariates(folder, length_run, by_head)
     layers = []
     for i in cfg["layers"]:
-        row = {
-            "layer": i,
-            **degradation_row(bll, folder.read_cell(cell_name(i))["loglikelihood"], words),
-        }
-        row.update({k: float(v.get(i, math.nan)) for k, v in cov.items()})
-        layers.append(row)
+        for h in range(cfg["heads"]) if by_head else [None]:
+            pll = folder.read_cell(cell_name(i, h))["loglikelihood"]
+            row = {"layer": i, **({} if h is None else {"head": h})}
+            row.update(degradation_row(bll, pll, words))
+            key = i if h is None else (i, h)
+            row.update({k: float(v.get(key, math.nan)) for k, v in cov.items()})
+            layers.append(row)
     everywhere = {
         "cell": "all",
         **degradation_row(bll, folder.read_cell("all")["loglikelihood"], words),
@@ -71,9 +75,10 @@ def build_profile(folder: LayersFolder, length_run: Path | None = None) -> dict[
         "model": cfg["model"]["label"],
         "scheme": scheme,
         "documents": len(words),
+        **({"heads": cfg["heads"]} if by_head else {}),
         "layers": layers,
         "all": everywhere,
-        "additivity": additivity([{"cell": str(r["layer"]), **r} for r in layers] + [everywhere]),
+        "additivity": additivity([{**r, "cell": str(r["layer"])} for r in layers] + [everywhere]),
         "relation": relation(s, {k: [r[k] for r in layers] for k in cov}),
     }
 

@@ -28,11 +28,13 @@ def profile_figure(profiles: Sequence[Mapping[str, Any]]) -> bytes:
     fig, axes = new_figure(len(profiles), 1, figsize=(8, 3.2 * len(profiles)))
     for ax, prof in zip((row[0] for row in axes), profiles, strict=True):
         rows = prof["layers"]
-        x = np.array([r["layer"] for r in rows])
+        x = np.array([_x(r, prof) for r in rows])
         d = np.array([r["degradation"] for r in rows])
         lo = np.array([r["ci_lo"] for r in rows])
         hi = np.array([r["ci_hi"] for r in rows])
-        ax.bar(x, d, color="tab:red", alpha=0.6, label="D, this layer only")
+        width = 0.8 / max(1, prof.get("heads") or 1)
+        what = "head" if prof.get("heads") else "layer"
+        ax.bar(x, d, width=width, color="tab:red", alpha=0.6, label=f"D, this {what} only")
         ax.errorbar(x, d, yerr=[d - lo, hi - d], fmt="none", ecolor="black", lw=0.8, capsize=2)
         ax.axhline(0, color="grey", lw=0.5)
         ax.set_xlabel("layer")
@@ -57,6 +59,13 @@ def profile_figure(profiles: Sequence[Mapping[str, Any]]) -> bytes:
     return png_bytes(fig)
 
 
+def _x(row: Mapping[str, Any], prof: Mapping[str, Any]) -> float:
+    """Layer, or layer + head / heads for a per-head profile (heads side by side)."""
+    if "head" not in row:
+        return float(row["layer"])
+    return row["layer"] + (row["head"] + 0.5) / prof["heads"] - 0.5
+
+
 def _fmt(v: Any, digits: int = 3) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "n/a"
@@ -70,8 +79,9 @@ def profile_table(prof: Mapping[str, Any]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for r in [*prof["layers"], *([prof["all"]] if prof.get("all") else [])]:
+        where = r.get("layer", "all") if "head" not in r else f"{r['layer']}.{r['head']}"
         lines.append(
-            f"| {r.get('layer', 'all')} | {_fmt(r['degradation'])} | "
+            f"| {where} | {_fmt(r['degradation'])} | "
             f"[{_fmt(r['ci_lo'])}, {_fmt(r['ci_hi'])}] | {_fmt(r.get('fit_r'))} | "
             f"{_fmt(r.get('share_distance'))} | {_fmt(r.get('drift'))} |"
         )
@@ -136,7 +146,8 @@ def render_markdown(profiles: Sequence[Mapping[str, Any]], figure: str = "layers
         parts += [
             f"## {prof['model']}",
             "",
-            f"Scheme {prof['scheme']} in one layer at a time, {prof['documents']} "
+            f"Scheme {prof['scheme']} in one {'head' if prof.get('heads') else 'layer'} at "
+            f"a time, {prof['documents']} "
             "posgen_prose documents, log-t intervals over documents.",
             "",
             profile_table(prof),
