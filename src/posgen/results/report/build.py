@@ -89,6 +89,7 @@ def excluded_blocks(cells: list[dict[str, Any]]) -> list[Block]:
 def build_blocks(store, scores: dict[str, Any]) -> list[Block]:
     from posgen.results.report import plots
     from posgen.results.report.length import run_blocks as length_run_blocks
+    from posgen.results.report.worst_case import worst_case_blocks
     from posgen.results.scores.scoring import primary_metric
 
     cfg = store.config
@@ -144,6 +145,7 @@ def build_blocks(store, scores: dict[str, Any]) -> list[Block]:
     blocks += [("h", 2, "Degradation at each rate")]
     blocks += [("p", REALISED_TEXT)]
     blocks.append(("table", *detail_table(scores)))
+    blocks += worst_case_blocks(cfg, scores)  # posgen run --seeds K > 1
     blocks += length_run_blocks(store.root)  # posgen run --length: RUN/length/<model>/
     blocks += examples_section([m["label"] for m in cfg.get("models", [])], scores["cells"])
     blocks += not_shown_blocks(cfg, scores)

@@ -24,7 +24,7 @@ def scoring_config(config: dict[str, Any]):
 def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
     """Open a run, rebuild its tidy tables from the cells and score them."""
     from posgen.results.folder.schema import SchemaError
-    from posgen.results.folder.store import RunStore
+    from posgen.results.folder.store import RunStore, check_cell_record
     from posgen.results.scores.scoring import fit_quality
     from posgen.results.tables.tidy import perdoc_rows, result_rows
 
@@ -32,6 +32,17 @@ def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
     cells = store.read_cells()
     if not cells:
         raise SchemaError(f"{run_dir} has no finished cells yet; run `posgen run` first")
+    for cell in cells:  # a corrupt cell file is bad input, named
+        check_cell_record(cell, store.cell_path(cell.get("model", "?"), cell.get("cell_id", "?")))
+    missing = missing_cells(store.config, cells)
+    if missing:
+        shown = ", ".join(missing[:4]) + (
+            f" and {len(missing) - 4} more" if len(missing) > 4 else ""
+        )
+        raise SchemaError(
+            f"{run_dir} is missing {len(missing)} finished cell(s) of its sweep ({shown}); "
+            "finish it with `posgen run` and the same settings (it resumes)"
+        )
     results, perdoc = result_rows(cells), perdoc_rows(cells)
     decomps = load_decompositions(store)
     fits = {m: fit_quality(d) for m, d in decomps.items()}
@@ -46,14 +57,49 @@ def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
     }
 
 
+MODEL_SIDE_KINDS = ("position", "feature")
+
+
+def missing_cells(config: dict[str, Any], cells: list[dict[str, Any]]) -> list[str]:
+    """The cells of the config's sweep that have no finished record, as
+    ``model: task kind/scheme@rate seed S`` (the plan of ``posgen run``: per model and
+    task the unperturbed cell, then every non-zero value of every scheme per seed; no
+    model-side kinds for a model without RoPE). An ingested run has no plan: none."""
+    if config.get("preset") == "ingest" or not isinstance(config.get("sweep"), dict):
+        return []
+    seed = config.get("seed")
+    seeds = [seed + k for k in range(int(config.get("seeds", 1)))] if seed is not None else []
+    have = {(c["model"], *_cell_key(c["cell"])) for c in cells}
+    have_base = {(m, t) for m, t, k, *_ in have if k == "none"}
+    out = []
+    for model in config.get("models", []):
+        label = model["label"]
+        for task in config.get("tasks", []):
+            if (label, task) not in have_base:
+                out.append(f"{label}: {task} unperturbed")
+            for kind, axis in config["sweep"].items():
+                if model.get("rope") is False and kind in MODEL_SIDE_KINDS:
+                    continue
+                for scheme in axis["schemes"]:
+                    for value in axis["values"]:
+                        for s in seeds if value != 0 else []:
+                            if (label, task, kind, scheme, float(value), s) not in have:
+                                out.append(f"{label}: {task} {kind}/{scheme}@{value:g} seed {s}")
+    return out
+
+
+def _cell_key(cell: dict[str, Any]) -> tuple:
+    return (cell["task"], cell["kind"], cell["scheme"], float(cell["rate"]), cell["seed"])
+
+
 def load_decompositions(store) -> dict[str, Any]:
-    import pandas as pd
+    from posgen.results.folder.store import read_parquet
 
     out = {}
     for m in store.config.get("models", []):
         path = store.decomposition_path(m["label"])
         if path.is_file():
-            out[m["label"]] = pd.read_parquet(path)
+            out[m["label"]] = read_parquet(path)
     return out
 
 
