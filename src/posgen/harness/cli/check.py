@@ -27,9 +27,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     helps = {
         "perplexity": (
-            "PP",
-            "perplexity cells: percentage points of relative perplexity "
-            "degradation (PPL_pert/PPL_base - 1), e.g. 12%% -> 17%% is 5",
+            "PCT",
+            "perplexity cells: percent of the perplexity ratio PPL_pert/PPL_base by "
+            "which the candidate's may exceed the baseline's (1.50x -> 1.53x is 2)",
         ),
         "accuracy": ("POINTS", "accuracy cells: accuracy points of extra drop"),
         "length": (
@@ -88,8 +88,8 @@ def _options(args: argparse.Namespace):
     if args.tolerance is not None:
         raise GateInputError(
             "--tolerance was removed: it applied one number in three units. Give the "
-            "margins in each metric's unit: --margin-ppl (percentage points of relative "
-            "perplexity degradation), --margin-acc (accuracy points), --margin-length "
+            "margins in each metric's unit: --margin-ppl (percent of the perplexity "
+            "ratio PPL_pert/PPL_base), --margin-acc (accuracy points), --margin-length "
             "(nats per token)"
         )
     if not 0 < args.alpha < 1 or not math.isfinite(args.alpha):

@@ -6,8 +6,8 @@ pairing rests on (:mod:`posgen.results.gate.pairing`). ``posgen check RUN --base
 FILE`` pairs a new run of (a new checkpoint of) the model with it, document by
 document, and for every (task, metric, kind, scheme, rate) cell tests whether the
 candidate degrades more than the baseline by more than the cell's margin
-(:mod:`posgen.results.gate.margins`: percentage points of relative perplexity
-degradation, accuracy points, nats per token of length excess) with
+(:mod:`posgen.results.gate.margins`: percent of the perplexity ratio, accuracy points,
+nats per token of length excess) with
 :mod:`posgen.results.stats.paired_test`; with ``posgen run --length``, also per length
 scheme whether the per-document NLL excess past the trained context grew
 (:mod:`posgen.results.gate.length`; ``g`` is that excess, ``w`` tokens past C):
@@ -189,7 +189,7 @@ def _paired_row(
     gb, gc = np.array([bd[k][1] for k in keys]), np.array([cd[k][1] for k in keys])
     level_b, level_c = float((w * gb).sum() / w.sum()), float((w * gc).sum() / w.sum())
     kind = metric_kind(key[1], METRIC_RULES.get(key[1]))
-    margin = margin_on_test_scale(kind, level_b, margins.of(kind))
+    margin = margin_on_test_scale(kind, margins.of(kind))
     test = weighted_paired_t(gc - gb, w, margin)
     return {
         **dict(zip(KEY, key, strict=True)),
@@ -213,14 +213,14 @@ def _state_power(row: dict[str, Any], cells: int, alpha: float) -> None:
     """The row's change, interval and MDE in its unit, and whether it is powered."""
     from scipy import stats
 
-    kind, lb, n, se = row["metric_kind"], row["level_base"], row["n"], row["se"]
+    kind, n, se = row["metric_kind"], row["n"], row["se"]
     half = float(stats.t.ppf(1 - alpha, n - 1)) * se
     noise = noise_term(n, cells, alpha) * se
     row["change_test"] = row["change"]
-    row["change"] = to_user(kind, lb, row["change_test"])
-    row["ci_lo"] = to_user(kind, lb, row["change_test"] - half)
-    row["ci_hi"] = to_user(kind, lb, row["change_test"] + half)
-    row["mde"] = to_user(kind, lb, row["margin_test"] + noise)
+    row["change"] = to_user(kind, row["change_test"])
+    row["ci_lo"] = to_user(kind, row["change_test"] - half)
+    row["ci_hi"] = to_user(kind, row["change_test"] + half)
+    row["mde"] = to_user(kind, row["margin_test"] + noise)
     row["powered"] = bool(noise <= row["margin_test"])
     row["docs_needed"] = (
         n

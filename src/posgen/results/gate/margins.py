@@ -4,12 +4,15 @@ The per-cell test runs on the per-document scale of :mod:`posgen.results.stats.p
 (``Δ = Σ w δ / Σ w``); a margin is given, and every figure printed, in the unit a team
 reads:
 
-- ``perplexity`` (word or byte perplexity): the degradation is relative,
-  ``D = PPL_pert / PPL_base - 1 = exp(L) - 1`` with ``L = Σ w g / Σ w`` (nats per word);
-  the change and its margin are percentage points of ``D``:
-  ``100 (D_cand - D_base) = 100 (1 + D_base) (exp(Δ) - 1)``, so a margin of ``M`` points
-  is ``Δ ≤ log(1 + M / (100 (1 + D_base)))`` on the test's scale (exact: same documents,
-  same words in both runs).
+- ``perplexity`` (word or byte perplexity): a cell's level is its perplexity ratio
+  ``R = PPL_pert / PPL_base = exp(L)``, ``L = Σ w g / Σ w`` (nats per word), shown as
+  ``R×``; the change and its margin are percent of that ratio,
+  ``100 (R_cand / R_base - 1) = 100 (exp(Δ) - 1)``, so a margin of ``M`` % is
+  ``Δ ≤ log(1 + M/100)`` on the test's scale (exact: same documents, same words in both
+  runs). A percent of the ratio means the same on a mildly and a heavily perturbed
+  cell; percentage points of the relative degradation ``R - 1`` would not (at
+  ``R = 7`` a point is a seventh of what it is at ``R = 1``: measured on the embedded
+  model, ``benchmarks/gate_nearby_checkpoint.py``).
 - ``accuracy``: ``g`` is the per-document score drop (0 or ±1); change and margin in
   accuracy points, ``100 Δ``.
 - ``length``: the NLL excess past the trained context, in nats per token (``Δ`` as is).
@@ -35,7 +38,7 @@ from dataclasses import dataclass
 from scipy import stats
 
 POWER = 0.8
-UNITS = {"perplexity": "pp", "accuracy": "points", "length": "nats/token"}
+UNITS = {"perplexity": "% ratio", "accuracy": "points", "length": "nats/token"}
 # the flags of ``posgen check`` that set each kind's margin
 FLAGS = {"perplexity": "--margin-ppl", "accuracy": "--margin-acc", "length": "--margin-length"}
 
@@ -44,7 +47,7 @@ FLAGS = {"perplexity": "--margin-ppl", "accuracy": "--margin-acc", "length": "--
 class Margins:
     """Regression allowed per cell before the gate fails it, in the user's units."""
 
-    perplexity: float = 5.0  # percentage points of relative perplexity degradation
+    perplexity: float = 2.0  # percent of the perplexity ratio PPL_pert / PPL_base
     accuracy: float = 5.0  # accuracy points
     length: float = 0.05  # nats per token of NLL excess past the trained context
 
@@ -65,24 +68,25 @@ def metric_kind(metric: str, rule: str | None) -> str:
     return "perplexity" if rule == "perplexity" else "accuracy"
 
 
-def to_user(kind: str, level_base: float, delta: float) -> float:
+def to_user(kind: str, delta: float) -> float:
     """A change ``delta`` on the test's scale in the user's unit (see the module doc)."""
     if kind == "perplexity":
-        return 100.0 * math.exp(level_base) * math.expm1(delta)
+        return 100.0 * math.expm1(delta)
     return 100.0 * delta if kind == "accuracy" else delta
 
 
 def level_in_user(kind: str, level: float) -> float:
-    """A cell's level ``Σ w g / Σ w`` in the user's unit (degradation %, points, nats)."""
+    """A cell's level ``Σ w g / Σ w`` as shown: the perplexity ratio (×), the accuracy
+    drop in points, the length excess in nats per token."""
     if kind == "perplexity":
-        return 100.0 * math.expm1(level)
+        return math.exp(level)
     return 100.0 * level if kind == "accuracy" else level
 
 
-def margin_on_test_scale(kind: str, level_base: float, margin: float) -> float:
+def margin_on_test_scale(kind: str, margin: float) -> float:
     """The margin in the user's unit as a bound on ``Δ`` (the inverse of :func:`to_user`)."""
     if kind == "perplexity":
-        return math.log1p(margin / (100.0 * math.exp(level_base)))
+        return math.log1p(margin / 100.0)
     return margin / 100.0 if kind == "accuracy" else margin
 
 

@@ -2,8 +2,9 @@
 draw noise, stated power) and the JUnit XML report carrying the same figures.
 
 Every change, interval, margin and MDE is in its cell's unit
-(:mod:`posgen.results.gate.margins`): ``pp`` (percentage points of relative perplexity
-degradation), ``points`` (accuracy points), ``nats/token`` (length excess past C).
+(:mod:`posgen.results.gate.margins`): ``% ratio`` (percent of the perplexity ratio
+PPL_pert / PPL_base; the levels are that ratio, ``×``), ``points`` (accuracy points, the
+levels the accuracy drop), ``nats/token`` (length excess past C).
 """
 
 from __future__ import annotations
@@ -37,11 +38,17 @@ def format_table(rows: list[dict[str, Any]], alpha: float) -> str:
     for r in rows:
         lines.append(
             f"{r['task']:<16} {r['metric']:<15} {r['kind'] + '/' + r['scheme']:<20} "
-            f"{_rate(r['rate']):>5} {r['unit']:<10} {r['baseline']:>8.2f} {r['current']:>8.2f} "
+            f"{_rate(r['rate']):>5} {r['unit']:<10} {_level(r, 'baseline'):>8} "
+            f"{_level(r, 'current'):>8} "
             f"{r['change']:>+8.2f} {_interval(r):>18} {r['margin']:>7.3g} {r['mde']:>7.3g} "
             f"{r['p_holm']:>9.3g}  {verdict(r)}"
         )
     return "\n".join(lines)
+
+
+def _level(r: dict[str, Any], which: str) -> str:
+    x = r[which]
+    return f"{x:.4f}x" if r["metric_kind"] == "perplexity" else f"{x:.3f}"
 
 
 def verdict(r: dict[str, Any]) -> str:
