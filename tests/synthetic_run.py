@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from posgen import __version__
+from posgen.results.folder.config import Decompose, ModelEntry, RunConfig, Scoring, SweepAxis
 from posgen.results.folder.schema import SCHEMA_VERSION
 from posgen.results.folder.store import RunStore
 from posgen.results.tables.tidy import cell_record
@@ -25,34 +26,39 @@ TASKS = ("posgen_prose", "posgen_cloze")
 
 
 def config(models: dict[str, dict], seed: int = 1234, **extra) -> dict:
-    return {
-        "posgen_version": __version__,
-        "schema_version": SCHEMA_VERSION,
-        "suite": "offline",
-        "suite_version": 1,
-        "tasks": list(TASKS),
-        "limits": {"posgen_prose": 30, "posgen_cloze": 60},
-        "seed": seed,
-        "lm_eval_version": "0.4.13",
-        "models": [
-            {
-                "label": k,
-                "path": f"/models/{k}",
-                "revision": "local:abc",
-                "dtype": "float32",
-                "random_init": bool(v.get("random_init")),
-                "embedded": k == "embedded",
-            }
+    """A run config as ``posgen run`` writes it (the typed :class:`RunConfig`), with
+    ``extra`` keys replacing its own."""
+    run = RunConfig(
+        posgen_version=__version__,
+        schema_version=SCHEMA_VERSION,
+        lm_eval_version="0.4.13",
+        suite="offline",
+        suite_version=1,
+        tasks=TASKS,
+        limits={"posgen_prose": 30, "posgen_cloze": 60},
+        preset="synthetic",
+        seed=seed,
+        random_init_seed=0,
+        models=tuple(
+            ModelEntry(
+                label=k,
+                path=f"/models/{k}",
+                embedded=k == "embedded",
+                revision="local:abc",
+                random_init=bool(v.get("random_init")),
+            )
             for k, v in models.items()
-        ],
-        "sweep": {
-            "text": {"schemes": ["swap"], "values": [0.0, *RATES]},
-            "position": {"schemes": ["swap"], "values": [0.0, *RATES]},
-            "feature": {"schemes": ["rope_noise"], "values": [0.0, *SIGMAS]},
+        ),
+        batch_size=1,
+        sweep={
+            "text": SweepAxis(("swap",), (0.0, *RATES)),
+            "position": SweepAxis(("swap",), (0.0, *RATES)),
+            "feature": SweepAxis(("rope_noise",), (0.0, *SIGMAS)),
         },
-        "scoring": {"iters": 400},
-        **extra,
-    }
+        decompose=Decompose(docs=0, tokens=0),
+        scoring=Scoring(iters=400),
+    )
+    return {**run.to_dict(), **extra}
 
 
 def _hash(x) -> str:

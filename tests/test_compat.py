@@ -70,10 +70,69 @@ def test_install_task_manager_reaches_every_place_lm_eval_imports_it(monkeypatch
     class Marker:
         pass
 
-    compat.install_task_manager(Marker)
+    original = lm_eval.tasks.TaskManager
+    restore = compat.install_task_manager(Marker)
     assert lm_eval.tasks.TaskManager is Marker
     assert lm_eval.tasks.manager.TaskManager is Marker
     assert lm_eval.evaluator.TaskManager is Marker
+    restore()
+    for module in (lm_eval.tasks, lm_eval.tasks.manager, lm_eval.evaluator):
+        assert module.TaskManager is original
+    with compat.task_manager_installed(Marker):
+        assert lm_eval.evaluator.TaskManager is Marker
+    assert lm_eval.evaluator.TaskManager is original
+
+
+def test_replace_task_manager_takes_only_a_class_the_replacement_derives_from():
+    import types
+
+    from lm_eval.tasks.manager import TaskManager
+
+    class Posgen(TaskManager):
+        pass
+
+    home = types.SimpleNamespace(TaskManager=TaskManager)
+    compat.replace_task_manager(home, Posgen)
+    assert home.TaskManager is Posgen
+    other = types.SimpleNamespace(TaskManager=dict)
+    compat.replace_task_manager(other, Posgen)
+    assert other.TaskManager is dict
+
+
+def test_every_hflm_method_hf_posgen_overrides_is_listed_with_its_parameters():
+    from lm_eval.api.model import LM
+    from lm_eval.models.huggingface import HFLM
+
+    from posgen.harness.hf_posgen.model import HFPosgenLM
+
+    overridden = {
+        name
+        for name, value in vars(HFPosgenLM).items()
+        if callable(value) and not name.startswith("__") and hasattr(HFLM, name)
+    }
+    listed = {p.rsplit(".", 1)[1] for p in compat.LM_EVAL_OVERRIDES}
+    assert overridden <= listed, f"not in compat.LM_EVAL_OVERRIDES: {overridden - listed}"
+    for path in compat.LM_EVAL_OVERRIDES:
+        owner = LM if ":LM." in path else HFLM
+        assert hasattr(owner, path.rsplit(".", 1)[1])
+
+
+def test_check_reports_an_overridden_method_whose_parameters_changed(monkeypatch):
+    path = "lm_eval.models.huggingface:HFLM._model_call"
+    monkeypatch.setitem(compat.LM_EVAL_OVERRIDES, path, ("self", "inps"))
+    assert any(m.startswith(path) and "parameters" in m for m in compat.check())
+
+
+def test_the_response_cache_namespace_is_undone():
+    class Db(dict):
+        pass
+
+    db = Db()
+    compat.namespace_response_cache(db, "swap:0.05@1")
+    db["k"] = 1
+    assert "k" in db and dict.__contains__(db, "posgen:swap:0.05@1:k")
+    compat.plain_response_cache(db)
+    assert type(db) is Db and "k" not in db and "posgen:swap:0.05@1:k" in db
 
 
 def test_env_info_patch_is_restored():
@@ -167,3 +226,32 @@ def test_window_tracing_restores_the_cutter_and_refuses_a_mismatch():
         for _ in range(2):
             list(lm_eval.utils.get_rolling_token_windows([5, 6], 1, 8, 1))
     assert lm_eval.utils.get_rolling_token_windows is original
+
+
+def test_using_attention_registers_once_restores_and_sees_through_wrappers():
+    from tiny_models import build_model
+
+    model = build_model("llama")
+    calls = []
+
+    def make():
+        calls.append(1)
+
+        def forward(module, *args, **kwargs):
+            from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+            return sdpa_attention_forward(module, *args, **kwargs)
+
+        return forward
+
+    own = compat.attn_implementation(model)
+    for _ in range(2):
+        with compat.using_attention(model, "posgen_test_wrap", make, mask=own, wraps=own) as o:
+            assert o == own and compat.attn_implementation(model) == "posgen_test_wrap"
+            assert compat.base_implementation(model) == own
+    assert calls == [1] and compat.attn_implementation(model) == own
+
+
+def test_an_attention_function_without_a_mask_function_is_refused():
+    with pytest.raises(compat.CompatError, match="no mask function for 'nosuch'"):
+        compat.register_attention("posgen_test_nomask", lambda: None, mask="nosuch")

@@ -54,10 +54,10 @@ def register_model_lazily() -> None:
 
 
 def _patch_task_manager(module: Any) -> None:
+    from posgen.compat import replace_task_manager
     from posgen.tasks import lm_eval_tasks
 
-    if getattr(module, "TaskManager", None) is lm_eval_tasks._original_task_manager:
-        module.TaskManager = lm_eval_tasks.PosgenTaskManager
+    replace_task_manager(module, lm_eval_tasks.PosgenTaskManager)
 
 
 class _PatchAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -61,6 +62,7 @@ def embedded_model_path(progress: bool = True) -> Path:
     if progress:
         print(
             f"posgen: converting {src.name} to a Hugging Face folder in {target} (once)...",
+            file=sys.stderr,
             flush=True,
         )
     import torch

@@ -63,6 +63,25 @@ def test_same_model_other_seed_passes_with_allow_other_seed_naming_the_draw_nois
     suite = ET.parse(xml_path).getroot()
     assert suite.get("failures") == "0" and int(suite.get("tests")) > 10
     assert "draw's noise" in suite.find("system-out").text
+    # stated power: the cloze cells (60 items, fresh draws) cannot see 5 points
+    assert "cannot detect a change of their margin's size" in out
+    assert "posgen_cloze/acc/text/swap@0.5: MDE80" in out and "needs about" in out
+    case = next(
+        t for t in suite.iter("testcase") if t.get("name") == "posgen_cloze/acc/text/swap@0.5"
+    )
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert props["powered"] == "False" and float(props["mde"]) > float(props["margin"]) * 2
+    assert props["unit"] == "points" and "MDE80" in case.find("system-out").text
+
+
+def test_a_margin_of_0_fails_any_measurable_increase(baseline, tmp_path, capsys):
+    make_run(tmp_path / "weak", {"embedded": {"sensitivity": 1.01, "fit": 0.6}}, seed=1)
+    run = ["check", str(tmp_path / "weak"), "--baseline", str(baseline)]
+    assert cli(run) == 0  # 1 % more sensitive: under 0.6 % of the ratio, inside 2 %
+    capsys.readouterr()
+    assert cli([*run, "--margin-ppl", "0", "--margin-acc", "0"]) == 1
+    out = capsys.readouterr().out
+    assert "16 cells have margin 0" in out and "underpowered" not in out
 
 
 def test_a_less_tolerant_model_fails(baseline, tmp_path, capsys):

@@ -129,7 +129,7 @@ def test_accuracy_cells_show_the_consistency_rate(two_models):
 
 
 def test_regenerate_writes_the_length_tables_and_the_report_reads_them(tmp_path):
-    from tests.results.test_length_scores import CONFIG, _record
+    from tests.results.scores.test_length_scores import CONFIG, _record
 
     from posgen.results.scores.length import score_length
 

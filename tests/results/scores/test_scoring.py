@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from posgen.results.folder.config import Scoring
 from posgen.results.scores import scoring
 from posgen.results.scores.association import cross_model
 from posgen.results.scores.scoring import (
-    ScoringConfig,
     fit_quality,
     paired_bootstrap,
     tolerance,
@@ -144,12 +144,12 @@ def test_degradation_and_tolerance_tables_from_perdoc_rows():
                     "den": w,
                 }
             )
-    degr = scoring.degradation_table(pd.DataFrame(rows), ScoringConfig(iters=300))
+    degr = scoring.degradation_table(pd.DataFrame(rows), Scoring(iters=300))
     assert list(degr["rate"]) == [0.05, 0.2, 0.5]
     assert degr["degradation"].tolist() == pytest.approx(
         [math.exp(0.01) - 1, math.exp(0.2) - 1, math.exp(0.6) - 1]
     )
-    tol = scoring.tolerance_table(degr, ScoringConfig(iters=300))
+    tol = scoring.tolerance_table(degr, Scoring(iters=300))
     assert tol.loc[0, "tolerance"] == 0.05
     assert tol.loc[0, "tolerance_lo"] <= tol.loc[0, "tolerance"] <= tol.loc[0, "tolerance_hi"]
 
@@ -271,7 +271,7 @@ def test_degradation_table_averages_seeds_per_document_then_takes_the_doc_interv
     from posgen.results.stats.intervals import ratio_interval
 
     perdoc = _perdoc(np.random.default_rng(5), 12, [7, 8, 9])
-    cfg = ScoringConfig(iters=500)
+    cfg = Scoring(iters=500)
     row = scoring.degradation_table(perdoc, cfg).iloc[0]
     assert row["n"] == 12 and row["n_seeds"] == 3 and row["seed"] == 7
     g = perdoc.groupby("doc_key")[["base_num", "base_den", "num", "den"]].mean()
@@ -281,7 +281,7 @@ def test_degradation_table_averages_seeds_per_document_then_takes_the_doc_interv
         key="m|t|word_perplexity|position|swap|7|0.1",
     )
     assert math.isclose(row["ci_lo"], want["ci_lo"]) and math.isclose(row["ci_hi"], want["ci_hi"])
-    boot_t = scoring.degradation_table(perdoc, ScoringConfig(interval="boot-t")).iloc[0]
+    boot_t = scoring.degradation_table(perdoc, Scoring(interval="boot-t")).iloc[0]
     assert boot_t["degradation"] == row["degradation"] and boot_t["ci_lo"] != row["ci_lo"]
 
 
@@ -289,7 +289,7 @@ def test_accuracy_rows_use_agresti_min():
     from posgen.results.stats.intervals import agresti_min
 
     perdoc = _perdoc(np.random.default_rng(6), 24, [1], metric="acc")
-    row = scoring.degradation_table(perdoc, ScoringConfig()).iloc[0]
+    row = scoring.degradation_table(perdoc, Scoring()).iloc[0]
     want = agresti_min(perdoc["base_num"], perdoc["num"])
     assert math.isclose(row["ci_lo"], want["ci_lo"]) and math.isclose(row["ci_hi"], want["ci_hi"])
 
@@ -300,8 +300,8 @@ def test_consistency_is_the_share_of_unchanged_choices_with_a_wilson_interval():
     perdoc = _perdoc(np.random.default_rng(7), 20, [1], metric="acc")
     perdoc["base_choice"] = 0
     perdoc["choice"] = [0] * 15 + [1] * 5
-    row = scoring.degradation_table(perdoc, ScoringConfig()).iloc[0]
+    row = scoring.degradation_table(perdoc, Scoring()).iloc[0]
     assert row["consistency"] == pytest.approx(0.75)
     assert (row["consistency_lo"], row["consistency_hi"]) == pytest.approx(wilson(15, 20))
     perdoc["choice"] = -1  # not logged: no figure rather than a wrong one
-    assert math.isnan(scoring.degradation_table(perdoc, ScoringConfig()).iloc[0]["consistency"])
+    assert math.isnan(scoring.degradation_table(perdoc, Scoring()).iloc[0]["consistency"])

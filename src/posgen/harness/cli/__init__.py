@@ -1,9 +1,10 @@
 """The ``posgen`` command line.
 
 Each subcommand lives in its own module, which exposes ``configure_parser(parser)`` and
-``main(args) -> int`` and keeps its top-level imports light (no torch, transformers or
-lm-eval at import time), so that ``posgen --help`` and argument errors are instant and
-bad input is refused before any model loads.
+``main(args) -> int``. Only the chosen subcommand's module is imported; it keeps its
+top-level imports light (no torch, transformers, lm-eval or scipy: the library modules it
+calls are imported inside ``main``), so ``--help`` and argument errors are instant and bad
+input is refused before any model loads.
 """
 
 from __future__ import annotations
@@ -30,7 +31,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv`` (its first word that is not an option), if any."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return word if word in COMMANDS else None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only ``command``'s module is imported and its options configured (the
+    others are listed by name and help), so ``--help`` and argument errors stay instant."""
     parser = argparse.ArgumentParser(
         prog="posgen",
         description="Measure how well a language model tolerates perturbed positions, "
@@ -39,16 +48,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"posgen {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
-        module = importlib.import_module(module_name)
         p = sub.add_parser(name, help=help_text, description=help_text)
-        module.configure_parser(p)
+        if name == command:
+            importlib.import_module(module_name).configure_parser(p)
         p.set_defaults(_module=module_name)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(chosen_command(argv)).parse_args(argv)
     module = importlib.import_module(args._module)
     return int(module.main(args) or 0)
 

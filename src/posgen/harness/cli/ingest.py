@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from posgen.harness.cli.run import add_threshold_arguments
+from posgen.harness.cli.arguments import add_threshold_arguments
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

@@ -6,8 +6,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from posgen.results.report.build import regenerate
-
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="run folder(s)")
@@ -15,10 +13,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from posgen.results.folder.schema import SchemaError
+    from posgen.results.folder.store import RunStore
 
     status = 0
     for run in args.runs:
         try:
+            RunStore.open(run)  # a bad folder is refused before the report's libraries load
+            from posgen.results.report.build import regenerate
+
             paths = regenerate(run)
         except SchemaError as e:
             print(f"posgen report: {e}", file=sys.stderr)

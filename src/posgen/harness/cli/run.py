@@ -12,6 +12,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from posgen.harness.cli.arguments import add_threshold_arguments
 from posgen.harness.run.plan import (
     PlanError,
     check_model_side_kinds,
@@ -117,22 +118,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         metavar="SCHEMES",
         help="also run `posgen length` per model into RUN/length/<model>/ and report it: "
         "'quick' (2 documents, none;lambda;scale) or ';'-separated length schemes",
-    )
-
-
-def add_threshold_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--threshold`` and ``--threshold-acc`` (``posgen run`` and ``posgen ingest``)."""
-    parser.add_argument(
-        "--threshold",
-        type=float,
-        default=0.10,
-        help="tolerance threshold: relative perplexity increase (0.10)",
-    )
-    parser.add_argument(
-        "--threshold-acc",
-        type=float,
-        default=0.05,
-        help="tolerance threshold: absolute accuracy drop (0.05)",
     )
 
 

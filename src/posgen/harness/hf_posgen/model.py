@@ -45,6 +45,7 @@ import torch
 from lm_eval.api.model import CacheHook
 from lm_eval.models.huggingface import HFLM
 
+from posgen.compat import namespace_response_cache
 from posgen.harness.embedded import resolve_pretrained
 from posgen.harness.hf_posgen import qk_noise
 from posgen.harness.hf_posgen.batch_rows import (
@@ -58,13 +59,12 @@ from posgen.harness.hf_posgen.batch_rows import (
     row_key,
 )
 from posgen.harness.hf_posgen.chat_content import ChatContents
+from posgen.harness.hf_posgen.lambda_attention import lambda_attention
 from posgen.harness.hf_posgen.position_hooks import build_plan, rotary_positions
-from posgen.harness.length.lambda_attention import lambda_attention
 from posgen.harness.model_family import require_rotary
 from posgen.perturbations.base import Perturbation, PerturbationError, registry
 from posgen.perturbations.features import FeaturePerturbation
 from posgen.perturbations.length import (
-    LengthLambda,
     LengthPerturbation,
     combined_positions,
     parse_length,
@@ -229,7 +229,7 @@ class HFPosgenLM(HFLM):
             require_rotary(self.model, what)
         self._perturbation = new
         if self._cache_db is not None:
-            _namespace_cache(self._cache_db, new.cache_namespace())
+            namespace_response_cache(self._cache_db, new.cache_namespace())
         return new
 
     def set_cache_hook(self, cache_hook: CacheHook) -> None:
@@ -238,7 +238,7 @@ class HFPosgenLM(HFLM):
         super().set_cache_hook(cache_hook)
         db = getattr(cache_hook, "dbdict", None)
         if db is not None:
-            _namespace_cache(db, self._perturbation.cache_namespace())
+            namespace_response_cache(db, self._perturbation.cache_namespace())
             self._cache_db = db
 
     def get_model_info(self) -> dict:
@@ -345,7 +345,7 @@ class HFPosgenLM(HFLM):
         if observed:
             self.plan_observer(inps, plan, docs)
         with ExitStack() as stack:
-            if isinstance(p.length, LengthLambda):
+            if p.length is not None and p.length.uses_attention:
                 stack.enter_context(lambda_attention(self.model, p.length))
             if plan.positions is not None:
                 stack.enter_context(rotary_positions(self.model, plan.positions))
@@ -446,42 +446,6 @@ def _length_load_kwargs(
         pretrained, trust_remote_code=given.get("trust_remote_code", False)
     )
     return scheme.load_kwargs(config)
-
-
-_NAMESPACED: dict[type, type] = {}
-
-
-def _namespace_cache(db: Any, namespace: str) -> None:
-    """Make the SqliteDict ``db`` prefix every key with ``namespace``. The object is shared
-    by lm-eval's CachingLM (lookups) and its CacheHook (stores), so both follow."""
-    cls = type(db)
-    if not getattr(cls, "_posgen_namespaced", False):
-        if cls not in _NAMESPACED:
-            _NAMESPACED[cls] = type(
-                f"Namespaced{cls.__name__}",
-                (cls,),
-                {"_posgen_namespaced": True, **_NAMESPACED_METHODS},
-            )
-        db.__class__ = _NAMESPACED[cls]
-    db._posgen_namespace = namespace
-
-
-def _key(db: Any, key: str) -> str:
-    ns = db._posgen_namespace
-    return f"posgen:{ns}:{key}" if ns else key
-
-
-def _method(name: str) -> Any:
-    def method(self: Any, key: str, *args: Any) -> Any:
-        return getattr(super(type(self), self), name)(_key(self, key), *args)
-
-    method.__name__ = name
-    return method
-
-
-_NAMESPACED_METHODS = {
-    n: _method(n) for n in ("__contains__", "__getitem__", "__setitem__", "__delitem__")
-}
 
 
 def register() -> None:

@@ -17,8 +17,8 @@ from typing import Any
 
 from posgen import __version__
 from posgen.compat import evaluation_tracker
-from posgen.harness.run.config import Cell, ModelEntry, RunConfig
 from posgen.harness.run.launch import Launch
+from posgen.results.folder.config import Cell, ModelEntry, RunConfig
 from posgen.results.folder.store import RunStore, atomic_write_parquet, slug
 
 _ENV_INFO: dict[str, Any] = {}

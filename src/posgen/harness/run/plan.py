@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from posgen import __version__
-from posgen.harness.run.config import Cell, Decompose, ModelEntry, RunConfig, Scoring, SweepAxis
 from posgen.harness.run.options import (
     HUB_ID,
     PlanError,
@@ -28,6 +27,7 @@ from posgen.harness.run.options import (
 )
 from posgen.perturbations import PerturbationError, registry
 from posgen.perturbations.seeding import DEFAULT_SEED
+from posgen.results.folder.config import Cell, Decompose, ModelEntry, RunConfig, Scoring, SweepAxis
 from posgen.results.folder.labels import short_labels
 from posgen.results.folder.schema import SCHEMA_VERSION, rate_label
 
@@ -195,7 +195,9 @@ def suite_tasks(suite: str) -> tuple[list[str], int | None]:
     tasks = [t.strip() for t in suite.split(",") if t.strip()]
     if not tasks:
         raise PlanError("--suite: give 'offline' or a comma-separated list of lm-eval tasks")
-    known = set(shared_task_manager().all_tasks)
+    from posgen.harness.run.task_index import known_task_names
+
+    known = known_task_names(lambda: shared_task_manager().all_tasks)
     for t in tasks:
         if t not in known:
             close = difflib.get_close_matches(t, sorted(known), n=3)

@@ -21,9 +21,9 @@ import re
 import sys
 from pathlib import Path
 
-from posgen.harness.run.config import ModelEntry, RunConfig
 from posgen.harness.run.launch import Launch
 from posgen.harness.run.plan import plan_cells
+from posgen.results.folder.config import ModelEntry, RunConfig
 
 __all__ = ["run_sweep"]
 

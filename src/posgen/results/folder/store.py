@@ -32,6 +32,7 @@ nothing yet takes the new config. ``posgen run`` holds the folder's lock while i
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from posgen.atomic import atomic_write, atomic_write_folder, atomic_write_text
+from posgen.results.folder.config import RunConfig
 from posgen.results.folder.schema import (
     SCHEMA_VERSION,
     SchemaError,
@@ -113,6 +115,16 @@ class RunStore:
         self.root = Path(root)
         self.config = config
         self.config_hash = digest
+
+    @functools.cached_property
+    def run_config(self) -> RunConfig:
+        """The stored config, typed; a config it cannot read is a :class:`SchemaError`."""
+        try:
+            return RunConfig.from_dict(self.config)
+        except (KeyError, TypeError, ValueError) as e:
+            raise SchemaError(
+                f"{self.root / CONFIG_FILE}: not a readable run config ({type(e).__name__}: {e})"
+            ) from None
 
     @classmethod
     def create(cls, root: Path | str, config: Mapping[str, Any]) -> RunStore:

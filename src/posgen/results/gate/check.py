@@ -75,7 +75,7 @@ def baseline_payload(run_dir: Path, model: str | None = None) -> dict[str, Any]:
         "run": str(run_dir),
         "model": model,
         "config_hash": store.config_hash,
-        "pairing": pairing_record(store.config, scores["results"], model),
+        "pairing": pairing_record(store.run_config, scores["results"], model),
         "scoring": store.config.get("scoring", {}),
         "cells": gate_cells(scores, model),
         "length": length_section(store.root, model),
@@ -221,11 +221,12 @@ def _state_power(row: dict[str, Any], cells: int, alpha: float) -> None:
     row["ci_lo"] = to_user(kind, row["change_test"] - half)
     row["ci_hi"] = to_user(kind, row["change_test"] + half)
     row["mde"] = to_user(kind, row["margin_test"] + noise)
-    row["powered"] = bool(noise <= row["margin_test"])
+    # None: a margin of 0 tests any increase, and "twice the margin" means nothing
+    row["powered"] = bool(noise <= row["margin_test"]) if row["margin_test"] > 0 else None
     row["docs_needed"] = (
-        n
-        if row["powered"]
-        else documents_needed(se * math.sqrt(n), row["margin_test"], cells, alpha)
+        documents_needed(se * math.sqrt(n), row["margin_test"], cells, alpha)
+        if row["powered"] is False
+        else n
     )
     row["noise_ratio"] = noise / row["margin_test"] if row["margin_test"] > 0 else math.inf
 

@@ -35,8 +35,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scipy import stats
-
 POWER = 0.8
 UNITS = {"perplexity": "% ratio", "accuracy": "points", "length": "nats/token"}
 # the flags of ``posgen check`` that set each kind's margin
@@ -92,6 +90,8 @@ def margin_on_test_scale(kind: str, margin: float) -> float:
 
 def noise_term(n: int, cells: int, alpha: float) -> float:
     """``t_{1-α/m, n-1} + t_{0.8, n-1}``: the detectable excess over the margin in se."""
+    from scipy import stats
+
     return float(stats.t.ppf(1 - alpha / cells, n - 1) + stats.t.ppf(POWER, n - 1))
 
 

@@ -54,7 +54,7 @@ def _level(r: dict[str, Any], which: str) -> str:
 def verdict(r: dict[str, Any]) -> str:
     if r["failed"]:
         return "FAIL"
-    return "ok" if r["powered"] else "ok (underpowered)"
+    return "ok (underpowered)" if r["powered"] is False else "ok"
 
 
 def summary(rows: list[dict[str, Any]], info: dict[str, Any]) -> list[str]:
@@ -82,9 +82,13 @@ def summary(rows: list[dict[str, Any]], info: dict[str, Any]) -> list[str]:
         f"documents and observed paired spread, testing at alpha/m = {alpha:g}/{m} "
         f"= {alpha / m:.2g} (Holm's first step)"
     )
-    weak = [r for r in rows if not r["powered"]]
+    zero = sum(r["powered"] is None for r in rows)
+    if zero:
+        out.append(f"  {zero} cells have margin 0: they fail any measurable increase")
+    weak = [r for r in rows if r["powered"] is False]
     if not weak:
-        out.append("  every cell catches a change of twice its margin with >= 80% power")
+        if zero < m:
+            out.append("  every cell with a margin catches twice it with >= 80% power")
         return out
     out.append(
         f"  {len(weak)} of {m} cells cannot detect a change of their margin's size "
@@ -133,7 +137,7 @@ def junit_xml(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
                 f"{r['current']:.3g}; Holm p {r['p_holm']:.3g})"
             )
             out.append(f"    <failure message={quoteattr(msg)}/>")
-        elif not r["powered"]:
+        elif r["powered"] is False:
             out.append(f"    <system-out>{_escape(power_note(r, info['seeds']))}</system-out>")
         out.append("  </testcase>")
     text = "\n".join(summary(rows, info))

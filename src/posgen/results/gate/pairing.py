@@ -21,13 +21,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from posgen.results.folder.config import RunConfig
 from posgen.results.gate.baseline_file import GateInputError
 
 DRAW = ("seed", "seeds")  # what --allow-other-seed lets differ
 SETTINGS = ("suite", "limits", "num_fewshot", "apply_chat_template", "perturbations", *DRAW)
 
 
-def pairing_record(config: dict[str, Any], results, model: str) -> dict[str, Any]:
+def pairing_record(config: RunConfig, results, model: str) -> dict[str, Any]:
     """The pairing settings of ``model``'s run from its ``config`` and tidy ``results``."""
     rows = results[(results["model"] == model) & (results["kind"] != "none")]
     versions: dict[str, int] = {}
@@ -37,15 +38,15 @@ def pairing_record(config: dict[str, Any], results, model: str) -> dict[str, Any
         versions.setdefault(f"{kind}/{scheme}", int(version))
     return {
         "suite": {
-            "suite": config.get("suite"),
-            "tasks": config.get("tasks"),
-            "suite_version": config.get("suite_version"),
+            "suite": config.suite,
+            "tasks": list(config.tasks),
+            "suite_version": config.suite_version,
         },
-        "limits": config.get("limits") or {},
-        "seed": config.get("seed"),
-        "seeds": int(config.get("seeds", 1)),
-        "num_fewshot": config.get("num_fewshot"),
-        "apply_chat_template": config.get("apply_chat_template", False),
+        "limits": dict(config.limits),
+        "seed": config.seed,
+        "seeds": config.seeds,
+        "num_fewshot": config.num_fewshot,
+        "apply_chat_template": config.apply_chat_template,
         "perturbations": dict(sorted(versions.items())),
     }
 

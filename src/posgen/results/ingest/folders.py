@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from posgen import __version__
+from posgen.results.folder.config import Decompose, ModelEntry, RunConfig, Scoring, SweepAxis
 from posgen.results.folder.labels import short_labels
 from posgen.results.folder.schema import SCHEMA_VERSION, SchemaError, rate_label
 from posgen.results.ingest.lm_eval_output import (
@@ -169,52 +170,53 @@ def records(
 
 def ingest_config(
     items: list[tuple[str, dict[str, Any], EvaluatedTask]], scoring: Mapping[str, Any]
-) -> dict[str, Any]:
+) -> RunConfig:
     """The run config of an ingested run: what the cells say, and where they came from."""
     cells = [c for _, c, _ in items]
     tasks = sorted({c["task"] for c in cells})
-    sweep: dict[str, dict[str, list]] = {}
+    sweep: dict[str, tuple[set[str], set[float]]] = {}
     for c in cells:
         if c["kind"] != "none":
-            spec = sweep.setdefault(c["kind"], {"schemes": [], "values": [0.0]})
-            spec["schemes"] = sorted(set(spec["schemes"]) | {c["scheme"]})
-            spec["values"] = sorted(set(spec["values"]) | {c["rate"]})
-    models = []
+            schemes, values = sweep.setdefault(c["kind"], (set(), {0.0}))
+            schemes.add(c["scheme"])
+            values.add(c["rate"])
+    models: dict[str, ModelEntry] = {}
     names = list(dict.fromkeys(label for label, _, _ in items))
     short = dict(zip(names, short_labels(names), strict=True))
     for label, _, ev in items:
-        if short[label] not in [m["label"] for m in models]:
+        if short[label] not in models:
             rev = ev.config.get("model_sha") or ev.config.get("model_revision")
-            models.append(
-                {
-                    "label": short[label],
-                    "path": label,
-                    "embedded": label == "embedded",
-                    "revision": str(rev),
-                    "dtype": model_dtype(ev),
-                    "random_init": False,
-                }
+            models[short[label]] = ModelEntry(
+                label=short[label],
+                path=label,
+                embedded=label == "embedded",
+                revision=str(rev),
+                dtype=model_dtype(ev),
             )
     limits = {t: max(len(ev.samples) for _, c, ev in items if c["task"] == t) for t in tasks}
     versions = sorted({str(ev.results.get("lm_eval_version", "?")) for _, _, ev in items})
-    return {
-        "posgen_version": __version__,
-        "schema_version": SCHEMA_VERSION,
-        "lm_eval_version": ", ".join(versions),
-        "installed_lm_eval_version": importlib.metadata.version("lm_eval"),
-        "suite": "ingested",
-        "suite_version": None,
-        "tasks": tasks,
-        "limits": limits,
-        "preset": "ingest",
-        "seed": cells[0]["seed"],
-        "random_init_seed": None,
-        "models": models,
-        "sweep": sweep,
-        "decompose": {"docs": 0, "tokens": 0},
-        "scoring": dict(scoring),
-        "ingested_from": sorted({str(ev.results_file) for _, _, ev in items}),
-    }
+    return RunConfig(
+        posgen_version=__version__,
+        schema_version=SCHEMA_VERSION,
+        lm_eval_version=", ".join(versions),
+        suite="ingested",
+        suite_version=None,
+        tasks=tuple(tasks),
+        limits=limits,
+        preset="ingest",
+        seed=cells[0]["seed"],
+        random_init_seed=None,
+        models=tuple(models.values()),
+        batch_size=None,
+        sweep={
+            kind: SweepAxis(tuple(sorted(schemes)), tuple(sorted(values)))
+            for kind, (schemes, values) in sweep.items()
+        },
+        decompose=Decompose(docs=0, tokens=0),
+        scoring=Scoring(**scoring),
+        ingested_from=tuple(sorted({str(ev.results_file) for _, _, ev in items})),
+        installed_lm_eval_version=importlib.metadata.version("lm_eval"),
+    )
 
 
 def ingest(dirs: list[Path], out: Path, scoring: Mapping[str, Any]) -> dict[str, Path]:
@@ -227,7 +229,7 @@ def ingest(dirs: list[Path], out: Path, scoring: Mapping[str, Any]) -> dict[str,
 
     items = collect(dirs)
     recs = records(items)
-    store = RunStore.create(out, ingest_config(items, scoring))
+    store = RunStore.create(out, ingest_config(items, scoring).to_dict())
     names = list(dict.fromkeys(rec["model"] for rec, _ in recs))
     short = dict(zip(names, short_labels(names), strict=True))
     for rec, ev in recs:

@@ -13,11 +13,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+from posgen.results.folder.config import ModelEntry, RunConfig
 from posgen.results.folder.schema import METRIC_RULES
 from posgen.results.report.examples import examples_section
 from posgen.results.report.realised_plots import common_axis_blocks
 from posgen.results.report.render import Block, render_html, render_markdown
-from posgen.results.scores.run import load_scores, scoring_config
+from posgen.results.scores.run import load_scores
 from posgen.results.scores.scoring import FIT_COLUMNS
 
 
@@ -53,9 +54,9 @@ def scores_json(store, scores: dict[str, Any]) -> dict[str, Any]:
 
     return {
         "config_hash": store.config_hash,
-        "scoring": store.config.get("scoring", {}),
+        "scoring": store.run_config.scoring.to_dict(),
         "interval_method": {
-            "perplexity": scoring_config(store.config).interval,
+            "perplexity": store.run_config.scoring.interval,
             "accuracy": "agresti-min",
         },
         "degradation": json_records(scores["degradation"]),
@@ -92,7 +93,7 @@ def build_blocks(store, scores: dict[str, Any]) -> list[Block]:
     from posgen.results.report.worst_case import worst_case_blocks
     from posgen.results.scores.scoring import primary_metric
 
-    cfg = store.config
+    cfg = store.run_config
     blocks: list[Block] = [("h", 1, f"posgen report: {store.root.name}")]
     blocks += header_blocks(cfg)
     blocks += [("h", 2, "Summary")]
@@ -126,7 +127,7 @@ def build_blocks(store, scores: dict[str, Any]) -> list[Block]:
         if (m := primary_metric(sorted(set(g["metric"])))) is not None
     }
     blocks += [("h", 2, "Figures")]
-    thresholds = {m: scoring_config(cfg).threshold(m) for m in metrics.values()}
+    thresholds = {m: cfg.scoring.threshold(m) for m in metrics.values()}
     for m in cfg_models(cfg) if metrics else []:
         blocks.append(
             (
@@ -135,7 +136,7 @@ def build_blocks(store, scores: dict[str, Any]) -> list[Block]:
                 plots.degradation_curves(scores["degradation"], m, metrics, thresholds),
             )
         )
-    blocks += common_axis_blocks([m["label"] for m in cfg.get("models", [])], scores, metrics)
+    blocks += common_axis_blocks(cfg_models(cfg), scores, metrics)
     for m, d in scores["decompositions"].items():
         blocks.append(("img", f"Fit quality per head: {m}", plots.fit_heatmap(d, m)))
     if scores["summary"]:
@@ -147,7 +148,7 @@ def build_blocks(store, scores: dict[str, Any]) -> list[Block]:
     blocks.append(("table", *detail_table(scores)))
     blocks += worst_case_blocks(cfg, scores)  # posgen run --seeds K > 1
     blocks += length_run_blocks(store.root)  # posgen run --length: RUN/length/<model>/
-    blocks += examples_section([m["label"] for m in cfg.get("models", [])], scores["cells"])
+    blocks += examples_section(cfg_models(cfg), scores["cells"])
     blocks += not_shown_blocks(cfg, scores)
     return blocks
 
@@ -162,36 +163,29 @@ REALISED_TEXT = (
 )
 
 
-def cfg_models(cfg: dict[str, Any]) -> list[str]:
-    return [m["label"] for m in cfg.get("models", [])]
+def cfg_models(cfg: RunConfig) -> list[str]:
+    return [m.label for m in cfg.models]
 
 
-def header_blocks(cfg: dict[str, Any]) -> list[Block]:
+def header_blocks(cfg: RunConfig) -> list[Block]:
     rows = [
-        [
-            m["label"],
-            m.get("path", ""),
-            m.get("revision", ""),
-            m.get("dtype", ""),
-            "yes" if m.get("random_init") else "no",
-        ]
-        for m in cfg.get("models", [])
+        [m.label, m.path, m.revision, m.dtype, "yes" if m.random_init else "no"] for m in cfg.models
     ]
+    twin_seed = cfg.seed if cfg.random_init_seed is None else cfg.random_init_seed
     facts = [
-        f"posgen {cfg.get('posgen_version', '?')}, lm-eval {cfg.get('lm_eval_version', '?')}"
-        f", results schema v{cfg.get('schema_version', '?')}.",
-        f"Suite: {cfg.get('suite')} (version {cfg.get('suite_version', '?')}); tasks "
-        f"{', '.join(cfg.get('tasks', []))}; documents per task (limit): {cfg.get('limits')}.",
-        f"Seeds: perturbation {cfg.get('seed')}, bootstrap "
-        f"{cfg.get('scoring', {}).get('seed', 0)}, random-init weights "
-        f"{cfg.get('random_init_seed', cfg.get('seed'))}.",
+        f"posgen {cfg.posgen_version}, lm-eval {cfg.lm_eval_version}"
+        f", results schema v{cfg.schema_version}.",
+        f"Suite: {cfg.suite} (version {cfg.suite_version}); tasks "
+        f"{', '.join(cfg.tasks)}; documents per task (limit): {dict(cfg.limits)}.",
+        f"Seeds: perturbation {cfg.seed}, bootstrap {cfg.scoring.seed}, random-init "
+        f"weights {twin_seed}.",
         f"Sweep: {sweep_text(cfg)}.",
     ]
     out: list[Block] = [
         ("p", " ".join(facts)),
         ("table", ["model", "loaded from", "revision", "dtype", "random init"], rows),
     ]
-    if any(m.get("embedded") for m in cfg.get("models", [])):
+    if any(m.embedded for m in cfg.models):
         out.append(
             (
                 "p",
@@ -203,12 +197,12 @@ def header_blocks(cfg: dict[str, Any]) -> list[Block]:
     return out
 
 
-def sweep_text(cfg: dict[str, Any]) -> str:
+def sweep_text(cfg: RunConfig) -> str:
     parts = []
     for kind in ("text", "position", "feature"):
-        spec = cfg.get("sweep", {}).get(kind)
-        if spec:
-            parts.append(f"{kind} {'/'.join(spec['schemes'])} at {spec['values']}")
+        axis = cfg.sweep.get(kind)
+        if axis:
+            parts.append(f"{kind} {'/'.join(axis.schemes)} at {list(axis.values)}")
     return "; ".join(parts) or "?"
 
 
@@ -264,21 +258,21 @@ def _fmt(x: Any, digits: int = 4) -> str:
     return "n/a" if _missing(x) else f"{x:.{digits}g}"
 
 
-def models_table(cfg: dict[str, Any], scores: dict[str, Any]) -> tuple[list[str], list]:
+def models_table(cfg: RunConfig, scores: dict[str, Any]) -> tuple[list[str], list]:
     """One row per model: fit quality and, on the first task, tolerance and AUC per kind."""
     summary = scores["summary"]
-    task = (cfg.get("tasks") or [""])[0]
+    task = (cfg.tasks or ("",))[0]
     kinds = [k for k in ("text", "position", "feature") if f"{task}|{k}" in summary]
     rows = []
-    for m in twins_beside(cfg.get("models", [])):
-        f = scores["fit"].get(m["label"], {})
+    for m in twins_beside(list(cfg.models)):
+        f = scores["fit"].get(m.label, {})
         row = [
-            m["label"],
-            "yes" if m.get("random_init") else "no",
+            m.label,
+            "yes" if m.random_init else "no",
             *(_fmt(f.get(c), 3) if f else "not run" for c in FIT_COLUMNS),
         ]
         for k in kinds:
-            v = summary[f"{task}|{k}"].get(m["label"], {})
+            v = summary[f"{task}|{k}"].get(m.label, {})
             row += [_fmt(v.get("tolerance")), _band(v, "tolerance_interp"), _fmt(v.get("auc"), 3)]
         rows.append(row)
     header = ["model", "random init", "mean r (3-axis)", "2-axis", "distance+key"]
@@ -295,19 +289,19 @@ def _band(v: dict[str, Any], key: str) -> str:
     return f"{v[key]:.3g}{band}"
 
 
-def twins_beside(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def twins_beside(models: list[ModelEntry]) -> list[ModelEntry]:
     """Models in config order, each random-init twin right after the model it copies."""
-    labels = {m["label"] for m in models}
-    base = [m for m in models if not (m.get("random_init") and _twin_of(m) in labels)]
+    labels = {m.label for m in models}
+    base = [m for m in models if not (m.random_init and _twin_of(m) in labels)]
     out = []
     for m in base:
         out.append(m)
-        out += [t for t in models if t.get("random_init") and _twin_of(t) == m["label"]]
+        out += [t for t in models if t.random_init and _twin_of(t) == m.label]
     return out
 
 
-def _twin_of(m: dict[str, Any]) -> str:
-    return m["label"].removesuffix("+random-init")
+def _twin_of(m: ModelEntry) -> str:
+    return m.label.removesuffix("+random-init")
 
 
 def correlation_blocks(scores: dict[str, Any]) -> list[Block]:
@@ -378,8 +372,8 @@ def _consistency(r: Any) -> str:
     return f"{c:.2f} [{r.consistency_lo:.2f}, {r.consistency_hi:.2f}]"
 
 
-def not_shown_blocks(cfg: dict[str, Any], scores: dict[str, Any]) -> list[Block]:
-    seeds = cfg.get("seeds", 1)
+def not_shown_blocks(cfg: RunConfig, scores: dict[str, Any]) -> list[Block]:
+    seeds = cfg.seeds
     items = [
         "Only one perturbation seed per cell: the CIs cover document sampling (and, "
         "because every document draws its own perturbation, perturbation noise per "
@@ -387,7 +381,7 @@ def not_shown_blocks(cfg: dict[str, Any], scores: dict[str, Any]) -> list[Block]
         if seeds == 1
         else f"{seeds} perturbation seeds per cell, averaged per document: the CIs "
         "cover document sampling and the draw's variance.",
-        f"Only the documents scored (limits {cfg.get('limits')}); the full tasks may "
+        f"Only the documents scored (limits {dict(cfg.limits)}); the full tasks may "
         "give other figures.",
         "Per-document values, lm-eval's raw results and samples are in the run folder "
         "(perdoc.parquet, raw/), not in this report.",
@@ -395,7 +389,7 @@ def not_shown_blocks(cfg: dict[str, Any], scores: dict[str, Any]) -> list[Block]
     missing = [m for m in cfg_models(cfg) if m not in scores["fit"]]
     if missing:
         items.append(f"No decomposition fit for {', '.join(missing)}.")
-    if sum(not m.get("random_init") for m in cfg.get("models", [])) < 3:
+    if sum(not m.random_init for m in cfg.models) < 3:
         items.append(
             "Cross-model correlations need at least 3 models (random-init twins not "
             "counted) and are not estimated."

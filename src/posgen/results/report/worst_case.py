@@ -14,12 +14,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from posgen.results.folder.config import RunConfig
 from posgen.results.report.render import Block
 
 
-def worst_case_blocks(cfg: dict[str, Any], scores: dict[str, Any]) -> list[Block]:
+def worst_case_blocks(cfg: RunConfig, scores: dict[str, Any]) -> list[Block]:
     """The panel, or nothing with one seed per cell."""
-    seeds = int(cfg.get("seeds", 1))
+    seeds = cfg.seeds
     if seeds < 2:
         return []
     head = ["model", "task", "metric", "perturbation", "rate/σ", "mean over seeds", "worst"]

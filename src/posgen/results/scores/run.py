@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping
+from itertools import product
 from pathlib import Path
 from typing import Any
 
+from posgen.results.folder.config import RunConfig, Scoring
 from posgen.results.scores.association import cross_model
 from posgen.results.scores.scoring import (
-    ScoringConfig,
     degradation_table,
     model_summary,
     tolerance_table,
 )
-
-
-def scoring_config(config: dict[str, Any]):
-    return ScoringConfig(**config.get("scoring", {}))
 
 
 def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
@@ -34,7 +31,7 @@ def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
         raise SchemaError(f"{run_dir} has no finished cells yet; run `posgen run` first")
     for cell in cells:  # a corrupt cell file is bad input, named
         check_cell_record(cell, store.cell_path(cell.get("model", "?"), cell.get("cell_id", "?")))
-    missing = missing_cells(store.config, cells)
+    missing = missing_cells(store.run_config, cells)
     if missing:
         shown = ", ".join(missing[:4]) + (
             f" and {len(missing) - 4} more" if len(missing) > 4 else ""
@@ -46,8 +43,9 @@ def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
     results, perdoc = result_rows(cells), perdoc_rows(cells)
     decomps = load_decompositions(store)
     fits = {m: fit_quality(d) for m, d in decomps.items()}
-    twins = {m["label"] for m in store.config.get("models", []) if m.get("random_init")}
-    scores = score_tables(perdoc, fits, scoring_config(store.config), twins)
+    config = store.run_config
+    twins = {m.label for m in config.models if m.random_init}
+    scores = score_tables(perdoc, fits, config.scoring, twins)
     return store, {
         **scores,
         "results": results,
@@ -60,31 +58,28 @@ def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
 MODEL_SIDE_KINDS = ("position", "feature")
 
 
-def missing_cells(config: dict[str, Any], cells: list[dict[str, Any]]) -> list[str]:
+def missing_cells(config: RunConfig, cells: list[dict[str, Any]]) -> list[str]:
     """The cells of the config's sweep that have no finished record, as
     ``model: task kind/scheme@rate seed S`` (the plan of ``posgen run``: per model and
     task the unperturbed cell, then every non-zero value of every scheme per seed; no
     model-side kinds for a model without RoPE). An ingested run has no plan: none."""
-    if config.get("preset") == "ingest" or not isinstance(config.get("sweep"), dict):
+    if config.preset == "ingest":
         return []
-    seed = config.get("seed")
-    seeds = [seed + k for k in range(int(config.get("seeds", 1)))] if seed is not None else []
+    seeds = [config.seed + k for k in range(config.seeds)]
     have = {(c["model"], *_cell_key(c["cell"])) for c in cells}
     have_base = {(m, t) for m, t, k, *_ in have if k == "none"}
     out = []
-    for model in config.get("models", []):
-        label = model["label"]
-        for task in config.get("tasks", []):
-            if (label, task) not in have_base:
-                out.append(f"{label}: {task} unperturbed")
-            for kind, axis in config["sweep"].items():
-                if model.get("rope") is False and kind in MODEL_SIDE_KINDS:
+    for model in config.models:
+        for task in config.tasks:
+            if (model.label, task) not in have_base:
+                out.append(f"{model.label}: {task} unperturbed")
+            for kind, axis in config.sweep.items():
+                if not model.rope and kind in MODEL_SIDE_KINDS:
                     continue
-                for scheme in axis["schemes"]:
-                    for value in axis["values"]:
-                        for s in seeds if value != 0 else []:
-                            if (label, task, kind, scheme, float(value), s) not in have:
-                                out.append(f"{label}: {task} {kind}/{scheme}@{value:g} seed {s}")
+                for scheme, value, s in product(axis.schemes, axis.values, seeds):
+                    key = (model.label, task, kind, scheme, float(value), s)
+                    if value != 0 and key not in have:
+                        out.append(f"{model.label}: {task} {kind}/{scheme}@{value:g} seed {s}")
     return out
 
 
@@ -96,10 +91,10 @@ def load_decompositions(store) -> dict[str, Any]:
     from posgen.results.folder.store import read_parquet
 
     out = {}
-    for m in store.config.get("models", []):
-        path = store.decomposition_path(m["label"])
+    for m in store.run_config.models:
+        path = store.decomposition_path(m.label)
         if path.is_file():
-            out[m["label"]] = read_parquet(path)
+            out[m.label] = read_parquet(path)
     return out
 
 
@@ -119,7 +114,7 @@ def json_records(df) -> list[dict[str, Any]]:
 def score_tables(
     perdoc,
     fits: Mapping[str, Mapping[str, float]],
-    cfg: ScoringConfig | None = None,
+    cfg: Scoring | None = None,
     twins: Collection[str] = (),
 ) -> dict[str, Any]:
     """Every score of a run: degradation and tolerance tables, fit quality per model, and
@@ -127,7 +122,7 @@ def score_tables(
     vs AUC, per task and kind; ``twins`` are the random-init models, not counted)."""
     from posgen.results.scores.tolerance import band, resampled_figures
 
-    cfg = cfg or ScoringConfig()
+    cfg = cfg or Scoring()
     degr = degradation_table(perdoc, cfg)
     tol = tolerance_table(degr, cfg)
     summary = model_summary(tol, fits)

@@ -27,31 +27,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from posgen.results.folder.config import Scoring
 from posgen.results.folder.schema import METRIC_RULES, PRIMARY_METRICS
 from posgen.results.stats.resampling import resample_counts
 from posgen.results.tables.tidy import aggregate
 
 GROUP = ["model", "task", "metric", "kind", "scheme", "seed"]
-
-
-@dataclass(frozen=True)
-class ScoringConfig:
-    """Knobs of the scores (all recorded in scores.json)."""
-
-    iters: int = 2000  # bootstrap replicates
-    confidence: float = 0.95
-    seed: int = 0  # bootstrap seed
-    threshold_ppl: float = 0.10  # tolerance: relative perplexity increase allowed
-    threshold_acc: float = 0.05  # tolerance: absolute accuracy drop allowed
-    interval: str = "log-t"  # perplexity CI method (posgen.results.stats.intervals.METHODS)
-
-    def threshold(self, metric: str) -> float:
-        return self.threshold_ppl if METRIC_RULES[metric] == "perplexity" else self.threshold_acc
 
 
 def degradation(
@@ -115,7 +100,7 @@ def collapse_seeds(perdoc):
     return out.reset_index()
 
 
-def cell_interval(rule: str, g, cfg: ScoringConfig, key: str) -> dict[str, Any]:
+def cell_interval(rule: str, g, cfg: Scoring, key: str) -> dict[str, Any]:
     """Degradation, interval, stderr and n of one cell's per-document rows ``g``."""
     from posgen.results.stats.intervals import agresti_min, ratio_interval
 
@@ -132,8 +117,9 @@ def cell_interval(rule: str, g, cfg: ScoringConfig, key: str) -> dict[str, Any]:
     return agresti_min(cols[0] / cols[1], cols[2] / cols[3], cfg.confidence)
 
 
-def degradation_table(perdoc, cfg: ScoringConfig = ScoringConfig()):
+def degradation_table(perdoc, cfg: Scoring | None = None):
     """One row per perturbed cell and metric: degradation, CI, stderr, n, n_seeds."""
+    cfg = cfg or Scoring()
     import pandas as pd
 
     rows = []
@@ -208,12 +194,13 @@ def measurable(metric: str, baseline: float, threshold: float) -> bool:
     return METRIC_RULES[metric] == "perplexity" or baseline > threshold
 
 
-def tolerance_table(degr, cfg: ScoringConfig = ScoringConfig()):
+def tolerance_table(degr, cfg: Scoring | None = None):
     """Per (model, task, metric, kind, scheme, seed): tolerance, its range over the CI
     (``tolerance_lo`` from the upper CI bound, ``tolerance_hi`` from the lower), crossing
     and AUC, the baseline value, and ``measurable`` (see :func:`measurable`)."""
     import pandas as pd
 
+    cfg = cfg or Scoring()
     rows = []
     for keys, g in degr.groupby(GROUP, sort=True):
         rec = dict(zip(GROUP, keys, strict=True))

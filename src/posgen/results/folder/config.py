@@ -1,10 +1,10 @@
-"""The typed run configuration of ``posgen run``: models, sweep, cells.
+"""The typed configuration of a run folder: models, sweep, cells, scoring.
 
-Frozen dataclasses built by :mod:`posgen.harness.run.plan` and consumed by the sweep and
-the model session. At the boundary with :mod:`posgen.results` (the run store and the tidy
-tables, which never import the harness) they become plain JSON data with ``to_dict()``,
-which gives exactly the dicts of earlier releases, so the config hash that names a run
-and the stored ``config.json`` are unchanged; ``from_dict`` reads a stored config back.
+One shape for every reader and writer: :mod:`posgen.harness.run.plan` builds it for
+``posgen run``, :mod:`posgen.results.ingest` for an ingested run, and the report, scores
+and gate read it back with :meth:`RunConfig.from_dict` (``RunStore.run_config``).
+``to_dict()`` gives exactly the dicts of earlier releases (optional fields only when set),
+so the config hash that names a run and the stored ``config.json`` are unchanged.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
+
+from posgen.results.folder.schema import METRIC_RULES
 
 
 @dataclass(frozen=True)
@@ -116,16 +118,25 @@ class Decompose:
 
 @dataclass(frozen=True)
 class Scoring:
-    """Tolerance thresholds and the bootstrap of ``posgen.results.scores.scoring``."""
+    """Tolerance thresholds, the bootstrap and the perplexity interval of
+    ``posgen.results.scores.scoring`` (all recorded in scores.json)."""
 
-    threshold_ppl: float
-    threshold_acc: float
-    iters: int = 2000
-    seed: int = 0
+    threshold_ppl: float = 0.10  # tolerance: relative perplexity increase allowed
+    threshold_acc: float = 0.05  # tolerance: absolute accuracy drop allowed
+    iters: int = 2000  # bootstrap replicates
+    seed: int = 0  # bootstrap seed
     confidence: float = 0.95
+    interval: str = "log-t"  # perplexity CI method (posgen.results.stats.intervals.METHODS)
+
+    def threshold(self, metric: str) -> float:
+        return self.threshold_ppl if METRIC_RULES[metric] == "perplexity" else self.threshold_acc
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        # the interval only when not the default, so existing config hashes hold
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        if d["interval"] == "log-t":
+            del d["interval"]
+        return d
 
 
 @dataclass(frozen=True)
@@ -141,9 +152,9 @@ class RunConfig:
     limits: Mapping[str, int]
     preset: str
     seed: int
-    random_init_seed: int
+    random_init_seed: int | None  # None: no random-init twin can be asked for (ingest)
     models: tuple[ModelEntry, ...]
-    batch_size: int | str  # N, or lm-eval's auto / auto:N
+    batch_size: int | str | None  # N, or lm-eval's auto / auto:N; None: not known (ingest)
     sweep: Mapping[str, SweepAxis]  # kind -> axis, in sweep order
     decompose: Decompose
     scoring: Scoring
@@ -151,6 +162,10 @@ class RunConfig:
     # lm-eval's prompt settings, passed to simple_evaluate for every cell
     num_fewshot: int | None = None  # None: each task's own default
     apply_chat_template: bool | str = False  # True, or a named template of the tokenizer
+    # an ingested run (``posgen ingest``): the lm-eval results files it was read from and
+    # the lm-eval release that read them
+    ingested_from: tuple[str, ...] = ()
+    installed_lm_eval_version: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         # "seeds" only when > 1 and the prompt settings only when set, so a run without
@@ -174,10 +189,18 @@ class RunConfig:
             "seed": self.seed,
             "random_init_seed": self.random_init_seed,
             "models": [m.to_dict() for m in self.models],
-            "batch_size": self.batch_size,
+            **({"batch_size": self.batch_size} if self.batch_size is not None else {}),
             "sweep": {kind: axis.to_dict() for kind, axis in self.sweep.items()},
             "decompose": self.decompose.to_dict(),
             "scoring": self.scoring.to_dict(),
+            **(
+                {
+                    "installed_lm_eval_version": self.installed_lm_eval_version,
+                    "ingested_from": list(self.ingested_from),
+                }
+                if self.ingested_from
+                else {}
+            ),
         }
 
     @classmethod
@@ -185,6 +208,7 @@ class RunConfig:
         """The config of a stored run (``RunStore.config``)."""
         return cls(
             **{k: d[k] for k in _PLAIN_KEYS},
+            batch_size=d.get("batch_size"),
             tasks=tuple(d["tasks"]),
             limits=dict(d["limits"]),
             models=tuple(ModelEntry.from_dict(m) for m in d["models"]),
@@ -197,6 +221,8 @@ class RunConfig:
             seeds=int(d.get("seeds", 1)),
             num_fewshot=d.get("num_fewshot"),
             apply_chat_template=d.get("apply_chat_template", False),
+            ingested_from=tuple(d.get("ingested_from", ())),
+            installed_lm_eval_version=d.get("installed_lm_eval_version"),
         )
 
 
@@ -209,7 +235,6 @@ _PLAIN_KEYS = (
     "preset",
     "seed",
     "random_init_seed",
-    "batch_size",
 )
 
 
