@@ -88,7 +88,8 @@ def summary(rows: list[dict[str, Any]], info: dict[str, Any]) -> list[str]:
     weak = [r for r in rows if r["powered"] is False]
     if not weak:
         if zero < m:
-            out.append("  every cell with a margin catches twice it with >= 80% power")
+            which = "every cell with a margin above 0" if zero else "every cell"
+            out.append(f"  {which} catches a change of twice its margin with >= 80% power")
         return out
     out.append(
         f"  {len(weak)} of {m} cells cannot detect a change of their margin's size "
