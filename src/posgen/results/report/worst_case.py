@@ -15,7 +15,9 @@ import math
 from typing import Any
 
 from posgen.results.folder.config import RunConfig
+from posgen.results.folder.schema import METRIC_RULES
 from posgen.results.report.render import Block
+from posgen.results.scores.scoring import collapse_seeds, primary_metric
 
 
 def worst_case_blocks(cfg: RunConfig, scores: dict[str, Any]) -> list[Block]:
@@ -38,9 +40,6 @@ def worst_case_blocks(cfg: RunConfig, scores: dict[str, Any]) -> list[Block]:
 
 
 def worst_case_rows(scores: dict[str, Any]) -> list[list[str]]:
-    from posgen.results.folder.schema import METRIC_RULES
-    from posgen.results.scores.scoring import collapse_seeds, primary_metric
-
     docs = collapse_seeds(scores["perdoc"])
     rows = []
     keys = ["model", "task", "metric", "kind", "scheme", "rate"]
