@@ -76,7 +76,7 @@ def baseline_payload(run_dir: Path, model: str | None = None) -> dict[str, Any]:
         "model": model,
         "config_hash": store.config_hash,
         "pairing": pairing_record(store.run_config, scores["results"], model),
-        "scoring": store.config.get("scoring", {}),
+        "scoring": store.run_config.scoring.to_dict(),
         "cells": gate_cells(scores, model),
         "length": length_section(store.root, model),
         "tolerance": json_records(tol.drop(columns=["model"])),
@@ -89,14 +89,11 @@ def pick_model(store, scores: dict[str, Any], model: str | None) -> str:
         if model not in models:
             raise GateInputError(f"model {model!r} is not in {store.root}; it has {models}")
         return model
-    real = [m for m in models if m not in random_init_models(store.config)]
+    twins = {m.label for m in store.run_config.models if m.random_init}
+    real = [m for m in models if m not in twins]
     if len(real) != 1:
         raise GateInputError(f"{store.root} holds models {models}: name one with --model")
     return real[0]
-
-
-def random_init_models(config: dict[str, Any]) -> set[str]:
-    return {m["label"] for m in config.get("models", []) if m.get("random_init")}
 
 
 def load_baseline(path: Path) -> dict[str, Any]:
