@@ -226,3 +226,32 @@ def test_window_tracing_restores_the_cutter_and_refuses_a_mismatch():
         for _ in range(2):
             list(lm_eval.utils.get_rolling_token_windows([5, 6], 1, 8, 1))
     assert lm_eval.utils.get_rolling_token_windows is original
+
+
+def test_using_attention_registers_once_restores_and_sees_through_wrappers():
+    from tiny_models import build_model
+
+    model = build_model("llama")
+    calls = []
+
+    def make():
+        calls.append(1)
+
+        def forward(module, *args, **kwargs):
+            from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+            return sdpa_attention_forward(module, *args, **kwargs)
+
+        return forward
+
+    own = compat.attn_implementation(model)
+    for _ in range(2):
+        with compat.using_attention(model, "posgen_test_wrap", make, mask=own, wraps=own) as o:
+            assert o == own and compat.attn_implementation(model) == "posgen_test_wrap"
+            assert compat.base_implementation(model) == own
+    assert calls == [1] and compat.attn_implementation(model) == own
+
+
+def test_an_attention_function_without_a_mask_function_is_refused():
+    with pytest.raises(compat.CompatError, match="no mask function for 'nosuch'"):
+        compat.register_attention("posgen_test_nomask", lambda: None, mask="nosuch")

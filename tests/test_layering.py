@@ -14,6 +14,10 @@ FORBIDDEN = {
     "perturbations": ("tasks", "harness", "results"),
     "tasks": ("harness", "results"),
     "results": ("harness",),
+    # the model side below the drivers: hf-posgen, its hooks and attention functions are
+    # used by length, run and decompose, never the other way round
+    "harness.hf_posgen": ("harness.length", "harness.run", "harness.decomposition", "harness.cli"),
+    "harness.decomposition": ("harness.length", "harness.run", "harness.cli"),
 }
 
 

@@ -52,9 +52,12 @@ LM_EVAL_INTERNALS: dict[str, str] = {
     "lm_eval.loggers:EvaluationTracker.save_results_samples": "samples_<task>_<date>.jsonl",
 }
 TRANSFORMERS_INTERNALS: dict[str, str] = {
-    "transformers.modeling_utils:ALL_ATTENTION_FUNCTIONS": "the attention functions qk_noise wraps",
-    "transformers.masking_utils:ALL_MASK_ATTENTION_FUNCTIONS": "their mask functions",
-    "transformers.masking_utils:eager_mask": "the mask of posgen's capture function",
+    "transformers.modeling_utils:ALL_ATTENTION_FUNCTIONS": (
+        "the attention functions qk noise and Λ attention call through to"
+    ),
+    "transformers.masking_utils:ALL_MASK_ATTENTION_FUNCTIONS": (
+        "the mask function each of posgen's attention functions registers beside it"
+    ),
 }
 TORCH_INTERNALS: dict[str, str] = {
     "torch:ops.aten._scaled_dot_product_flash_attention_for_cpu": (
@@ -125,6 +128,61 @@ def attention_implementation(model: Any, name: str) -> Iterator[str]:
     finally:
         if attn_implementation(model) != original:
             model.set_attn_implementation(original)
+
+
+# registered name -> the implementation it wraps ("" for a function that wraps none)
+_REGISTERED_ATTENTION: dict[str, str] = {}
+
+
+def register_attention(
+    name: str, make_forward: Callable[[], Callable[..., Any]], mask: str, wraps: str = ""
+) -> str:
+    """Register ``make_forward()`` with ``transformers.AttentionInterface`` under ``name``
+    (once per process), with the mask function of the implementation ``mask`` (``eager``,
+    ``sdpa``, ...) under the same name in ``AttentionMaskInterface``: without it the
+    function would get ``mask=None`` and attention would silently become non-causal.
+    ``wraps``: the implementation the function calls through to, if any
+    (:func:`base_implementation` sees through it). Returns ``name``."""
+    if name in _REGISTERED_ATTENTION:
+        return name
+    from transformers import AttentionInterface, AttentionMaskInterface
+
+    masks = internal("transformers.masking_utils:ALL_MASK_ATTENTION_FUNCTIONS")
+    if mask not in masks:
+        raise CompatError(
+            f"{name}: transformers has no mask function for {mask!r}; load the model with "
+            "attn_implementation='sdpa' or 'eager'"
+        )
+    AttentionInterface.register(name, make_forward())
+    AttentionMaskInterface.register(name, masks[mask])
+    _REGISTERED_ATTENTION[name] = wraps
+    return name
+
+
+def base_implementation(model: Any) -> str:
+    """The attention implementation ``model`` runs, seen through posgen's wrappers (a
+    model inside a qk-noise block still reports ``sdpa``)."""
+    name = attn_implementation(model)
+    while _REGISTERED_ATTENTION.get(name):
+        name = _REGISTERED_ATTENTION[name]
+    return name
+
+
+@contextmanager
+def using_attention(
+    model: Any,
+    name: str,
+    make_forward: Callable[[], Callable[..., Any]],
+    mask: str,
+    wraps: str = "",
+) -> Iterator[str]:
+    """The one way posgen runs an attention function of its own (attention capture, qk
+    noise, Λ attention): registered once (:func:`register_attention`), active within the
+    block, the model's own implementation restored on exit
+    (:func:`attention_implementation`). Yields the name of the model's own."""
+    register_attention(name, make_forward, mask, wraps)
+    with attention_implementation(model, name) as original:
+        yield original
 
 
 class UnsupportedLmEvalError(RuntimeError):

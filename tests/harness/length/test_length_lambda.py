@@ -11,7 +11,7 @@ from tests.tiny_models import build_short_context_model
 from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
-from posgen.harness.length.lambda_attention import lambda_attention
+from posgen.harness.hf_posgen.lambda_attention import lambda_attention
 from posgen.perturbations.length import LengthLambda
 
 REF = "posgen_test_lambda_reference"
@@ -128,10 +128,12 @@ def test_refuses_padding_mask(model):
 
 
 def test_outside_context_is_an_error(model):
-    from posgen.harness.length import lambda_attention as mod
+    from posgen.compat import register_attention
+    from posgen.harness.hf_posgen import lambda_attention as mod
 
-    register = mod.register("sdpa")
-    model.set_attn_implementation(register)
+    name = mod.attention_name("sdpa")
+    register_attention(name, lambda: mod._make_forward("sdpa"), mask="sdpa", wraps="sdpa")
+    model.set_attn_implementation(name)
     try:
         with pytest.raises(RuntimeError, match="outside"), torch.no_grad():
             model(_ids(20))
@@ -141,7 +143,7 @@ def test_outside_context_is_an_error(model):
 
 @pytest.mark.parametrize("causal", [True, False])
 def test_fused_kernel_and_explicit_local_attention_agree(causal):
-    from posgen.harness.length.lambda_attention import local_attention
+    from posgen.harness.hf_posgen.lambda_attention import local_attention
 
     gen = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(1, 3, 12, 8, generator=gen) for _ in range(3))
@@ -158,7 +160,7 @@ def test_fused_kernel_and_explicit_local_attention_agree(causal):
 def test_the_causal_prefix_off_cpu_equals_the_fused_kernel():
     """Queries before W: off CPU, torch's scaled_dot_product_attention (no L × L scores on
     CUDA) gives what the CPU's fused kernel gives."""
-    from posgen.harness.length.lambda_attention import causal_attention, local_attention
+    from posgen.harness.hf_posgen.lambda_attention import causal_attention, local_attention
 
     gen = torch.Generator().manual_seed(2)
     q, k, v = (torch.randn(1, 3, 12, 8, generator=gen) for _ in range(3))
@@ -170,7 +172,7 @@ def test_the_causal_prefix_off_cpu_equals_the_fused_kernel():
 def test_lambda_on_cpu_runs_the_fused_kernel_not_explicit_scores(model, monkeypatch):
     """The speed of ``posgen length --quick`` rests on this: every local band goes through
     torch's fused attention kernel (one causal call before W, one per block after)."""
-    from posgen.harness.length import lambda_attention as mod
+    from posgen.harness.hf_posgen import lambda_attention as mod
 
     calls = []
     kernel = mod.flash_attention_cpu()

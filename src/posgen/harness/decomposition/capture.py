@@ -23,13 +23,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from posgen.compat import attention_implementation, internal
+from posgen.compat import using_attention
 from posgen.harness.model_family import family_of
 
 CAPTURE_NAME = "posgen_capture"
 
 _ACTIVE: dict[int, _CaptureState] = {}  # id(attention module) -> the capture it feeds
-_REGISTERED = False
 
 
 @dataclass
@@ -134,21 +133,6 @@ def capture_attention_forward(module, query, key, value, attention_mask, *args, 
     return eager(module, query, key, value, attention_mask, *args, **kwargs)
 
 
-def register() -> None:
-    """Register ``posgen_capture`` with AttentionInterface and AttentionMaskInterface (once)."""
-    global _REGISTERED
-    if _REGISTERED:
-        return
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface
-
-    eager_mask = internal("transformers.masking_utils:eager_mask")
-
-    AttentionInterface.register(CAPTURE_NAME, capture_attention_forward)
-    AttentionMaskInterface.register(CAPTURE_NAME, eager_mask)
-    _REGISTERED = True
-
-
 def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The model's self-attention modules in layer order (see :mod:`posgen.harness.model_family`)."""
     return family_of(model).attention_modules(model)
@@ -161,7 +145,6 @@ def capture_attention(model: torch.nn.Module, consumer: Consumer) -> Iterator[No
     The consumer runs inside the forward (under ``torch.no_grad``) and must not keep the
     tensors it gets longer than it needs them. Use ``use_cache=False`` forwards.
     """
-    register()
     modules = attention_modules(model)
     state = _CaptureState(consumer, {id(m): k for k, m in enumerate(modules)})
     if any(id(m) in _ACTIVE for m in modules):
@@ -175,7 +158,7 @@ def capture_attention(model: torch.nn.Module, consumer: Consumer) -> Iterator[No
     ]
     _ACTIVE.update({id(m): state for m in modules})
     try:
-        with attention_implementation(model, CAPTURE_NAME):
+        with using_attention(model, CAPTURE_NAME, lambda: capture_attention_forward, mask="eager"):
             yield
     finally:
         for hook in hooks:

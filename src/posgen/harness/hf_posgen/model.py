@@ -59,13 +59,12 @@ from posgen.harness.hf_posgen.batch_rows import (
     row_key,
 )
 from posgen.harness.hf_posgen.chat_content import ChatContents
+from posgen.harness.hf_posgen.lambda_attention import lambda_attention
 from posgen.harness.hf_posgen.position_hooks import build_plan, rotary_positions
-from posgen.harness.length.lambda_attention import lambda_attention
 from posgen.harness.model_family import require_rotary
 from posgen.perturbations.base import Perturbation, PerturbationError, registry
 from posgen.perturbations.features import FeaturePerturbation
 from posgen.perturbations.length import (
-    LengthLambda,
     LengthPerturbation,
     combined_positions,
     parse_length,
@@ -346,7 +345,7 @@ class HFPosgenLM(HFLM):
         if observed:
             self.plan_observer(inps, plan, docs)
         with ExitStack() as stack:
-            if isinstance(p.length, LengthLambda):
+            if p.length is not None and p.length.uses_attention:
                 stack.enter_context(lambda_attention(self.model, p.length))
             if plan.positions is not None:
                 stack.enter_context(rotary_positions(self.model, plan.positions))

@@ -23,17 +23,14 @@ from contextvars import ContextVar
 from typing import Any
 
 import torch
-from transformers import AttentionInterface, AttentionMaskInterface
 
-from posgen.compat import attention_implementation, attn_implementation, internal
+from posgen.compat import base_implementation, internal, using_attention
 from posgen.harness.hf_posgen.position_hooks import BatchPlan
 from posgen.harness.model_family import family_of
 
 ALL_ATTENTION_FUNCTIONS = internal("transformers.modeling_utils:ALL_ATTENTION_FUNCTIONS")
-ALL_MASK_ATTENTION_FUNCTIONS = internal("transformers.masking_utils:ALL_MASK_ATTENTION_FUNCTIONS")
 
 _PREFIX = "posgen_qk_noise_"
-_REGISTERED: set[str] = set()
 _ACTIVE: ContextVar[BatchPlan | None] = ContextVar("posgen_qk_noise_plan", default=None)
 
 
@@ -42,28 +39,14 @@ def attention_name(base: str) -> str:
     return _PREFIX + base
 
 
-def base_of(name: str) -> str:
-    return name[len(_PREFIX) :] if name.startswith(_PREFIX) else name
-
-
-def register(base: str) -> str:
-    """Register the wrapper and its mask function for ``base``; returns the name."""
+def check_base(base: str) -> str:
+    """``base`` if qk noise can wrap it (a registered implementation, or ``eager``)."""
     if base != "eager" and base not in ALL_ATTENTION_FUNCTIONS:
         raise ValueError(
             f"qk_noise cannot wrap attention implementation {base!r}: it is not "
             f"registered with transformers ({sorted(ALL_ATTENTION_FUNCTIONS)})"
         )
-    if base not in ALL_MASK_ATTENTION_FUNCTIONS:
-        raise ValueError(
-            f"qk_noise cannot wrap {base!r}: transformers has no mask function "
-            "for it; load the model with attn_implementation='sdpa' or 'eager'"
-        )
-    name = attention_name(base)
-    if name not in _REGISTERED:
-        AttentionInterface.register(name, _make_forward(base))
-        AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[base])
-        _REGISTERED.add(name)
-    return name
+    return base
 
 
 def _base_forward(base: str, module: torch.nn.Module) -> Callable[..., Any]:
@@ -110,10 +93,12 @@ def perturb(x: torch.Tensor, plan: BatchPlan, layer: int, tensor: str) -> torch.
 def qk_noise_active(model: torch.nn.Module, plan: BatchPlan) -> Iterator[None]:
     """Within the block, ``model`` runs the qk-noise wrapper of its own attention
     implementation with ``plan``; the implementation is restored on exit."""
-    name = register(base_of(attn_implementation(model)))
+    base = check_base(base_implementation(model))
     token = _ACTIVE.set(plan)
     try:
-        with attention_implementation(model, name):
+        with using_attention(
+            model, attention_name(base), lambda: _make_forward(base), mask=base, wraps=base
+        ):
             yield
     finally:
         _ACTIVE.reset(token)

@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
+from posgen.harness.hf_posgen.lambda_attention import lambda_attention
 from posgen.harness.hf_posgen.position_hooks import build_plan, rotary_positions
-from posgen.harness.length.lambda_attention import lambda_attention
-from posgen.perturbations.length import LengthLambda, LengthPerturbation, combined_positions
+from posgen.perturbations.length import LengthPerturbation, combined_positions
 from posgen.perturbations.positions import PositionPerturbation
 
 
@@ -61,6 +61,6 @@ def length_forward(
             plan = build_plan(input_ids, [int(input_ids.shape[1])], (scheme,), seed)
             assert plan.positions is not None
             stack.enter_context(rotary_positions(model, plan.positions))
-        if isinstance(length, LengthLambda):
+        if length is not None and length.uses_attention:
             stack.enter_context(lambda_attention(model, length, block_size))
         yield

@@ -44,17 +44,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import AttentionInterface, AttentionMaskInterface
 
-from posgen.compat import attention_implementation, attn_implementation, internal
+from posgen.compat import base_implementation, internal, using_attention
 from posgen.harness.model_family import family_of, require_rotary, rotary_modules
 from posgen.perturbations.length import LengthLambda
 
 ALL_ATTENTION_FUNCTIONS = internal("transformers.modeling_utils:ALL_ATTENTION_FUNCTIONS")
-ALL_MASK_ATTENTION_FUNCTIONS = internal("transformers.masking_utils:ALL_MASK_ATTENTION_FUNCTIONS")
 
 NAME_PREFIX = "posgen_lambda_"
-_REGISTERED: set[str] = set()
 _ACTIVE: ContextVar[_ForwardState | None] = ContextVar("posgen_lambda_state", default=None)
 BLOCK_BUDGET = 1 << 23  # band-mask elements per query block (8 Mi floats = 32 MiB)
 
@@ -77,23 +74,6 @@ class _ForwardState:
 
 def attention_name(base: str) -> str:
     return NAME_PREFIX + base
-
-
-def base_of(name: str) -> str:
-    return name[len(NAME_PREFIX) :] if name.startswith(NAME_PREFIX) else name
-
-
-def register(base: str) -> str:
-    """Register the Λ function for a model whose own implementation is ``base`` (used
-    for ``T ≤ W``), with the sdpa mask function (None for unpadded causal input)."""
-    if base != "eager" and base not in ALL_ATTENTION_FUNCTIONS:
-        raise ValueError(f"lambda attention cannot wrap unknown implementation {base!r}")
-    name = attention_name(base)
-    if name not in _REGISTERED:
-        AttentionInterface.register(name, _make_forward(base))
-        AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
-        _REGISTERED.add(name)
-    return name
 
 
 def _make_forward(base: str) -> Callable[..., Any]:
@@ -360,11 +340,16 @@ def lambda_attention(
         state.fixed = None
         state.masks.clear()
 
-    name = register(base_of(attn_implementation(model)))
+    base = base_implementation(model)
+    if base != "eager" and base not in ALL_ATTENTION_FUNCTIONS:
+        raise ValueError(f"lambda attention cannot wrap unknown implementation {base!r}")
     handle = modules[0].register_forward_hook(hook, with_kwargs=True)
     token = _ACTIVE.set(state)
     try:
-        with attention_implementation(model, name):
+        # the sdpa mask function: None for unpadded causal input
+        with using_attention(
+            model, attention_name(base), lambda: _make_forward(base), mask="sdpa", wraps=base
+        ):
             yield
     finally:
         handle.remove()
