@@ -6,8 +6,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from posgen.results.report.compare import compare_runs
-
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_a", type=Path, metavar="RUN_A")
@@ -16,8 +14,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from posgen.results.folder.schema import SchemaError
+    from posgen.results.folder.store import RunStore
 
     try:
+        for run in (args.run_a, args.run_b):
+            RunStore.open(run)  # a bad folder is refused before the libraries load
+        from posgen.results.report.compare import compare_runs
+
         text = compare_runs(args.run_a, args.run_b)
     except SchemaError as e:
         print(f"posgen compare: {e}", file=sys.stderr)

@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from posgen import __version__
+from posgen.perturbations.seeding import DEFAULT_SEED
 from posgen.results.folder.config import Decompose, ModelEntry, RunConfig, Scoring, SweepAxis
 from posgen.results.folder.labels import short_labels
 from posgen.results.folder.schema import SCHEMA_VERSION, SchemaError, rate_label
+from posgen.results.folder.store import RunStore
 from posgen.results.ingest.lm_eval_output import (
     EvaluatedTask,
     evaluated_tasks,
@@ -32,6 +34,7 @@ from posgen.results.ingest.lm_eval_output import (
     results_files,
     text_side,
 )
+from posgen.results.report.build import regenerate
 from posgen.results.tables.tidy import cell_record, perdoc_rows
 
 RAW_KEYS = ("results", "configs", "versions", "n-shot", "higher_is_better", "n-samples", "config")
@@ -122,7 +125,6 @@ def collect(dirs: list[Path]) -> list[tuple[str, dict[str, Any], EvaluatedTask]]
 
 
 def _default_seed() -> int:
-    from posgen.perturbations.seeding import DEFAULT_SEED
 
     return DEFAULT_SEED
 
@@ -224,8 +226,6 @@ def ingest(dirs: list[Path], out: Path, scoring: Mapping[str, Any]) -> dict[str,
 
     Raises :class:`SchemaError` (bad or inconsistent lm-eval output, nothing written) or
     :class:`posgen.results.folder.store.RunConflictError` (``out`` holds another run)."""
-    from posgen.results.folder.store import RunStore
-    from posgen.results.report.build import regenerate
 
     items = collect(dirs)
     recs = records(items)

@@ -13,25 +13,29 @@ import math
 from pathlib import Path
 from typing import Any
 
+from posgen.atomic import atomic_write_bytes, atomic_write_text
 from posgen.results.folder.config import ModelEntry, RunConfig
 from posgen.results.folder.schema import METRIC_RULES
+from posgen.results.report import plots
 from posgen.results.report.examples import examples_section
+from posgen.results.report.length import run_blocks as length_run_blocks
 from posgen.results.report.realised_plots import common_axis_blocks
 from posgen.results.report.render import Block, render_html, render_markdown
-from posgen.results.scores.run import load_scores
-from posgen.results.scores.scoring import FIT_COLUMNS
+from posgen.results.scores.association import RULE
+from posgen.results.scores.run import json_records, load_scores
+from posgen.results.scores.scoring import FIT_COLUMNS, primary_metric
+from posgen.results.tables.realised import realised_text
+from posgen.results.tables.tidy import length_tables
 
 
 def regenerate(run_dir: Path | str) -> dict[str, Path]:
     """Rebuild every derived file of a run; returns their paths."""
-    from posgen.atomic import atomic_write_bytes, atomic_write_text
 
     store, scores = load_scores(run_dir)
     paths = {
         name: store.write_table(f"{name}.parquet", scores[name])
         for name in ("results", "perdoc", "degradation", "tolerance")
     }
-    from posgen.results.tables.tidy import length_tables
 
     for name, table in length_tables(store.root).items():  # read by the report and compare
         paths[name] = store.write_table(f"{name}.parquet", table)
@@ -50,7 +54,6 @@ def regenerate(run_dir: Path | str) -> dict[str, Path]:
 
 
 def scores_json(store, scores: dict[str, Any]) -> dict[str, Any]:
-    from posgen.results.scores.run import json_records
 
     return {
         "config_hash": store.config_hash,
@@ -88,9 +91,6 @@ def excluded_blocks(cells: list[dict[str, Any]]) -> list[Block]:
 
 # --- content ------------------------------------------------------------------------------
 def build_blocks(store, scores: dict[str, Any]) -> list[Block]:
-    from posgen.results.report import plots
-    from posgen.results.report.length import run_blocks as length_run_blocks
-    from posgen.results.scores.scoring import primary_metric
 
     cfg = store.run_config
     blocks: list[Block] = [("h", 1, f"posgen report: {store.root.name}")]
@@ -205,7 +205,6 @@ def sweep_text(cfg: RunConfig) -> str:
 
 
 def summary_table(scores: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    from posgen.results.scores.scoring import primary_metric
 
     res, tol = scores["results"], scores["tolerance"]
     base = res[res["kind"] == "none"].set_index(["model", "task", "metric"])["value"]
@@ -303,7 +302,6 @@ def _twin_of(m: ModelEntry) -> str:
 
 
 def correlation_blocks(scores: dict[str, Any]) -> list[Block]:
-    from posgen.results.scores.association import RULE
 
     corr = scores["cross_model"]
     if not any(c["estimable"] for c in corr):
@@ -336,7 +334,6 @@ def correlation_blocks(scores: dict[str, Any]) -> list[Block]:
 
 
 def detail_table(scores: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    from posgen.results.tables.realised import realised_text
 
     res = scores["results"]
     realised = res.drop_duplicates(["model", "task", "kind", "scheme", "rate"]).set_index(

@@ -12,11 +12,13 @@ import math
 from pathlib import Path
 from typing import Any
 
+from posgen.results.report.length import compare_lines
+from posgen.results.scores.run import load_scores
+
 KEY = ["model", "task", "metric", "kind", "scheme", "rate"]
 
 
 def compare_runs(run_a: Path, run_b: Path) -> str:
-    from posgen.results.scores.run import load_scores
 
     store_a, a = load_scores(run_a)
     store_b, b = load_scores(run_b)
@@ -30,7 +32,6 @@ def compare_runs(run_a: Path, run_b: Path) -> str:
     for model in sorted(set(a["fit"]) | set(b["fit"])):
         ra, rb = (x["fit"].get(model, {}).get("r_3axis", math.nan) for x in (a, b))
         out.append(f"  {model:<28} A {ra:.3f}  B {rb:.3f}  B-A {rb - ra:+.3f}")
-    from posgen.results.report.length import compare_lines
 
     out += compare_lines(run_a, run_b)
     return "\n".join(out)

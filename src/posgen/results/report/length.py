@@ -9,6 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from posgen.results.folder import schema
+from posgen.results.scores.length import FEW_DOCS
+
 
 def curves_figure(scores: Mapping[str, Any]) -> Any:
     """A matplotlib ``Figure`` (object API, no global backend switch): mean NLL per
@@ -125,8 +128,6 @@ def read_length_table(run_root: Any, name: str) -> Any:
 
     import pandas as pd
 
-    from posgen.results.folder import schema
-
     root = Path(run_root)
     path = root / f"{name}.parquet"
     if not path.is_file():
@@ -151,8 +152,6 @@ def run_blocks(run_root: Any) -> list[tuple]:
     the config and drift from ``RUN/length/<model>/length_scores.json``); none without."""
     import json
     from pathlib import Path
-
-    from posgen.results.scores.length import FEW_DOCS
 
     effective = read_length_table(run_root, "length_effective")
     if effective is None:

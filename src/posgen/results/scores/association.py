@@ -30,6 +30,7 @@ import numpy as np
 from scipy import stats
 
 from posgen.perturbations.seeding import item_rng
+from posgen.results.scores.tolerance import relation_spread
 
 EXACT_MAX = 8  # 8! = 40 320 pairings; beyond, seeded random pairings
 RANDOM_PAIRINGS = 9999
@@ -100,7 +101,6 @@ def cross_model(
     each correlation over those replicates: the relation's spread from the models'
     own tolerance uncertainty. Fewer than 3 models or a constant variable: not
     estimable, no number."""
-    from posgen.results.scores.tolerance import relation_spread
 
     names = sorted(
         m

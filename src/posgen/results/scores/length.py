@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 
 from posgen.perturbations.seeding import item_rng
+from posgen.results.folder.store import read_json, slug
+from posgen.results.scores.length_drift import DriftSums
 
 N_BOOT = 2000
 FEW_DOCS = 5
@@ -74,14 +76,12 @@ class SchemeData:
 
 def result_path(folder: Path, scheme: str, document: str) -> Path:
     """Where ``posgen length`` writes one (scheme, document) record."""
-    from posgen.results.folder.store import slug
 
     return Path(folder) / "docs" / slug(scheme) / f"{slug(document)}.json"
 
 
 def read_records(folder: Path, schemes: list[str], documents: list[str]) -> list[dict[str, Any]]:
     """Every (scheme, document) record of a length folder, scheme-major; missing ones raise."""
-    from posgen.results.folder.store import read_json
 
     return [
         read_json(result_path(folder, s, d), f"length result {s} / {d}")
@@ -92,7 +92,6 @@ def read_records(folder: Path, schemes: list[str], documents: list[str]) -> list
 
 def gather(records: Sequence[dict[str, Any]]) -> dict[str, SchemeData]:
     """Group runner records by scheme (order kept)."""
-    from posgen.results.scores.length_drift import DriftSums
 
     by: dict[str, list[dict[str, Any]]] = {}
     for r in records:

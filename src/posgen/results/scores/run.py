@@ -9,20 +9,21 @@ from pathlib import Path
 from typing import Any
 
 from posgen.results.folder.config import Scoring
+from posgen.results.folder.schema import SchemaError
+from posgen.results.folder.store import RunStore
 from posgen.results.scores.association import cross_model
 from posgen.results.scores.scoring import (
     degradation_table,
+    fit_quality,
     model_summary,
     tolerance_table,
 )
+from posgen.results.scores.tolerance import band, resampled_figures
+from posgen.results.tables.tidy import perdoc_rows, result_rows
 
 
 def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
     """Open a run, rebuild its tidy tables from the cells and score them."""
-    from posgen.results.folder.schema import SchemaError
-    from posgen.results.folder.store import RunStore
-    from posgen.results.scores.scoring import fit_quality
-    from posgen.results.tables.tidy import perdoc_rows, result_rows
 
     store = RunStore.open(run_dir)
     cells = store.read_cells()
@@ -76,7 +77,6 @@ def score_tables(
     """Every score of a run: degradation and tolerance tables, fit quality per model, and
     the cross-model correlations (fit quality r_3axis vs the interpolated tolerance and
     vs AUC, per task and kind; ``twins`` are the random-init models, not counted)."""
-    from posgen.results.scores.tolerance import band, resampled_figures
 
     cfg = cfg or Scoring()
     degr = degradation_table(perdoc, cfg)

@@ -33,6 +33,7 @@ import numpy as np
 
 from posgen.results.folder.config import Scoring
 from posgen.results.folder.schema import METRIC_RULES, PRIMARY_METRICS
+from posgen.results.stats.intervals import agresti_min, ratio_interval, wilson
 from posgen.results.stats.resampling import resample_counts
 from posgen.results.tables.tidy import aggregate
 
@@ -100,7 +101,6 @@ def collapse_seeds(perdoc):
 
 def cell_interval(rule: str, g, cfg: Scoring, key: str) -> dict[str, Any]:
     """Degradation, interval, stderr and n of one cell's per-document rows ``g``."""
-    from posgen.results.stats.intervals import agresti_min, ratio_interval
 
     cols = [g[c].to_numpy(np.float64) for c in ("base_num", "base_den", "num", "den")]
     if rule == "perplexity":
@@ -150,7 +150,6 @@ def consistency(g, confidence: float = 0.95) -> dict[str, float]:
     """Share of documents whose predicted choice is unchanged under the perturbation,
     with its Wilson interval (documents independent; with several seeds a document
     counts its share of unchanged draws). NaN where choices are not known."""
-    from posgen.results.stats.intervals import wilson
 
     u = g["unchanged"].to_numpy(float) if "unchanged" in g.columns else np.array([math.nan])
     if u.size == 0 or not np.isfinite(u).all():

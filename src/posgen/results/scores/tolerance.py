@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 
 from posgen.results.folder.schema import METRIC_RULES
+from posgen.results.scores.scoring import collapse_seeds, degradation, tolerance
+from posgen.results.stats.resampling import resample_counts
 
 FIGURES = ("tolerance_interp", "auc")
 KEYS = ["model", "task", "metric", "kind", "scheme"]
@@ -31,8 +33,6 @@ def resampled_figures(perdoc, cfg, iters: int = 200) -> dict[tuple, dict[str, np
     ``perdoc`` is the per-document table (several seeds are averaged per document
     first); documents are drawn per task with one count matrix shared by all models.
     """
-    from posgen.results.scores.scoring import collapse_seeds, degradation, tolerance
-    from posgen.results.stats.resampling import resample_counts
 
     docs = collapse_seeds(perdoc)
     counts = {}

@@ -26,7 +26,8 @@ from posgen.results.folder.schema import (
     SchemaError,
     frame,
 )
-from posgen.results.tables.realised import STATS, summary
+from posgen.results.stats.resampling import resample_counts
+from posgen.results.tables.realised import STATS, doc_examples, document_items, summary, text_items
 from posgen.tasks.doc_ids import DOC_ID, source_ids
 
 # How a logged document is paired across cells: perturbed tasks add DOC_ID (the source
@@ -121,7 +122,6 @@ def metric_stderr(rule: str, num: np.ndarray, den: np.ndarray, seed: int = 0) ->
         return math.nan
     if rule == "mean":
         return float(np.std(num / den, ddof=1) / math.sqrt(n))
-    from posgen.results.stats.resampling import resample_counts
 
     counts = resample_counts(n, STDERR_BOOTSTRAP, seed, "metric-stderr")
     return float(np.std(aggregate(rule, counts * num, counts * den), ddof=1))
@@ -330,7 +330,6 @@ def realised_record(
     """A record's ``realised`` amount and ``examples`` (see posgen.results.tables.realised);
     ``task``: the lm-eval task the ``samples`` were logged under. A model-side cell's rows
     are traced to their documents (lm-eval's ``doc_id``) and summed up per document."""
-    from posgen.results.tables.realised import doc_examples, document_items, text_items
 
     keys = doc_keys(samples, split)
     examples: dict[str, Any] = {"docs": doc_examples(samples, keys)}
