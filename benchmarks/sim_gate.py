@@ -1,29 +1,30 @@
-"""False alarms and detection of ``posgen check`` on simulated runs of the suite's sizes.
+"""False alarms and power of ``posgen check`` (default margins, Holm) on simulated runs of
+the default suite's sizes, under same-seed pairing and with a fresh draw.
 
-Planted model (stated, not measured on a real model): prose has n documents with
+Planted model (stated, not measured on a real model): prose has 12 documents with
 w ~ U(150, 300) words; a document's degradation (nats/word) in a cell is
-``s_d · x + ε``, with ``s_d`` the document's sensitivity (lognormal, mean 1, CV .5,
-the same in every run of the model), ``x`` the rate (σ/4 for rope_noise) and ``ε ~
-N(0, τ)`` the perturbation draw of that run. Cloze has 48 documents, 80 % answered
-right unperturbed; in a cell a right answer turns wrong with probability ``min(1, x)``.
-Cells: the default grid (text and position swap at .01 .02 .05 .1 .2 .5, rope_noise at
-σ .5 1 2) on both tasks' primary metric, 30 cells; or the slow test's grid (6 prose
-documents, swap .05 and σ 1, 3 cells).
+``g_d = s_d · x + ε_d``, with ``s_d`` the document's sensitivity (lognormal, mean 1,
+CV .5), ``x`` the rate (σ/4 for rope_noise) and ``ε_d ~ N(0, τ)`` the perturbation
+draw, τ = .03. Cloze has 48 documents, 80 % right unperturbed; the draw turns a right
+answer wrong with probability ``min(1, x)``. Cells: the default grid (text and position
+swap at .01 .02 .05 .1 .2 .5, rope_noise at σ .5 1 2) on both tasks' primary metric
+(30 cells) plus 4 length schemes of 5 documents (``e_ds ~ N(.3, .2)`` nats/token past C),
+34 cells under Holm.
 
-- same-model rerun: the same ``s_d``, a new draw (another perturbation seed);
-- weakened model (the slow test's): position rates and σ doubled, text unchanged;
-- one-cell drop: +0.04 nats/word on every document of one prose cell.
+Candidates (each against a baseline run of the model):
 
-Length cells (``posgen run --length``'s default: 5 documents, 4 schemes): a document's
-NLL excess past C under a scheme is ``e_ds + ε`` (nats per token, 1024 tokens past C),
-``e_ds`` fixed for the model (N(0.3, 0.2)), ``ε ~ N(0, τ)`` the run's noise (a length
-run of the same checkpoint is deterministic, so this τ stands for a retrained
-checkpoint of the same quality); they join the default grid's Holm family (34 cells).
-A length drop: +0.05 nats/token on every document of one scheme.
+- (a) the same checkpoint rerun with the same seed: identical documents, perturbations
+  and forward passes, so ``g`` is identical (δ ≡ 0);
+- (b) a nearby checkpoint, same seed, true change inside the margins: every cell shifted
+  by half its margin (in the cell's unit) plus per-document checkpoint noise ``η_d``
+  sized so that the per-document correlation of ``g`` between the two runs is ρ
+  (prose and length: ``η ~ N(0, sd(g) sqrt(1/ρ² - 1))``, ``sd(g)`` the cell's spread
+  over documents; cloze: each document's outcome redrawn with probability 1 - ρ);
+- (c) power: (b) plus a drop of twice the margin in one prose cell (each of the 15,
+  in turn), the share of families in which that cell fails;
+- a fresh draw (``--allow-other-seed``): the same checkpoint with new ``ε``.
 
-τ = .015 is τ = .03 with ``posgen run --seeds 4`` (each document averages 4 draws).
-
-    OMP_NUM_THREADS=1 python benchmarks/sim_gate.py [--reps 300]
+    OMP_NUM_THREADS=1 python benchmarks/sim_gate.py [--reps 200] [--rho 0.97 0.99]
 """
 
 from __future__ import annotations
@@ -34,121 +35,162 @@ import time
 
 import numpy as np
 
-from posgen.results.gate.check import compare
+from posgen.results.gate.check import Margins, compare
 
-DEFAULT = {
-    "rates": (0.01, 0.02, 0.05, 0.1, 0.2, 0.5),
-    "sigmas": (0.5, 1.0, 2.0),
-    "docs": 12,
-    "length": ("none", "lambda:4,C", "scale:2", "yarn:2"),
-}
-SLOW_TEST = {"rates": (0.05,), "sigmas": (1.0,), "docs": 6, "length": ()}
-LENGTH_DOCS = 5
+RATES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
+SIGMAS = (0.5, 1.0, 2.0)
+PROSE_DOCS, CLOZE_DOCS, LENGTH_DOCS = 12, 48, 5
+LENGTH = ("none", "lambda:4,C", "scale:2", "yarn:2")
+TAU = 0.03
+MARGINS = Margins()
 
 
-def grid(spec, weakened: bool):
+def grid():
     """(kind, rate, effective x) per cell."""
-    k = 2.0 if weakened else 1.0
-    out = [("text", r, r) for r in spec["rates"]]
-    out += [("position", r, min(k * r, 1.0)) for r in spec["rates"]]
-    return out + [("feature", s, k * s / 4) for s in spec["sigmas"]]
+    out = [(k, r, r) for k in ("text", "position") for r in RATES]
+    return out + [("feature", s, s / 4) for s in SIGMAS]
 
 
-def run(rng, docs, spec, tau, weakened=False, drop=0.0, cloze=True, length_drop=0.0):
-    """One run's gate payload."""
-    w, s, right, excess = docs
-    cells = []
-    for i, (kind, rate, x) in enumerate(grid(spec, weakened)):
-        g = s * x + rng.normal(0.0, tau, w.size) + (drop if i == 0 else 0.0)
-        cells.append(_cell("posgen_prose", "word_perplexity", kind, rate, w, g))
-        if cloze:
-            flip = rng.random(right.size) < min(1.0, x)
-            cells.append(
-                _cell("posgen_cloze", "acc", kind, rate, np.ones(right.size), right * flip)
-            )
+def model_docs(rng):
+    s2 = math.log1p(0.25)
     return {
-        "suite": "s",
-        "limits": "l",
-        "cells": cells,
-        "length": _length(rng, spec, excess, tau, length_drop),
+        "w": rng.uniform(150, 300, PROSE_DOCS),
+        "s": rng.lognormal(-s2 / 2, math.sqrt(s2), PROSE_DOCS),
+        "right": (rng.random(CLOZE_DOCS) < 0.8).astype(float),
+        "excess": rng.normal(0.3, 0.2, (len(LENGTH), LENGTH_DOCS)),
     }
 
 
-def _length(rng, spec, excess, tau, drop):
-    """The length section: per scheme, each document's excess past C plus this run's noise."""
-    if not spec["length"]:
-        return None
+def draw(rng, docs):
+    """One perturbation draw (a seed): per cell, ε for prose and the flip pattern."""
+    return [
+        (rng.normal(0.0, TAU, PROSE_DOCS), rng.random(CLOZE_DOCS) < min(1.0, x))
+        for _, _, x in grid()
+    ]
+
+
+def baseline_g(docs, eps):
+    """Per cell (prose g, cloze g) of the model under draw ``eps``; then length g."""
+    cells = [
+        (docs["s"] * x + e, docs["right"] * flip)
+        for (_, _, x), (e, flip) in zip(grid(), eps, strict=True)
+    ]
+    return cells, [row.copy() for row in docs["excess"]]
+
+
+def nearby(rng, docs, g, rho: float, shift: float = 0.5, plant: int | None = None):
+    """A nearby checkpoint's g under the same draw: ρ-correlated, shifted by ``shift``
+    margins in every cell, ``plant``: prose cell index given twice the margin on top."""
+    cells, length = g
+    k = math.sqrt(1 / rho**2 - 1)
+    out = []
+    for i, (gp, gc) in enumerate(cells):
+        m = shift + (2.0 if i == plant else 0.0)
+        dp = math.log1p(m * MARGINS.perplexity / 100)  # m margins, in % of the ratio
+        new_p = gp + dp + rng.normal(0.0, k * max(gp.std(ddof=1), 1e-12), gp.size)
+        redraw = rng.random(gc.size) < 1 - rho
+        fresh = docs["right"] * (rng.random(gc.size) < gc.mean())  # same rate of drops
+        new_c = np.where(redraw, fresh, gc)
+        extra = rng.random(gc.size) < shift * MARGINS.accuracy / 100  # + half a margin
+        out.append((new_p, np.maximum(new_c, extra * docs["right"])))
+    dl = shift * MARGINS.length
+    length = [e + dl + rng.normal(0.0, k * e.std(ddof=1), e.size) for e in length]
+    return out, length
+
+
+def payload(docs, g):
+    cells, length = g
+    out = []
+    for (kind, rate, _), (gp, gc) in zip(grid(), cells, strict=True):
+        out.append(_cell("posgen_prose", "word_perplexity", kind, rate, docs["w"], gp))
+        out.append(_cell("posgen_cloze", "acc", kind, rate, np.ones(CLOZE_DOCS), gc))
     keys = [f"l{i}" for i in range(LENGTH_DOCS)]
-    cells = []
-    for i, scheme in enumerate(spec["length"]):
-        g = excess[i] + rng.normal(0.0, tau, LENGTH_DOCS) + (drop if i == 1 else 0.0)
-        docs = {"keys": keys, "w": [1024.0] * LENGTH_DOCS, "g": g.tolist()}
-        cells.append({"scheme": scheme, "excess": float(g.mean()), "docs": docs})
-    return {"settings": {"schemes": list(spec["length"])}, "cells": cells}
+    lcells = [
+        {"scheme": s, "excess": float(e.mean()), "docs": _docs(keys, [1024.0] * LENGTH_DOCS, e)}
+        for s, e in zip(LENGTH, length, strict=True)
+    ]
+    return {"cells": out, "length": {"settings": {"schemes": list(LENGTH)}, "cells": lcells}}
+
+
+def _docs(keys, w, g):
+    g = np.asarray(g, dtype=float)
+    return {"keys": keys, "w": list(w), "g": g.tolist(), "g_worst": g.tolist()}
 
 
 def _cell(task, metric, kind, rate, w, g):
     keys = [f"d{i}" for i in range(w.size)]
-    docs = {"keys": keys, "w": w.tolist(), "g": g.astype(float).tolist()}
     return {
         "task": task,
         "metric": metric,
         "kind": kind,
         "scheme": "x",
         "rate": rate,
-        "degradation": float((w * g).sum() / w.sum()),
-        "docs": docs,
+        "degradation": 0.0,
+        "docs": _docs(keys, w.tolist(), g),
     }
 
 
-def _any_fail(base, cand) -> bool:
-    return any(r["failed"] for r in compare(base, cand))
+def _rows(base, cand):
+    return compare(base, cand, MARGINS, stated_power=False)
 
 
-def rates(spec, tau, reps, seed, cloze=True):
+def family_rates(rho: float, reps: int, seed: int) -> dict[str, float]:
     rng = np.random.default_rng(seed)
-    fa = weak = one = length = 0
-    for _ in range(reps):
-        n = spec["docs"]
-        s2 = math.log1p(0.25)
-        docs = (
-            rng.uniform(150, 300, n),
-            rng.lognormal(-s2 / 2, math.sqrt(s2), n),
-            (rng.random(48) < 0.8).astype(float),
-            rng.normal(0.3, 0.2, (len(spec["length"]), LENGTH_DOCS)),
-        )
-        base = run(rng, docs, spec, tau, cloze=cloze)
-        fa += _any_fail(base, run(rng, docs, spec, tau, cloze=cloze))
-        weak += _any_fail(base, run(rng, docs, spec, tau, weakened=True, cloze=cloze))
-        rows = compare(base, run(rng, docs, spec, tau, drop=0.04, cloze=cloze))
-        one += next(
-            r
-            for r in rows
-            if r["task"] == "posgen_prose" and r["kind"] == "text" and r["rate"] == spec["rates"][0]
-        )["failed"]
-        if spec["length"]:
-            rows = compare(base, run(rng, docs, spec, tau, cloze=cloze, length_drop=0.05))
-            length += next(r for r in rows if r["scheme"] == spec["length"][1])["failed"]
-    return fa / reps, weak / reps, one / reps, (length / reps if spec["length"] else None)
+    prose = list(enumerate(grid()))  # every grid cell has a prose cell
+    hits = {"a": 0, "b": 0, "fresh": 0}
+    power = np.zeros(len(prose))
+    for rep in range(reps):
+        docs = model_docs(rng)
+        g = baseline_g(docs, draw(rng, docs))
+        base = payload(docs, g)
+        hits["a"] += any(r["failed"] for r in _rows(base, payload(docs, g)))
+        hits["b"] += any(r["failed"] for r in _rows(base, payload(docs, nearby(rng, docs, g, rho))))
+        fresh = payload(docs, baseline_g(docs, draw(rng, docs)))
+        hits["fresh"] += any(r["failed"] for r in _rows(base, fresh))
+        c = rep % len(prose)  # the planted cell, in turn
+        i, (kind, rate, _) = prose[c]
+        rows = _rows(base, payload(docs, nearby(rng, docs, g, rho, plant=i)))
+        cell = [
+            r for r in rows if (r["task"], r["kind"], r["rate"]) == ("posgen_prose", kind, rate)
+        ]
+        power[c] += cell[0]["failed"]
+    per = power / (reps / len(prose))
+    cells = {
+        f"{kind}@{rate:g}": float(p) for (_, (kind, rate, _)), p in zip(prose, per, strict=True)
+    }
+    return {k: v / reps for k, v in hits.items()} | {
+        "power_min": per.min(),
+        "power": per.mean(),
+        "cells": cells,
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=300)
+    ap.add_argument("--reps", type=int, default=300, help="families per ρ (a multiple of 15)")
+    ap.add_argument("--rho", type=float, nargs="+", default=[0.9, 0.99, 0.999])
     args = ap.parse_args()
     start = time.perf_counter()
-    print(f"posgen check on simulated runs ({args.reps} families per row; alpha .05, Holm)")
-    head = f"{'grid':<28} {'tau':>5} {'false alarm':>12} {'weakened caught':>16} {'+.04 cell':>10}"
-    print(f"{head} {'+.05 length':>12}")
-    for name, spec, cloze in (
-        ("default (34 cells, 12 docs)", DEFAULT, True),
-        ("slow test (3 cells, 6 docs)", SLOW_TEST, False),
-    ):
-        for tau in (0.015, 0.03, 0.05):
-            fa, weak, one, length = rates(spec, tau, args.reps, int(tau * 1000), cloze)
-            tail = "-" if length is None else f"{length:.3f}"
-            print(f"{name:<28} {tau:>5.3f} {fa:>12.3f} {weak:>16.3f} {one:>10.3f} {tail:>12}")
-    print(f"({time.perf_counter() - start:.0f} s)")
+    print(
+        f"posgen check, default margins ({MARGINS.perplexity:g} % ratio, {MARGINS.accuracy:g} "
+        f"points, {MARGINS.length:g} nats/token), Holm over 34 cells at alpha .05; "
+        f"{args.reps} families per row"
+    )
+    print(
+        f"{'rho':>5} {'(a) same ckpt+seed':>19} {'(b) nearby, 0.5 margin':>23} "
+        f"{'(c) power 2x margin, prose: mean / min':>39} {'fresh draw':>11}"
+    )
+    for rho in args.rho:
+        r = family_rates(rho, args.reps, int(rho * 1000))
+        print(
+            f"{rho:>5.3f} {r['a']:>19.3f} {r['b']:>23.3f} "
+            f"{r['power']:>31.3f} / {r['power_min']:.3f} {r['fresh']:>11.3f}"
+        )
+        print(
+            "      power per prose cell: "
+            + ", ".join(f"{k} {v:.2f}" for k, v in r["cells"].items())
+        )
+    print(f"({time.perf_counter() - start:.0f} s on a shared, loaded machine)")
 
 
 if __name__ == "__main__":

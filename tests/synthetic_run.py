@@ -231,8 +231,11 @@ def decomposition(fit: float, layers: int = 3, heads: int = 4) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def make_run(root, models: dict[str, dict], seed: int = 1234, **extra) -> RunStore:
-    """A complete synthetic run folder (cells + decompositions), not yet reported."""
+def make_run(root, models: dict[str, dict], seed: int = 1234, draws: int = 1, **extra) -> RunStore:
+    """A complete synthetic run folder (cells + decompositions), not yet reported;
+    ``draws`` > 1: perturbation seeds seed, seed+1, ... per perturbed cell (``--seeds``)."""
+    if draws > 1:
+        extra["seeds"] = draws
     store = RunStore.create(root, config(models, seed=seed, **extra))
     info_base = {"dtype": "float32", "model_revision": "local:abc"}
     for label, spec in models.items():
@@ -241,13 +244,20 @@ def make_run(root, models: dict[str, dict], seed: int = 1234, **extra) -> RunSto
             "model_path": f"/models/{label}",
             "random_init": bool(spec.get("random_init")),
         }
-        for cell, results, samples in planted_cells(spec["sensitivity"], seed):
+        drawn = [
+            (k, c)
+            for k in range(draws)
+            for c in planted_cells(spec["sensitivity"], seed + k)
+            if k == 0 or c[0]["kind"] != "none"
+        ]
+        for k, (cell, results, samples) in drawn:
             task = cell["lm_eval_task"]
             side = planted_model_side(
                 cell["kind"], cell["scheme"], cell["rate"], task, samples[task]
             )
             rec = cell_record(cell, info, results, samples, __version__, seed=0, model_side=side)
             cid = f"{cell['task']}__{cell['kind']}_{cell['scheme']}_{cell['rate']:g}"
+            cid += f"_seed{seed + k}" if k else ""
             store.write_cell(label, cid, rec, raw_results={"results": results}, samples=samples)
         if "fit" in spec:
             path = store.decomposition_path(label)

@@ -135,8 +135,10 @@ def test_gate_passes_for_the_same_model_with_another_perturbation_seed(
     baseline = tmp_path / "baseline.json"
     assert cli(["baseline", str(tiny_run), "-o", str(baseline)]) == 0
     assert run(tiny_model_dir("llama", 0), tmp_path / "seed2", "--seed", "2") == 0
-    code = cli(["check", str(tmp_path / "seed2"), "--baseline", str(baseline)])
-    assert code == 0, capsys.readouterr().out
+    check = ["check", str(tmp_path / "seed2"), "--baseline", str(baseline)]
+    assert cli(check) == 2  # other draws: refused unless asked for
+    assert "seed differs" in capsys.readouterr().err
+    assert cli([*check, "--allow-other-seed"]) == 0, capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

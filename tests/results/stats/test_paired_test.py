@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from posgen.results.gate.check import compare
+from posgen.results.gate.check import Margins, compare
+from posgen.results.gate.margins import documents_needed, margin_on_test_scale, noise_term, to_user
 from posgen.results.stats.paired_test import holm, weighted_paired_t
 
 SUITE = {"suite": "offline", "tasks": ["posgen_prose"]}
@@ -55,7 +56,9 @@ def _payload(rng, base_nll, words, effect, draw_sd):
     return {"suite": SUITE, "limits": {"posgen_prose": 12}, "cells": cells}
 
 
-def _alarm_rates(drop: float, cells: int, reps: int, seed: int) -> tuple[float, float]:
+def _alarm_rates(
+    drop: float, cells: int, reps: int, seed: int, margins: Margins | None = None
+) -> tuple[float, float]:
     """(share of families with any failing cell, share with cell 0 failing)."""
     rng = np.random.default_rng(seed)
     anyf = first = 0
@@ -65,7 +68,7 @@ def _alarm_rates(drop: float, cells: int, reps: int, seed: int) -> tuple[float, 
         effect = rng.lognormal(np.log(0.1), 0.5, (cells, 12))  # per-doc, per-cell sensitivity
         base = _payload(rng, base_nll, words, effect, 0.03)
         effect[0] += drop
-        rows = compare(base, _payload(rng, base_nll, words, effect, 0.03))
+        rows = compare(base, _payload(rng, base_nll, words, effect, 0.03), margins)
         anyf += any(r["failed"] for r in rows)
         first += rows[0]["failed"]
     return anyf / reps, first / reps
@@ -76,6 +79,57 @@ def test_a_rerun_of_the_same_model_rarely_alarms_across_many_cells():
     assert any_alarm <= 0.09  # Holm: ≤ .05 family-wise (raw p would alarm in ~.5)
 
 
-def test_a_real_drop_of_004_nats_per_word_on_12_documents_is_caught():
-    _, caught = _alarm_rates(0.04, cells=1, reps=200, seed=2)
+def test_a_real_drop_of_004_nats_per_word_on_12_documents_is_caught_at_margin_0():
+    _, caught = _alarm_rates(0.04, cells=1, reps=200, seed=2, margins=Margins(perplexity=0.0))
     assert caught >= 0.8  # an unpaired Welch test on the same runs catches ~.4
+
+
+def test_a_drop_inside_the_margin_passes_and_one_far_past_it_fails():
+    # the 2 % margin is log(1.02) = .0198 nats/word; draw noise .03 per run and document
+    _, inside = _alarm_rates(0.01, cells=1, reps=200, seed=3)
+    _, past = _alarm_rates(0.08, cells=1, reps=200, seed=4)
+    assert inside <= 0.05 and past >= 0.8
+
+
+def test_a_tiny_shift_on_every_document_fails_only_without_a_margin():
+    """Same seed: the paired differences are a constant 2e-4 nats/word (se = 0)."""
+    words = np.linspace(150, 300, 12)
+    g = np.linspace(0.05, 0.15, 12)
+    base = _payload_from(g, words)
+    cur = _payload_from(g + 2e-4, words)
+    assert compare(base, cur, Margins(perplexity=0.0))[0]["failed"]
+    assert not compare(base, cur)[0]["failed"]
+
+
+def _payload_from(g, words):
+    cell = {
+        "task": "posgen_prose",
+        "metric": "word_perplexity",
+        "kind": "position",
+        "scheme": "swap",
+        "rate": 0.1,
+        "degradation": 0.0,
+        "docs": {"keys": [f"d{i}" for i in range(g.size)], "w": list(words), "g": list(g)},
+    }
+    return {"cells": [cell]}
+
+
+@pytest.mark.parametrize("kind", ["perplexity", "accuracy", "length"])
+def test_a_margin_in_the_users_unit_converts_back_exactly(kind):
+    assert to_user(kind, margin_on_test_scale(kind, 5.0)) == pytest.approx(5.0)
+
+
+def test_perplexity_margins_are_percent_of_the_perplexity_ratio():
+    # baseline ratio 1.50x, candidate 1.53x: 2 % more
+    base, cur = np.log(1.5), np.log(1.53)
+    assert to_user("perplexity", cur - base) == pytest.approx(2.0)
+    assert margin_on_test_scale("perplexity", 2.0) == pytest.approx(np.log(1.02))
+
+
+def test_documents_needed_is_the_smallest_n_whose_noise_fits_the_margin():
+    sd, margin, cells = 0.05, 0.04, 30
+    n = documents_needed(sd, margin, cells, 0.05)
+    assert noise_term(n, cells, 0.05) * sd / np.sqrt(n) <= margin
+    assert noise_term(n - 1, cells, 0.05) * sd / np.sqrt(n - 1) > margin
+    assert documents_needed(0.0, margin, cells, 0.05) == 2
+    assert documents_needed(sd, 0.0, cells, 0.05) is None

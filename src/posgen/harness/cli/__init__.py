@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tasks": ("posgen.harness.cli.tasks", "list or write perturbed lm-eval task configs"),
     "model": ("posgen.harness.cli.model", "prepare the embedded model and print its path"),
     "length": ("posgen.harness.length.command", "NLL by position past the trained context"),
+    "layers": ("posgen.harness.cli.layers", "which layers carry position: per-layer sensitivity"),
 }
 
 

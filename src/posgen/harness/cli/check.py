@@ -4,38 +4,69 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
 
-from posgen.results.gate.check import (
-    GateInputError,
-    baseline_payload,
-    compare,
-    format_table,
-    junit_xml,
-    load_baseline,
-)
+from posgen.results.gate.check import GateInputError
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
+    from posgen.results.gate.margins import FLAGS, Margins
+
+    d = Margins()
     parser.add_argument("run", type=Path, help="run folder to check")
     parser.add_argument("--baseline", type=Path, required=True, help="file from `posgen baseline`")
     parser.add_argument(
         "--model", help="model label in the run (default: its only non-random-init model)"
     )
-    parser.add_argument(
+    margins = parser.add_argument_group(
+        "margins: the regression allowed per cell, in each metric's unit (a cell fails "
+        "only when the data show it worse than the baseline by more than its margin)"
+    )
+    helps = {
+        "perplexity": (
+            "PCT",
+            "perplexity cells: percent of the perplexity ratio PPL_pert/PPL_base by "
+            "which the candidate's may exceed the baseline's (1.50x -> 1.53x is 2)",
+        ),
+        "accuracy": ("POINTS", "accuracy cells: accuracy points of extra drop"),
+        "length": (
+            "NATS",
+            "length cells: nats per token of extra NLL excess past the trained context",
+        ),
+    }
+    for kind, flag in FLAGS.items():
+        metavar, text = helps[kind]
+        default = d.of(kind)
+        margins.add_argument(
+            flag, type=float, default=default, metavar=metavar, help=f"{text}; default {default:g}"
+        )
+    margins.add_argument(
         "--tolerance",
         type=float,
-        default=0.0,
-        help="regression allowed per cell, in per-document units (nats per word or "
-        "byte; accuracy points; nats per token for length cells); default 0",
+        help="removed: it applied one number in three units; use --margin-ppl, "
+        "--margin-acc and --margin-length (passing it exits 2)",
     )
     parser.add_argument(
         "--alpha",
         type=float,
         default=0.05,
         help="family-wise false-alarm rate over all cells (Holm); default 0.05",
+    )
+    parser.add_argument(
+        "--statistic",
+        default="mean",
+        help="per document: 'mean' over the run's perturbation seeds (default) or "
+        "'worst' (its largest degradation over them; with --seeds K > 1)",
+    )
+    parser.add_argument(
+        "--allow-other-seed",
+        action="store_true",
+        help="compare a run whose --seed or --seeds differ from the baseline's (the "
+        "comparison then includes the perturbation draw's noise); the CI recipe reruns "
+        "with the baseline's seed instead",
     )
     parser.add_argument("--junit-xml", type=Path, help="also write a JUnit XML report here")
 
@@ -50,25 +81,62 @@ def _writable(path: Path | None) -> None:
         )
 
 
+def _options(args: argparse.Namespace):
+    """The margins, checked before anything is read (GateInputError)."""
+    from posgen.results.gate.margins import Margins
+
+    if args.tolerance is not None:
+        raise GateInputError(
+            "--tolerance was removed: it applied one number in three units. Give the "
+            "margins in each metric's unit: --margin-ppl (percent of the perplexity "
+            "ratio PPL_pert/PPL_base), --margin-acc (accuracy points), --margin-length "
+            "(nats per token)"
+        )
+    if not 0 < args.alpha < 1 or not math.isfinite(args.alpha):
+        raise GateInputError(f"--alpha must be in (0, 1), got {args.alpha}")
+    if args.statistic not in ("mean", "worst"):
+        raise GateInputError(f"--statistic: {args.statistic!r}; give mean or worst")
+    try:
+        return Margins(args.margin_ppl, args.margin_acc, args.margin_length)
+    except ValueError as e:
+        raise GateInputError(str(e)) from None
+
+
 def main(args: argparse.Namespace) -> int:
     from posgen.results.folder.schema import SchemaError
     from posgen.results.folder.store import atomic_write_text
+    from posgen.results.gate.check import baseline_payload, compare, load_baseline
+    from posgen.results.gate.output import format_table, junit_xml, summary
+    from posgen.results.gate.pairing import check_pairing
 
     try:
+        margins = _options(args)
         _writable(args.junit_xml)
         baseline = load_baseline(args.baseline)
         current = baseline_payload(args.run, args.model)
-        rows = compare(baseline, current, args.tolerance, args.alpha)
+        draw = check_pairing(baseline["pairing"], current["pairing"], args.allow_other_seed)
+        rows = compare(baseline, current, margins, args.alpha, args.statistic)
+        info = {
+            "model": current["model"],
+            "baseline_model": baseline["model"],
+            "alpha": args.alpha,
+            "statistic": args.statistic,
+            "draw": draw,
+            "seeds": current["pairing"]["seeds"],
+        }
         if args.junit_xml:
-            atomic_write_text(args.junit_xml, junit_xml(rows))
+            atomic_write_text(args.junit_xml, junit_xml(rows, info))
     except (GateInputError, SchemaError, OSError) as e:
         print(f"posgen check: {e}", file=sys.stderr)
         return 2
-    print(format_table(rows))
-    failed = sum(r["failed"] for r in rows)
-    print(
-        f"\nposgen check: {failed} of {len(rows)} cells degrade more than the baseline "
-        f"({current['model']} vs {baseline['model']}; paired by document, Holm over "
-        f"{len(rows)} cells at alpha {args.alpha}, tolerance {args.tolerance})"
-    )
-    return 1 if failed else 0
+    except Exception as e:  # exit 1 means a measured regression, never a crash on input
+        print(
+            f"posgen check: could not read the run or baseline ({type(e).__name__}: {e}); "
+            "not a regression: fix the input (or report this error)",
+            file=sys.stderr,
+        )
+        return 2
+    print(format_table(rows, args.alpha))
+    print()
+    print("\n".join(summary(rows, info)))
+    return 1 if any(r["failed"] for r in rows) else 0

@@ -32,12 +32,9 @@ The model-side spec and seed are part of the results (``config.posgen``) and of 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import os
 from collections import deque
 from contextlib import ExitStack
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -60,97 +57,20 @@ from posgen.harness.hf_posgen.batch_rows import (
 )
 from posgen.harness.hf_posgen.chat_content import ChatContents
 from posgen.harness.hf_posgen.lambda_attention import lambda_attention
+from posgen.harness.hf_posgen.layer_hooks import layer_count, layer_positions
+from posgen.harness.hf_posgen.layer_selection import check_heads, check_layers
+from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
 from posgen.harness.hf_posgen.position_hooks import build_plan, rotary_positions
 from posgen.harness.model_family import require_rotary
-from posgen.perturbations.base import Perturbation, PerturbationError, registry
-from posgen.perturbations.features import FeaturePerturbation
+from posgen.perturbations.base import Perturbation, PerturbationError
 from posgen.perturbations.length import (
     LengthPerturbation,
     combined_positions,
     parse_length,
 )
-from posgen.perturbations.positions import PositionPerturbation
 from posgen.perturbations.seeding import DEFAULT_SEED
 
 MODEL_NAME = "hf-posgen"
-
-
-def parse_spec(kind: str, value: str | Perturbation | None) -> Perturbation | None:
-    """``positions=``/``features=`` value -> perturbation (None for ``None``/``''``/``none``).
-
-    Errors name the accepted forms, e.g. ``swap:RATE, shift:OFFSET, ...``.
-    """
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
-        return None
-    if isinstance(value, Perturbation):
-        if value.kind != kind:
-            raise PerturbationError(f"expected a {kind} perturbation, got {value.kind} {value}")
-        return value
-    try:
-        return registry.parse(kind, str(value))
-    except PerturbationError as exc:  # its message lists the accepted forms
-        arg = "positions" if kind == "position" else "features"
-        raise PerturbationError(f"{arg}={value}: {exc}") from None
-
-
-@dataclass(frozen=True)
-class ModelPerturbation:
-    """The model-side perturbation of one run: position scheme, feature scheme, seed."""
-
-    positions: PositionPerturbation | None = None
-    features: FeaturePerturbation | None = None
-    seed: int = DEFAULT_SEED
-    length: LengthPerturbation | None = None
-
-    @classmethod
-    def parse(
-        cls,
-        positions: str | Perturbation | None,
-        features: str | Perturbation | None,
-        seed: int | str | None,
-    ) -> ModelPerturbation:
-        seed = DEFAULT_SEED if seed is None else seed
-        if isinstance(seed, bool) or not str(seed).lstrip("-").isdigit():
-            raise PerturbationError(f"perturb_seed must be an int, got {seed!r}")
-        return cls(
-            parse_spec("position", positions),
-            parse_spec("feature", features),  # type: ignore[arg-type]
-            int(seed),
-        )
-
-    @property
-    def is_set(self) -> bool:
-        """A position, feature or length scheme was given (even an identity one)."""
-        return self.positions is not None or self.features is not None or self.length is not None
-
-    @property
-    def changes_model(self) -> bool:
-        """Some scheme would change the forward (identity schemes do not)."""
-        schemes = (self.positions, self.features, self.length)
-        return any(p is not None and not p.is_identity for p in schemes)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able record for results: full specs, short forms and seed."""
-        return {
-            "positions": None if self.positions is None else self.positions.spec.to_dict(),
-            "features": None if self.features is None else self.features.spec.to_dict(),
-            "positions_str": None if self.positions is None else self.positions.to_string(),
-            "features_str": None if self.features is None else self.features.to_string(),
-            "perturb_seed": self.seed,
-            **(
-                {}
-                if self.length is None
-                else {"length": self.length.spec.to_dict(), "length_str": self.length.to_string()}
-            ),
-        }
-
-    def cache_namespace(self) -> str:
-        """'' when nothing is set (answers equal plain ``hf``), else a digest of the specs
-        and seed that prefixes every response-cache key."""
-        if not self.is_set:
-            return ""
-        body = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(body.encode("utf-8")).hexdigest()[:32]
 
 
 class HFPosgenLM(HFLM):
@@ -163,16 +83,24 @@ class HFPosgenLM(HFLM):
         features: str | None = None,
         perturb_seed: int = DEFAULT_SEED,
         length: str | None = None,
+        layers: str | None = None,
+        heads: str | None = None,
         **kwargs: Any,
     ) -> None:
         """Same arguments as lm-eval's ``hf`` model plus ``positions``, ``features``,
-        ``perturb_seed`` and ``length`` (a length scheme; write ``lambda:G:W`` in
-        ``--model_args``, which splits at commas). Specs are checked before any weights
-        load; rope scalings (``dynamic:F``, ``yarn:F``) are passed to ``from_pretrained``."""
-        perturbation = ModelPerturbation.parse(positions, features, perturb_seed)
+        ``perturb_seed``, ``length`` (a length scheme; write ``lambda:G:W`` in
+        ``--model_args``, which splits at commas) and ``layers`` (the decoder layers the
+        position and feature schemes act in: ``12``, ``0-5``, ``3;7;11``; default all) and
+        ``heads`` (query heads within those layers, same forms; default all).
+        Specs are checked before any weights load; rope scalings (``dynamic:F``,
+        ``yarn:F``) are passed to ``from_pretrained``."""
+        perturbation = ModelPerturbation.parse(positions, features, perturb_seed, layers, heads)
         length_scheme = _parse_length_arg(length)
+        if perturbation.layers is not None and length_scheme is not None:
+            raise PerturbationError("layers= restricts positions=/features=; drop length=")
         if isinstance(pretrained, str):
             pretrained = resolve_pretrained(pretrained)
+            _check_layers_in_config(pretrained, perturbation, kwargs)
         launch = _launch_accelerator()  # before any weights load
         kwargs.update(_length_load_kwargs(pretrained, length_scheme, kwargs))
         super().__init__(pretrained=pretrained, **kwargs)
@@ -189,7 +117,8 @@ class HFPosgenLM(HFLM):
         self._chat = ChatContents()
         self._perturbation = ModelPerturbation(seed=perturbation.seed)
         self._length = length_scheme
-        self.set_perturbation(perturbation.positions, perturbation.features, perturbation.seed)
+        p = perturbation
+        self.set_perturbation(p.positions, p.features, p.seed, p.layers, p.heads)
 
     def _join_launch(self, launch: Any) -> None:
         """Rank and world size of an ``accelerate launch``/``torchrun`` launch. HFLM takes
@@ -210,14 +139,19 @@ class HFPosgenLM(HFLM):
         positions: str | Perturbation | None = None,
         features: str | Perturbation | None = None,
         seed: int = DEFAULT_SEED,
+        layers: str | int | tuple[int, ...] | None = None,
+        heads: str | int | tuple[int, ...] | None = None,
     ) -> ModelPerturbation:
         """Switch the model-side perturbation without reloading weights.
 
         The response-cache namespace follows the switch. Raises ``PerturbationError`` for an
-        invalid spec and ``NoRotaryEmbeddingError`` for a model without RoPE.
+        invalid spec (or ``layers`` past the model's last layer) and
+        ``NoRotaryEmbeddingError`` for a model without RoPE.
         """
-        new = ModelPerturbation.parse(positions, features, seed)
+        new = ModelPerturbation.parse(positions, features, seed, layers, heads)
         new = dataclasses.replace(new, length=getattr(self, "_length", None))
+        if new.layers is not None and new.length is not None:
+            raise PerturbationError("layers= restricts positions=/features=; drop length=")
         if new.is_set:
             if self.backend != "causal":
                 raise PerturbationError("positions=/features= need a causal (decoder-only) model")
@@ -227,6 +161,8 @@ class HFPosgenLM(HFLM):
                 if v is not None
             )
             require_rotary(self.model, what)
+            check_layers(new.layers, layer_count(self.model))
+            check_heads(new.heads, self.model.config.get_text_config().num_attention_heads)
         self._perturbation = new
         if self._cache_db is not None:
             namespace_response_cache(self._cache_db, new.cache_namespace())
@@ -342,14 +278,19 @@ class HFPosgenLM(HFLM):
         lengths, spans, docs, content = self._take_row_lengths(inps)
         moved = combined_positions(p.positions, p.length)
         plan = build_plan(inps, lengths, (moved, p.features), p.seed, spans, content)
+        plan = dataclasses.replace(plan, layers=p.layers, heads=p.heads)
         if observed:
             self.plan_observer(inps, plan, docs)
         with ExitStack() as stack:
             if p.length is not None and p.length.uses_attention:
                 stack.enter_context(lambda_attention(self.model, p.length))
-            if plan.positions is not None:
+            split = p.heads is not None
+            if plan.positions is not None and p.layers is not None:
+                positions = layer_positions(self.model, plan.positions, p.layers, split)
+                stack.enter_context(positions)
+            elif plan.positions is not None:
                 stack.enter_context(rotary_positions(self.model, plan.positions))
-            if plan.qk:
+            if plan.qk or split:
                 stack.enter_context(qk_noise.qk_noise_active(self.model, plan))
             return super()._model_call(inps)
 
@@ -425,6 +366,23 @@ def _parse_length_arg(value: str | LengthPerturbation | None) -> LengthPerturbat
         return parse_length(str(value))
     except PerturbationError as exc:
         raise PerturbationError(f"length={value}: {exc}") from None
+
+
+def _check_layers_in_config(pretrained: str, p: ModelPerturbation, given: dict[str, Any]) -> None:
+    """Refuse ``layers=``/``heads=`` past the last one from the config alone, before
+    weights load."""
+    if p.layers is None:
+        return
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(
+        pretrained, trust_remote_code=given.get("trust_remote_code", False)
+    )
+    text = config.get_text_config()
+    if getattr(text, "num_hidden_layers", None) is not None:
+        check_layers(p.layers, int(text.num_hidden_layers), pretrained)
+    if getattr(text, "num_attention_heads", None) is not None:
+        check_heads(p.heads, int(text.num_attention_heads))
 
 
 def _length_load_kwargs(

@@ -52,6 +52,7 @@ class BatchPlan:
     - ``qk``: the schemes that act on queries and keys inside attention, in order.
     - ``slots``: per row, the indices of the perturbed tokens when they are not all of the
       first ``spans[b]`` (the content tokens under a chat template), else None.
+    - ``layers``: the decoder layers the schemes act in (``layers=``), None for all.
     """
 
     lengths: tuple[int, ...]
@@ -61,6 +62,12 @@ class BatchPlan:
     qk: tuple[ModelSidePerturbation, ...]
     seed: int
     slots: tuple[np.ndarray | None, ...] = ()
+    layers: tuple[int, ...] | None = None  # the layers the schemes act in (None: all)
+    heads: tuple[int, ...] | None = None  # query heads within those layers (None: all)
+
+    def acts_in(self, layer: int) -> bool:
+        """Do the planned schemes act in decoder layer ``layer``?"""
+        return self.layers is None or layer in self.layers
 
     def perturbed(self, b: int) -> np.ndarray:
         """Indices of the perturbed tokens of row b."""
@@ -179,16 +186,7 @@ def rotary_positions(model: torch.nn.Module, positions: torch.Tensor) -> Iterato
     def pre_hook(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         in_kwargs = "position_ids" in kwargs
         given = kwargs["position_ids"] if in_kwargs else args[1]
-        if (
-            given.dim() != 2
-            or given.shape[-1] != positions.shape[-1]
-            or given.shape[0] not in (1, positions.shape[0])
-        ):
-            raise RuntimeError(
-                f"{type(module).__name__} got position_ids of shape {tuple(given.shape)}, but "
-                f"posgen planned positions for a batch of shape {tuple(positions.shape)}; "
-                "position perturbations support one full forward per batch (no KV cache)"
-            )
+        check_position_shape(module, given, positions)
         new = cache.get(given.device)
         if new is None:
             new = cache[given.device] = positions.to(given.device)
@@ -202,3 +200,19 @@ def rotary_positions(model: torch.nn.Module, positions: torch.Tensor) -> Iterato
     finally:
         for handle in handles:
             handle.remove()
+
+
+def check_position_shape(
+    module: torch.nn.Module, given: torch.Tensor, positions: torch.Tensor
+) -> None:
+    """Refuse a rotary call whose ``position_ids`` do not fit the planned ``positions``."""
+    if (
+        given.dim() != 2
+        or given.shape[-1] != positions.shape[-1]
+        or given.shape[0] not in (1, positions.shape[0])
+    ):
+        raise RuntimeError(
+            f"{type(module).__name__} got position_ids of shape {tuple(given.shape)}, but "
+            f"posgen planned positions for a batch of shape {tuple(positions.shape)}; "
+            "position perturbations support one full forward per batch (no KV cache)"
+        )

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from posgen.compat import base_implementation, internal, using_attention
+from posgen.harness.hf_posgen.layer_hooks import TWIN_ROTATIONS
 from posgen.harness.hf_posgen.position_hooks import BatchPlan
 from posgen.harness.model_family import family_of
 
@@ -65,7 +66,7 @@ def _make_forward(base: str) -> Callable[..., Any]:
         **kwargs: Any,
     ) -> Any:
         plan = _ACTIVE.get()
-        if plan is None or not plan.qk:
+        if plan is None or not (plan.qk or plan.heads):
             raise RuntimeError(
                 f"attention implementation {attention_name(base)!r} was called "
                 "outside posgen's qk_noise context; use HFPosgenLM"
@@ -73,17 +74,47 @@ def _make_forward(base: str) -> Callable[..., Any]:
         layer = getattr(module, "layer_idx", None)
         if layer is None:
             raise RuntimeError(f"{type(module).__name__} has no layer_idx; qk_noise needs it")
+        run = _base_forward(base, module)
+        if plan.heads and plan.acts_in(int(layer)):
+            return _mixed_heads(run, plan, module, query, key, value, attention_mask, **kwargs)
         query = perturb(query, plan, int(layer), "query")
         key = perturb(key, plan, int(layer), "key")
-        return _base_forward(base, module)(module, query, key, value, attention_mask, **kwargs)
+        return run(module, query, key, value, attention_mask, **kwargs)
 
     forward.__name__ = f"posgen_qk_noise_{base}_forward"
     return forward
 
 
+def _mixed_heads(run, plan: BatchPlan, module, query, key, value, mask, **kwargs) -> Any:
+    """``heads=``: the model's attention run twice, plainly and perturbed (query and key
+    rotated by the perturbed angles when positions move, then the qk schemes), and the
+    chosen query heads of the perturbed run put into the plain one. Outputs are
+    ``[B, T, H, d]`` (transformers' attention functions), weights ``[B, H, T, T]``."""
+    layer = int(module.layer_idx)
+    twins = TWIN_ROTATIONS.get()
+    moved = None if twins is None else twins.pop(layer, None)
+    if plan.positions is not None and moved is None:
+        raise RuntimeError(f"layer {layer}: no perturbed rotation was recorded for heads=")
+    q, k = moved if moved is not None else (query, key)
+    q, k = perturb(q, plan, layer, "query"), perturb(k, plan, layer, "key")
+    out, weights = run(module, query, key, value, mask, **kwargs)
+    out_p, weights_p = run(module, q, k, value, mask, **kwargs)
+    heads = list(plan.heads)
+    if max(heads) >= out.shape[2]:
+        raise RuntimeError(f"heads={heads}: layer {layer} has {out.shape[2]} query heads")
+    out = out.clone()
+    out[:, :, heads] = out_p[:, :, heads]
+    if weights is not None and weights_p is not None:
+        weights = weights.clone()
+        weights[:, heads] = weights_p[:, heads]
+    return out, weights
+
+
 def perturb(x: torch.Tensor, plan: BatchPlan, layer: int, tensor: str) -> torch.Tensor:
     """``x`` (``[B, H, T, d]``, ``tensor``: ``"query"`` or ``"key"``) after every planned
-    qk scheme, in order."""
+    qk scheme, in order; unchanged in a layer outside ``plan.layers``."""
+    if not plan.acts_in(layer):
+        return x
     for scheme in plan.qk:
         x = scheme.perturb_qk(x, tensor, layer, plan.spans, plan.keys, plan.seed, plan.slots)
     return x

@@ -76,6 +76,9 @@ PERDOC_COLUMNS: dict[str, str] = {
     "num": "float64",
     "den": "float64",
     "delta": "float64",  # base_num/base_den - num/den: > 0 is worse (NLL rise, score drop)
+    # the document's worst delta over the perturbation seeds of its cell (``--seeds K``;
+    # equal to delta with one seed): HELM's worst case
+    "delta_worst": "float64",
     "base_choice": "int64",  # acc: the choice predicted in the baseline cell; -1 otherwise
     "choice": "int64",  # acc: the choice predicted in this cell; -1 otherwise
     # the document's realised order change: text cells in words; position/feature cells

@@ -234,7 +234,8 @@ class RunStore:
         return self.root / "raw" / slug(model) / cell_id
 
     def read_cells(self) -> list[dict[str, Any]]:
-        """Every finished cell of this config, sorted by model and cell id."""
+        """Every finished cell of this config, sorted by model and cell id (scored
+        readers check each with :func:`check_cell_record`)."""
         out = []
         for path in sorted((self.root / "cells").glob("*/*.json")):
             data = read_json(path, "cell")
@@ -250,12 +251,10 @@ class RunStore:
         return path
 
     def read_table(self, name: str):
-        import pandas as pd
-
         path = self.root / name
         if not path.is_file():
             raise SchemaError(f"{path} not found; run `posgen run` (or `posgen report`) first")
-        return pd.read_parquet(path)
+        return read_parquet(path)
 
     def decomposition_path(self, model: str) -> Path:
         return self.root / "decomposition" / f"{slug(model)}.parquet"
@@ -270,6 +269,49 @@ class RunStore:
         data = read_json(self.root / name, name)
         check_version(data.get("schema_version"), str(self.root / name))
         return data
+
+
+def read_parquet(path: Path):
+    """A Parquet table, or :class:`SchemaError` naming the file when it cannot be read
+    (truncated, not Parquet, unreadable)."""
+    import pandas as pd
+
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError, TypeError) as e:  # pyarrow's errors derive from these
+        raise SchemaError(f"{path} is unreadable ({type(e).__name__}: {e!s:.120})") from None
+
+
+CELL_SECTIONS = {"cell": Mapping, "model_info": Mapping, "metrics": Mapping, "docs": Mapping}
+CELL_FIELDS = ("task", "lm_eval_task", "kind", "scheme", "rate", "seed")
+
+
+def check_cell_record(data: Mapping[str, Any], path: Path) -> None:
+    """Refuse a cell record that lacks a section or holds a non-numeric per-document
+    value (:class:`SchemaError` naming ``path``): scoring it would crash or mislead."""
+    import math
+
+    def bad(why: str) -> SchemaError:
+        return SchemaError(
+            f"{path} is corrupt: {why}; delete it and rerun `posgen run` (it resumes)"
+        )
+
+    for key, kind in CELL_SECTIONS.items():
+        if not isinstance(data.get(key), kind):
+            raise bad(f"{key!r} is missing or not an object")
+    missing = [k for k in CELL_FIELDS if data["cell"].get(k) is None]
+    if missing or "model" not in data:
+        raise bad(f"missing {missing or ['model']}")
+    for metric, slot in data["docs"].items():
+        lists = [slot.get(k) if isinstance(slot, Mapping) else None for k in ("keys", "num", "den")]
+        if not all(isinstance(x, list) for x in lists) or len({len(x) for x in lists}) != 1:
+            raise bad(f"docs.{metric} needs lists keys, num and den of one length")
+        for field, values in zip(("num", "den"), lists[1:], strict=True):
+            for i, v in enumerate(values):
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    raise bad(f"docs.{metric}.{field}[{i}] is {v!r}, not a finite number")
+                if field == "den" and v <= 0:
+                    raise bad(f"docs.{metric}.den[{i}] is {v!r}; a document's weight is > 0")
 
 
 def _describe_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:

@@ -1,16 +1,21 @@
 """The gate's baseline file: what it stores per document, and its validation.
 
-A baseline (``posgen baseline``, ``baseline_version`` 3) holds, for one model and every
+A baseline (``posgen baseline``, ``baseline_version`` 4) holds, for one model and every
 (task, primary metric, kind, scheme, rate) cell, the per-document degradation
 ``g_d`` (nats per word or byte for perplexities, the score drop for accuracy; averaged
-over perturbation seeds when the run has several) and its weight ``w_d`` (words or
-bytes; 1 for accuracy), keyed by document. ``posgen check`` pairs the candidate's
-documents with these. Only each task's primary metric is stored (word perplexity, else
-accuracy): byte perplexity would repeat the word-perplexity test on the same documents.
-Its ``length`` section (null when the run has no ``posgen run --length`` folder for the
+over perturbation seeds when the run has several), its worst value over those seeds
+``g_worst`` (equal to ``g`` with one seed) and its weight ``w_d`` (words or bytes; 1 for
+accuracy), keyed by document. ``posgen check`` pairs the candidate's documents with
+these. Only each task's primary metric is stored (word perplexity, else accuracy): byte
+perplexity would repeat the word-perplexity test on the same documents. Its ``pairing``
+section records what same-seed pairing rests on (:mod:`posgen.results.gate.pairing`);
+its ``length`` section (null when the run has no ``posgen run --length`` folder for the
 model) holds the per-document NLL excess past C per length scheme and the length
-settings (:mod:`posgen.results.gate.length`). A version-2 file (before the length
-section) is still read, as a baseline without length cells.
+settings (:mod:`posgen.results.gate.length`).
+
+Versions 2 and 3 (before the pairing record) are refused with how to regenerate them:
+without the seed and prompt settings of the baseline run, a check could not say
+whether its documents saw the same perturbations.
 
 Anything unreadable, partial or wrongly typed is refused with :class:`GateInputError`
 (exit status 2) and the reason.
@@ -23,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 BASELINE_KIND = "posgen-baseline"
-BASELINE_VERSION = 3
-READABLE_VERSIONS = (2, 3)  # 2: before the length section; read as "no length cells"
+BASELINE_VERSION = 4  # 4: the pairing record and per-document worst case over seeds
+OLD_VERSIONS = (2, 3)  # refused: no pairing record
 KEY = ("task", "metric", "kind", "scheme", "rate")
-TOP = {"kind": str, "model": str, "suite": dict, "limits": dict, "cells": list}
+TOP = {"kind": str, "model": str, "pairing": dict, "cells": list}
 CELL = {"task": str, "metric": str, "kind": str, "scheme": str, "rate": float}
 CELL_NUM = ("degradation",)
 
@@ -54,6 +59,7 @@ def gate_cells(scores: dict[str, Any], model: str) -> list[dict[str, Any]]:
             g = g.sort_values("doc_key")
             rec = degr.loc[(task, metric, kind, scheme, rate)]
             gd = g["base_num"] / g["base_den"] - g["num"] / g["den"]
+            worst = g["delta_worst"]  # the largest g over the seeds (= g with one)
             w = g["base_den"].tolist() if METRIC_RULES[metric] == "perplexity" else [1.0] * len(g)
             out.append(
                 {
@@ -70,6 +76,7 @@ def gate_cells(scores: dict[str, Any], model: str) -> list[dict[str, Any]]:
                         "keys": g["doc_key"].astype(str).tolist(),
                         "w": [float(x) for x in w],
                         "g": [float(x) for x in gd],
+                        "g_worst": [float(x) for x in worst],
                     },
                 }
             )
@@ -87,17 +94,19 @@ def validate(data: Any, path: Path) -> dict[str, Any]:
             f"{path} is not a posgen baseline (write one with `posgen baseline RUN -o FILE`)"
         )
     version = data.get("baseline_version")
-    if version not in READABLE_VERSIONS:
+    if version in OLD_VERSIONS:
+        raise GateInputError(
+            f"{path} has baseline_version {version}, which does not record the seed and "
+            "prompt settings that pairing rests on: regenerate it with `posgen baseline "
+            "BASELINE_RUN -o FILE` from the run folder it was made from"
+        )
+    if version != BASELINE_VERSION:
         raise GateInputError(
             f"{path} has baseline_version {version!r}; this posgen reads "
-            f"{' and '.join(map(str, READABLE_VERSIONS))}: regenerate it with `posgen baseline`"
+            f"{BASELINE_VERSION}: regenerate it with `posgen baseline`"
         )
     check_typed(data, TOP, f"{path}")
-    if version == 2:
-        if "length" in data:
-            raise GateInputError(f"{path} is corrupt: baseline_version 2 has no 'length'")
-        data = {**data, "length": None}
-    elif "length" not in data:
+    if "length" not in data:
         raise GateInputError(f"{path} is corrupt: missing key 'length' (null or an object)")
     if not data["cells"]:
         raise GateInputError(f"{path} is corrupt: 'cells' is empty")
@@ -106,7 +115,7 @@ def validate(data: Any, path: Path) -> dict[str, Any]:
         if not isinstance(cell, dict):
             raise GateInputError(f"{where} is not an object")
         check_typed(cell, CELL | dict.fromkeys(CELL_NUM, float) | {"docs": dict}, where)
-        check_docs(cell["docs"], f"{where}.docs")
+        check_docs(cell["docs"], f"{where}.docs", ("g", "g_worst"))
     keys = [tuple(c[k] for k in KEY) for c in data["cells"]]
     if len(set(keys)) != len(keys):
         raise GateInputError(f"{path} is corrupt: a (task, metric, kind, scheme, rate) repeats")
@@ -131,14 +140,18 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def check_docs(docs: dict[str, Any], where: str) -> None:
-    lists = [docs.get(k) for k in ("keys", "w", "g")]
+def check_docs(docs: dict[str, Any], where: str, fields: tuple[str, ...] = ("g",)) -> None:
+    """Refuse malformed per-document lists: ``keys``, ``w`` and each of ``fields``."""
+    names = ("keys", "w", *fields)
+    lists = [docs.get(k) for k in names]
     if not all(isinstance(x, list) for x in lists):
-        raise GateInputError(f"{where} is corrupt: needs lists 'keys', 'w' and 'g'")
-    keys, w, g = lists
-    if len(keys) < 2 or not len(keys) == len(w) == len(g):
-        raise GateInputError(f"{where} is corrupt: keys, w, g need the same length >= 2")
+        raise GateInputError(f"{where} is corrupt: needs lists {', '.join(map(repr, names))}")
+    keys, w, *values = lists
+    if len(keys) < 2 or any(len(x) != len(keys) for x in lists):
+        raise GateInputError(f"{where} is corrupt: {', '.join(names)} need the same length >= 2")
     if not all(isinstance(k, str) for k in keys) or len(set(keys)) != len(keys):
         raise GateInputError(f"{where} is corrupt: document keys must be unique strings")
-    if not all(_is_number(x) and x > 0 for x in w) or not all(_is_number(x) for x in g):
-        raise GateInputError(f"{where} is corrupt: w must be numbers > 0 and g numbers")
+    if not all(_is_number(x) and x > 0 for x in w):
+        raise GateInputError(f"{where} is corrupt: w must be numbers > 0")
+    if not all(_is_number(x) for v in values for x in v):
+        raise GateInputError(f"{where} is corrupt: {', '.join(fields)} must be numbers")

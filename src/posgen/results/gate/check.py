@@ -1,23 +1,30 @@
 """The CI regression gate behind ``posgen baseline`` and ``posgen check``.
 
 ``posgen baseline RUN -o FILE`` stores one model's per-document degradations on each
-task's primary metric (see :mod:`posgen.results.gate.baseline_file`). ``posgen check RUN
---baseline FILE`` pairs a new run of (a new checkpoint of) the model with it, document
-by document, and for every (task, metric, kind, scheme, rate) cell tests whether the
-candidate degrades more (:mod:`posgen.results.stats.paired_test`); with ``posgen run
---length``, also per length scheme whether the per-document NLL excess past the trained
-context grew (:mod:`posgen.results.gate.length`; ``g`` is that excess, ``w`` tokens past C):
+task's primary metric (see :mod:`posgen.results.gate.baseline_file`) and what same-seed
+pairing rests on (:mod:`posgen.results.gate.pairing`). ``posgen check RUN --baseline
+FILE`` pairs a new run of (a new checkpoint of) the model with it, document by
+document, and for every (task, metric, kind, scheme, rate) cell tests whether the
+candidate degrades more than the baseline by more than the cell's margin
+(:mod:`posgen.results.gate.margins`: percent of the perplexity ratio, accuracy points,
+nats per token of length excess) with
+:mod:`posgen.results.stats.paired_test`; with ``posgen run --length``, also per length
+scheme whether the per-document NLL excess past the trained context grew
+(:mod:`posgen.results.gate.length`; ``g`` is that excess, ``w`` tokens past C):
 
     δ_d    = g_cand,d - g_base,d              (per-document degradation difference)
-    Δ      = Σ w δ / Σ w,  p = one-sided weighted paired t (H1: Δ > --tolerance)
+    Δ      = Σ w δ / Σ w,  p = one-sided weighted paired t on Δ - margin (H1: Δ > margin)
     FAIL   if the Holm-adjusted p over all cells (length cells included) <= --alpha
 
-so the chance of any false alarm on a same-model rerun is at most --alpha.
+so a candidate whose true change is within every margin raises a false alarm with
+chance at most --alpha. ``--statistic worst`` tests each document's worst degradation
+over the run's perturbation seeds instead of its mean (length cells: one value).
 
 Exit status: 0 when nothing fails, 1 only for a measured regression, 2 on invalid input
-(unreadable, partial or wrongly typed baseline, another suite, other limits, documents
-or cells, other length settings, length in one run only, no such model, an unwritable
---junit-xml) with the reason.
+(unreadable, partial or wrongly typed baseline, a run that cannot be paired with it:
+other suite, limits, prompts, perturbation versions, seed or seeds without
+--allow-other-seed, documents or cells, other length settings, length in one run only;
+no such model, an unwritable --junit-xml) with the reason.
 """
 
 from __future__ import annotations
@@ -25,7 +32,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 from typing import Any
-from xml.sax.saxutils import quoteattr
+
+import numpy as np
 
 from posgen.results.gate.baseline_file import (
     BASELINE_KIND,
@@ -35,14 +43,25 @@ from posgen.results.gate.baseline_file import (
     gate_cells,
     validate,
 )
+from posgen.results.gate.margins import (
+    UNITS,
+    Margins,
+    documents_needed,
+    level_in_user,
+    margin_on_test_scale,
+    metric_kind,
+    noise_term,
+    to_user,
+)
 
-__all__ = ["BASELINE_KIND", "BASELINE_VERSION", "KEY", "GateInputError"]
+__all__ = ["BASELINE_KIND", "BASELINE_VERSION", "KEY", "GateInputError", "Margins"]
 
 
 def baseline_payload(run_dir: Path, model: str | None = None) -> dict[str, Any]:
     """The baseline of one model of a run (scores recomputed from the run's cells)."""
     from posgen import __version__
     from posgen.results.gate.length import length_section
+    from posgen.results.gate.pairing import pairing_record
     from posgen.results.scores.run import json_records, load_scores
 
     store, scores = load_scores(run_dir)
@@ -56,10 +75,8 @@ def baseline_payload(run_dir: Path, model: str | None = None) -> dict[str, Any]:
         "run": str(run_dir),
         "model": model,
         "config_hash": store.config_hash,
-        "suite": suite_of(store.config),
-        "limits": store.config.get("limits") or {},
-        "seeds": store.config.get("seeds", 1),
-        "scoring": store.config.get("scoring", {}),
+        "pairing": pairing_record(store.run_config, scores["results"], model),
+        "scoring": store.run_config.scoring.to_dict(),
         "cells": gate_cells(scores, model),
         "length": length_section(store.root, model),
         "tolerance": json_records(tol.drop(columns=["model"])),
@@ -72,19 +89,11 @@ def pick_model(store, scores: dict[str, Any], model: str | None) -> str:
         if model not in models:
             raise GateInputError(f"model {model!r} is not in {store.root}; it has {models}")
         return model
-    real = [m for m in models if m not in random_init_models(store.config)]
+    twins = {m.label for m in store.run_config.models if m.random_init}
+    real = [m for m in models if m not in twins]
     if len(real) != 1:
         raise GateInputError(f"{store.root} holds models {models}: name one with --model")
     return real[0]
-
-
-def random_init_models(config: dict[str, Any]) -> set[str]:
-    return {m["label"] for m in config.get("models", []) if m.get("random_init")}
-
-
-def suite_of(config: dict[str, Any]) -> dict[str, Any]:
-    """What must match between a baseline and a checked run."""
-    return {"suite": config.get("suite"), "tasks": config.get("tasks")}
 
 
 def load_baseline(path: Path) -> dict[str, Any]:
@@ -98,31 +107,38 @@ def load_baseline(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as e:
         raise GateInputError(f"cannot read the baseline {path}: {e}") from None
     from posgen.results.gate.length import validate_section
+    from posgen.results.gate.pairing import validate_pairing
 
     data = validate(data, path)
+    validate_pairing(data["pairing"], f"{path}")
     validate_section(data["length"], f"{path}: length")
     return data
 
 
 def compare(
-    baseline: dict[str, Any], current: dict[str, Any], tolerance: float = 0.0, alpha: float = 0.05
+    baseline: dict[str, Any],
+    current: dict[str, Any],
+    margins: Margins | None = None,
+    alpha: float = 0.05,
+    statistic: str = "mean",
+    stated_power: bool = True,
 ) -> list[dict[str, Any]]:
-    """One row per baseline cell: both degradations, the paired change, p (raw and
-    Holm-adjusted over all cells) and the verdict; then one row per length scheme (a
-    payload without a ``length`` entry has none). Mismatched input: GateInputError."""
+    """One row per baseline cell, then one per length scheme (a payload without a
+    ``length`` entry has none): both levels, the paired change with its ``1 - 2 alpha``
+    interval, the margin and the smallest change caught with 80 % power (all in the
+    cell's unit), p (raw and Holm-adjusted over all cells) and the verdict
+    (``stated_power=False``: the change and verdict only, on the test's scale, for
+    simulations). Documents or
+    cells that do not pair: GateInputError. Pairing settings are checked apart
+    (:func:`posgen.results.gate.pairing.check_pairing`)."""
+    from posgen.results.gate.length import length_pairs
     from posgen.results.stats.paired_test import holm
 
-    if not (math.isfinite(tolerance) and tolerance >= 0 and 0 < alpha < 1):
-        raise GateInputError("--tolerance must be a finite number >= 0 and --alpha in (0, 1)")
-    if current["suite"] != baseline["suite"]:
-        raise GateInputError(
-            f"suite mismatch: baseline {baseline['suite']}, run {current['suite']}"
-        )
-    if current["limits"] != baseline["limits"]:
-        raise GateInputError(
-            f"limits mismatch: baseline scored {baseline['limits']} documents per task, the "
-            f"run {current['limits']}; rerun with the baseline's --limit"
-        )
+    margins = margins or Margins()
+    if not 0 < alpha < 1:
+        raise GateInputError(f"--alpha must be in (0, 1), got {alpha}")
+    if statistic not in STATISTICS:
+        raise GateInputError(f"--statistic: {statistic!r}; give mean or worst")
     now = {tuple(c[k] for k in KEY): c for c in current["cells"]}
     base = {tuple(c[k] for k in KEY): c for c in baseline["cells"]}
     if set(now) != set(base):
@@ -133,25 +149,30 @@ def compare(
             f"kind, scheme, rate) cells: missing {missing}, extra {extra}; "
             "rerun with the baseline's settings or make a new baseline"
         )
-    from posgen.results.gate.length import length_pairs
-
-    pairs = [(key, base[key], now[key], "degradation") for key in sorted(base, key=str)]
-    pairs += [(*p, "excess") for p in length_pairs(baseline.get("length"), current.get("length"))]
-    rows = [_paired_row(*pair, tolerance) for pair in pairs]
+    field = "g_worst" if statistic == "worst" else "g"
+    pairs = [(key, base[key], now[key], field) for key in sorted(base, key=str)]
+    pairs += [(*p, "g") for p in length_pairs(baseline.get("length"), current.get("length"))]
+    rows = [_paired_row(*pair, margins) for pair in pairs]
     for row, adj in zip(rows, holm([r["p"] for r in rows]), strict=True):
         row["p_holm"] = float(adj)
         row["failed"] = bool(adj <= alpha)
+        if stated_power:
+            _state_power(row, len(rows), alpha)
     return rows
 
 
+STATISTICS = ("mean", "worst")
+
+
 def _paired_row(
-    key: tuple, b: dict[str, Any], c: dict[str, Any], value: str, tol: float
+    key: tuple, b: dict[str, Any], c: dict[str, Any], field: str, margins: Margins
 ) -> dict[str, Any]:
+    from posgen.results.folder.schema import METRIC_RULES
     from posgen.results.stats.paired_test import weighted_paired_t
 
-    where = _name(key)
-    bd = dict(zip(b["docs"]["keys"], zip(b["docs"]["w"], b["docs"]["g"], strict=True), strict=True))
-    cd = dict(zip(c["docs"]["keys"], zip(c["docs"]["w"], c["docs"]["g"], strict=True), strict=True))
+    where = cell_name(key)
+    bd = _by_doc(b["docs"], field)
+    cd = _by_doc(c["docs"], field)
     if set(bd) != set(cd):
         diff = sorted(set(bd) ^ set(cd))[:4]
         raise GateInputError(
@@ -159,61 +180,55 @@ def _paired_row(
             "the gate pairs documents: rerun on the baseline's documents"
         )
     keys = sorted(bd)
-    w = [bd[k][0] for k in keys]
+    w = np.array([bd[k][0] for k in keys])
     if not all(math.isclose(bd[k][0], cd[k][0], rel_tol=1e-9) for k in keys):
         raise GateInputError(f"{where}: document lengths differ from the baseline's")
-    test = weighted_paired_t([cd[k][1] - bd[k][1] for k in keys], w, tol)
+    gb, gc = np.array([bd[k][1] for k in keys]), np.array([cd[k][1] for k in keys])
+    level_b, level_c = float((w * gb).sum() / w.sum()), float((w * gc).sum() / w.sum())
+    kind = metric_kind(key[1], METRIC_RULES.get(key[1]))
+    margin = margin_on_test_scale(kind, margins.of(kind))
+    test = weighted_paired_t(gc - gb, w, margin)
     return {
         **dict(zip(KEY, key, strict=True)),
-        "baseline": b[value],
-        "current": c[value],
+        "unit": UNITS[kind],
+        "metric_kind": kind,
+        "level_base": level_b,
+        "baseline": level_in_user(kind, level_b),
+        "current": level_in_user(kind, level_c),
+        "margin": margins.of(kind),
+        "margin_test": margin,
         **test,
     }
 
 
-def _name(key: tuple) -> str:
+def _by_doc(docs: dict[str, Any], field: str) -> dict[str, tuple[float, float]]:
+    values = docs.get(field, docs["g"])  # length cells: one value per document
+    return dict(zip(docs["keys"], zip(docs["w"], values, strict=True), strict=True))
+
+
+def _state_power(row: dict[str, Any], cells: int, alpha: float) -> None:
+    """The row's change, interval and MDE in its unit, and whether it is powered."""
+    from scipy import stats
+
+    kind, n, se = row["metric_kind"], row["n"], row["se"]
+    half = float(stats.t.ppf(1 - alpha, n - 1)) * se
+    noise = noise_term(n, cells, alpha) * se
+    row["change_test"] = row["change"]
+    row["change"] = to_user(kind, row["change_test"])
+    row["ci_lo"] = to_user(kind, row["change_test"] - half)
+    row["ci_hi"] = to_user(kind, row["change_test"] + half)
+    row["mde"] = to_user(kind, row["margin_test"] + noise)
+    # None: a margin of 0 tests any increase, and "twice the margin" means nothing
+    row["powered"] = bool(noise <= row["margin_test"]) if row["margin_test"] > 0 else None
+    row["docs_needed"] = (
+        documents_needed(se * math.sqrt(n), row["margin_test"], cells, alpha)
+        if row["powered"] is False
+        else n
+    )
+    row["noise_ratio"] = noise / row["margin_test"] if row["margin_test"] > 0 else math.inf
+
+
+def cell_name(key: tuple) -> str:
     """``task/metric/kind/scheme@rate`` (no ``@rate`` for a length cell)."""
     *head, rate = key
     return "/".join(map(str, head)) + ("" if rate is None else f"@{rate:g}")
-
-
-def _rate(rate: float | None) -> str:
-    return "-" if rate is None else f"{rate:g}"
-
-
-def format_table(rows: list[dict[str, Any]]) -> str:
-    head = (
-        f"{'task':<22} {'metric':<16} {'kind/scheme':<20} {'rate':>6} {'baseline':>9} "
-        f"{'current':>9} {'change/doc':>11} {'se':>7} {'p (Holm)':>9}  verdict"
-    )
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(
-            f"{r['task']:<22} {r['metric']:<16} {r['kind'] + '/' + r['scheme']:<20} "
-            f"{_rate(r['rate']):>6} {r['baseline']:>9.4f} {r['current']:>9.4f} "
-            f"{r['change']:>+11.4f} {r['se']:>7.4f} {r['p_holm']:>9.3g}  "
-            f"{'FAIL' if r['failed'] else 'ok'}"
-        )
-    return "\n".join(lines)
-
-
-def junit_xml(rows: list[dict[str, Any]]) -> str:
-    failures = sum(r["failed"] for r in rows)
-    out = [
-        '<?xml version="1.0" encoding="UTF-8"?>',
-        f'<testsuite name="posgen-gate" tests="{len(rows)}" failures="{failures}">',
-    ]
-    for r in rows:
-        name = _name(tuple(r[k] for k in KEY))
-        out.append(f'  <testcase classname="posgen.gate" name={quoteattr(name)}>')
-        if r["failed"]:
-            msg = (
-                f"{'NLL excess past C' if r['rate'] is None else 'degradation'} "
-                f"{r['current']:.4f} vs baseline {r['baseline']:.4f}: paired "
-                f"change {r['change']:+.4f} per document (se {r['se']:.4f}), Holm p "
-                f"{r['p_holm']:.3g}"
-            )
-            out.append(f"    <failure message={quoteattr(msg)}/>")
-        out.append("  </testcase>")
-    out.append("</testsuite>")
-    return "\n".join(out) + "\n"

@@ -21,6 +21,7 @@ from posgen.results.report.examples import examples_section
 from posgen.results.report.length import run_blocks as length_run_blocks
 from posgen.results.report.realised_plots import common_axis_blocks
 from posgen.results.report.render import Block, render_html, render_markdown
+from posgen.results.report.worst_case import worst_case_blocks
 from posgen.results.scores.association import RULE
 from posgen.results.scores.run import json_records, load_scores
 from posgen.results.scores.scoring import FIT_COLUMNS, primary_metric
@@ -145,6 +146,7 @@ def build_blocks(store, scores: dict[str, Any]) -> list[Block]:
     blocks += [("h", 2, "Degradation at each rate")]
     blocks += [("p", REALISED_TEXT)]
     blocks.append(("table", *detail_table(scores)))
+    blocks += worst_case_blocks(cfg, scores)  # posgen run --seeds K > 1
     blocks += length_run_blocks(store.root)  # posgen run --length: RUN/length/<model>/
     blocks += examples_section(cfg_models(cfg), scores["cells"])
     blocks += not_shown_blocks(cfg, scores)

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping
+from itertools import product
 from pathlib import Path
 from typing import Any
 
-from posgen.results.folder.config import Scoring
+from posgen.results.folder.config import RunConfig, Scoring
 from posgen.results.folder.schema import SchemaError
-from posgen.results.folder.store import RunStore
+from posgen.results.folder.store import RunStore, check_cell_record, read_parquet
 from posgen.results.scores.association import cross_model
 from posgen.results.scores.scoring import (
     degradation_table,
@@ -29,6 +30,17 @@ def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
     cells = store.read_cells()
     if not cells:
         raise SchemaError(f"{run_dir} has no finished cells yet; run `posgen run` first")
+    for cell in cells:  # a corrupt cell file is bad input, named
+        check_cell_record(cell, store.cell_path(cell.get("model", "?"), cell.get("cell_id", "?")))
+    missing = missing_cells(store.run_config, cells)
+    if missing:
+        shown = ", ".join(missing[:4]) + (
+            f" and {len(missing) - 4} more" if len(missing) > 4 else ""
+        )
+        raise SchemaError(
+            f"{run_dir} is missing {len(missing)} finished cell(s) of its sweep ({shown}); "
+            "finish it with `posgen run` and the same settings (it resumes)"
+        )
     results, perdoc = result_rows(cells), perdoc_rows(cells)
     decomps = load_decompositions(store)
     fits = {m: fit_quality(d) for m, d in decomps.items()}
@@ -44,14 +56,44 @@ def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
     }
 
 
-def load_decompositions(store) -> dict[str, Any]:
-    import pandas as pd
+MODEL_SIDE_KINDS = ("position", "feature")
 
+
+def missing_cells(config: RunConfig, cells: list[dict[str, Any]]) -> list[str]:
+    """The cells of the config's sweep that have no finished record, as
+    ``model: task kind/scheme@rate seed S`` (the plan of ``posgen run``: per model and
+    task the unperturbed cell, then every non-zero value of every scheme per seed; no
+    model-side kinds for a model without RoPE). An ingested run has no plan: none."""
+    if config.preset == "ingest":
+        return []
+    seeds = [config.seed + k for k in range(config.seeds)]
+    have = {(c["model"], *_cell_key(c["cell"])) for c in cells}
+    have_base = {(m, t) for m, t, k, *_ in have if k == "none"}
+    out = []
+    for model in config.models:
+        for task in config.tasks:
+            if (model.label, task) not in have_base:
+                out.append(f"{model.label}: {task} unperturbed")
+            for kind, axis in config.sweep.items():
+                if not model.rope and kind in MODEL_SIDE_KINDS:
+                    continue
+                for scheme, value, s in product(axis.schemes, axis.values, seeds):
+                    key = (model.label, task, kind, scheme, float(value), s)
+                    if value != 0 and key not in have:
+                        out.append(f"{model.label}: {task} {kind}/{scheme}@{value:g} seed {s}")
+    return out
+
+
+def _cell_key(cell: dict[str, Any]) -> tuple:
+    return (cell["task"], cell["kind"], cell["scheme"], float(cell["rate"]), cell["seed"])
+
+
+def load_decompositions(store) -> dict[str, Any]:
     out = {}
     for m in store.run_config.models:
         path = store.decomposition_path(m.label)
         if path.is_file():
-            out[m.label] = pd.read_parquet(path)
+            out[m.label] = read_parquet(path)
     return out
 
 

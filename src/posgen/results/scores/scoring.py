@@ -89,6 +89,8 @@ def collapse_seeds(perdoc):
     keys = [c for c in GROUP if c != "seed"] + ["rate", "doc_key"]
     cols = ["base_num", "base_den", "num", "den"]
     agg: dict[str, Any] = {c: "mean" for c in cols} | {"seed": "min"}
+    if "delta_worst" in perdoc.columns:  # the same on every seed's row of a document
+        agg["delta_worst"] = "max"
     if "choice" in perdoc.columns:  # 1 when the predicted choice is unchanged, NaN: unknown
         known = (perdoc["choice"] >= 0) & (perdoc["base_choice"] >= 0)
         same = (perdoc["choice"] == perdoc["base_choice"]).astype(float)

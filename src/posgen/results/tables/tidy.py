@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,7 @@ from posgen.results.folder.schema import (
     SchemaError,
     frame,
 )
+from posgen.results.folder.store import read_json
 from posgen.results.stats.resampling import resample_counts
 from posgen.results.tables.realised import STATS, doc_examples, document_items, summary, text_items
 from posgen.tasks.doc_ids import DOC_ID, source_ids
@@ -55,7 +57,10 @@ def extract_docs(samples: Iterable[Mapping[str, Any]], split: str = "test") -> d
     logged samples; ``split`` is the split lm-eval evaluated (for documents without an id
     field). A document with no words or no bytes (lm-eval logs ``[0, 0]``) has no
     perplexity ratio: it is left out of ``keys``/``num``/``den`` and its key listed in
-    ``excluded`` (it adds nothing to lm-eval's sums either)."""
+    ``excluded`` (it adds nothing to lm-eval's sums either). So is an empty document in
+    word perplexity, which lm-eval counts as one word (``len(re.split(r"\\s+", ""))`` is 1)
+    of loglikelihood 0: no bytes, or a ``[0.0, 1]`` pair; ``excluded_sum`` keeps what
+    lm-eval summed for the excluded documents, so its reported value is still checked."""
     samples = list(samples)
     keys = doc_keys(samples, split)
     out: dict[str, dict[str, list]] = {}
@@ -65,8 +70,11 @@ def extract_docs(samples: Iterable[Mapping[str, Any]], split: str = "test") -> d
                 continue
             num, den = _num_den(sample[metric], rule, metric)
             slot = out.setdefault(metric, {"keys": [], "num": [], "den": [], "excluded": []})
-            if rule == "perplexity" and den == 0:
+            if rule == "perplexity" and (den == 0 or _empty_words(sample, metric, num, den)):
                 slot["excluded"].append(key)
+                # what lm-eval summed for it anyway, to check its reported value
+                ex = slot.setdefault("excluded_sum", [0.0, 0.0])
+                ex[0], ex[1] = ex[0] + num, ex[1] + den
                 continue
             slot["keys"].append(key)
             slot["num"].append(num)
@@ -78,6 +86,16 @@ def extract_docs(samples: Iterable[Mapping[str, Any]], split: str = "test") -> d
             "duplicate document keys in the logged samples; documents cannot be paired"
         )
     return out
+
+
+def _empty_words(sample: Mapping[str, Any], metric: str, num: float, den: float) -> bool:
+    """An empty document lm-eval logged as one word: no bytes, or loglikelihood 0."""
+    if metric != "word_perplexity" or den != 1:
+        return False
+    nbytes = sample.get("byte_perplexity")
+    if isinstance(nbytes, (list, tuple)) and len(nbytes) == 2:
+        return float(nbytes[1]) == 0
+    return num == 0
 
 
 def predicted_choice(sample: Mapping[str, Any]) -> int:
@@ -140,12 +158,14 @@ def cell_metrics(
             continue
         value = float(aggregate(rule, num, den))
         lm_value = reported.get(f"{metric},none")
+        ex_num, ex_den = slot.get("excluded_sum", (0.0, 0.0))  # what lm-eval also summed
+        as_lm_eval = float(aggregate(rule, np.append(num, ex_num), np.append(den, ex_den)))
         if isinstance(lm_value, (int, float)) and not math.isclose(
-            value, lm_value, rel_tol=1e-6, abs_tol=1e-9
+            as_lm_eval, lm_value, rel_tol=1e-6, abs_tol=1e-9
         ):
             raise SchemaError(
                 f"{metric}: lm-eval reported {lm_value}, the logged documents "
-                f"give {value}; the samples do not match the results"
+                f"give {as_lm_eval}; the samples do not match the results"
             )
         lm_se = reported.get(f"{metric}_stderr,none")
         stderr = (
@@ -216,6 +236,13 @@ def perdoc_rows(cells: Iterable[Mapping[str, Any]]):
             )
         for metric, slot in c["docs"].items():
             rows.extend(_pair_rows(c, b["docs"].get(metric), slot, metric))
+    worst: dict[tuple, float] = {}  # per document, the largest delta over the cell's seeds
+    for r in rows:
+        key = (r["model"], r["task"], r["kind"], r["scheme"], r["rate"], r["metric"], r["doc_key"])
+        worst[key] = max(worst.get(key, -math.inf), r["delta"])
+    for r in rows:
+        key = (r["model"], r["task"], r["kind"], r["scheme"], r["rate"], r["metric"], r["doc_key"])
+        r["delta_worst"] = worst[key]
     return frame(rows, PERDOC_COLUMNS)
 
 
@@ -348,12 +375,9 @@ def length_tables(run_root: Any) -> dict[str, Any]:
     """The tidy length tables of ``posgen run --length`` (``length_effective`` and
     ``length_curves``, schema.LENGTH_*_COLUMNS) from every ``RUN/length/<model>/
     length_scores.json``; empty dict when the run has no length folder."""
-    import json
-    from pathlib import Path
-
     effective, curves = [], []
     for path in sorted(Path(run_root).glob("length/*/length_scores.json")):
-        scores = json.loads(path.read_text(encoding="utf-8"))
+        scores = read_json(path, "length scores")
         model, config = path.parent.name, scores["config"]
         for scheme, eff in scores["effective"].items():
             effective.append(

@@ -1,0 +1,172 @@
+"""``posgen layers``: degradation when positions are perturbed in one layer at a time.
+
+One model load: the posgen_prose documents scored plainly, with the scheme in each chosen
+layer alone, and in every layer at once; then the decomposition of the same weights, a
+within-model relation test of sensitivity against fit quality (and drift past the trained
+context, given a ``posgen length`` folder), a table and a figure. See docs/layers.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from posgen.perturbations.seeding import DEFAULT_SEED
+
+DEFAULT_POSITIONS = "swap:0.2"
+DEFAULT_LIMIT = 12  # posgen run's default posgen_prose documents
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model", default="embedded", metavar="ID_OR_PATH", help="model (default: embedded)"
+    )
+    parser.add_argument(
+        "--positions",
+        default=DEFAULT_POSITIONS,
+        help=f"position scheme put in one layer at a time (default {DEFAULT_POSITIONS}; "
+        "'none' with --features)",
+    )
+    parser.add_argument("--features", help="feature scheme instead or as well, e.g. rope_noise:1")
+    parser.add_argument(
+        "--layers", help="layers to profile: 12, 0-5 or 3;7;11 (default: every layer)"
+    )
+    parser.add_argument(
+        "--heads",
+        action="store_true",
+        help="one cell per query head of each chosen layer (hf-posgen heads=); with "
+        "--layers to keep it short",
+    )
+    parser.add_argument(
+        "--limit", type=int, default=DEFAULT_LIMIT, help=f"posgen_prose documents ({DEFAULT_LIMIT})"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=DEFAULT_SEED, help=f"perturbation seed ({DEFAULT_SEED})"
+    )
+    parser.add_argument(
+        "--decompose-docs",
+        type=int,
+        default=8,
+        help="probe windows of the decomposition (8; 0: no fit-quality relation)",
+    )
+    parser.add_argument("--decompose-tokens", type=int, default=256, help="tokens per window")
+    parser.add_argument(
+        "--length-run",
+        type=Path,
+        metavar="DIR",
+        help="a `posgen length` folder of the same model with scheme 'none': relate "
+        "sensitivity to attention-output drift past the trained context",
+    )
+    parser.add_argument("--out", type=Path, help="output folder (default ./posgen-layers/<model>)")
+    parser.add_argument("--batch-size", default="8", help="lm-eval batch size (default 8)")
+    load = parser.add_argument_group("model loading (as posgen run)")
+    load.add_argument("--dtype", default="float32", help="float32 (default), bfloat16, float16")
+    load.add_argument("--revision", help="hub branch, tag or commit")
+    load.add_argument("--trust-remote-code", action="store_true", help="run the hub repo's code")
+    load.add_argument("--attn-implementation", help="eager, sdpa, ...")
+    load.add_argument("--peft", metavar="ADAPTER", help="a PEFT adapter folder or hub id")
+    parser.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
+    parser.add_argument("--no-progress", action="store_true", help="no per-cell progress lines")
+
+
+class _BadInput(ValueError):
+    pass
+
+
+def resolve(args: argparse.Namespace) -> dict:
+    """The run's settings, every check done before the model loads."""
+    from posgen.harness.hf_posgen.layer_selection import check_layers, parse_layers
+    from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
+    from posgen.harness.run.plan import PlanError, model_entries
+    from posgen.perturbations.base import PerturbationError
+
+    if args.limit < 2:
+        raise _BadInput(f"--limit {args.limit}: need at least 2 documents for an interval")
+    if args.decompose_docs < 0 or args.decompose_tokens < 8:
+        raise _BadInput("--decompose-docs must be >= 0 and --decompose-tokens >= 8")
+    if args.length_run is not None and not (args.length_run / "length_scores.json").is_file():
+        raise _BadInput(f"--length-run {args.length_run}: no length_scores.json there")
+    try:
+        spec = ModelPerturbation.parse(args.positions, args.features, args.seed)
+        if not spec.changes_model:
+            raise _BadInput("give a position or feature scheme that changes the model")
+        layers = parse_layers(args.layers)
+        options = {"dtype": args.dtype, "revision": args.revision}
+        options.update(
+            {
+                k: v
+                for k, v in (
+                    ("trust_remote_code", args.trust_remote_code),
+                    ("attn_implementation", args.attn_implementation),
+                    ("peft", args.peft),
+                )
+                if v
+            }
+        )
+        (entry,) = model_entries([args.model], False, args.seed, options)
+        if not entry.rope:
+            raise _BadInput(f"{args.model} has no rotary position embedding to perturb")
+        count, n_heads = _layer_count(entry)
+        check_layers(layers, count, entry.label)
+    except (PerturbationError, PlanError) as e:
+        raise _BadInput(str(e)) from None
+    return {
+        "model": entry.to_dict(),
+        "positions": None if spec.positions is None else spec.positions.to_string(),
+        "features": None if spec.features is None else spec.features.to_string(),
+        "seed": args.seed,
+        "limit": args.limit,
+        "layers": list(layers if layers is not None else range(count)),
+        "batch_size": args.batch_size,
+        "decompose": {"docs": args.decompose_docs, "tokens": args.decompose_tokens},
+        **({"heads": n_heads} if args.heads else {}),  # query heads per layer
+    }
+
+
+def _layer_count(entry) -> tuple[int, int]:
+    """Decoder layers and query heads per layer, from the config alone."""
+    from transformers import AutoConfig
+
+    from posgen.harness.embedded import resolve_pretrained
+
+    config = AutoConfig.from_pretrained(
+        resolve_pretrained(entry.path), trust_remote_code=entry.trust_remote_code
+    )
+    text = config.get_text_config()
+    return int(text.num_hidden_layers), int(text.num_attention_heads)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        config = resolve(args)
+    except _BadInput as e:
+        print(f"posgen layers: {e}", file=sys.stderr)
+        return 2
+    import contextlib
+    import time
+
+    from posgen.harness.layers.folder import LayersFolder
+    from posgen.harness.layers.runner import run
+    from posgen.harness.layers.score import write_report
+    from posgen.results.folder.lock import RunLock, RunLockedError
+    from posgen.results.folder.store import RunConflictError, slug
+
+    out = args.out or Path("posgen-layers") / slug(config["model"]["label"])
+    start = time.perf_counter()
+    try:
+        with contextlib.ExitStack() as stack:
+            folder = LayersFolder.create(out, config)
+            stack.enter_context(RunLock(out))
+            timings = run(folder, args.device, progress=not args.no_progress)
+            paths = write_report(folder, args.length_run)
+    except (RunConflictError, RunLockedError) as e:
+        print(f"posgen layers: {e}", file=sys.stderr)
+        return 2
+    cells = sum(v for k, v in timings.items() if k != "decomposition")
+    print(
+        f"posgen layers: {len(timings)} step(s) in {time.perf_counter() - start:.1f} s "
+        f"(cells {cells:.1f} s, decomposition {timings.get('decomposition', 0):.1f} s); "
+        f"report in {paths['md']}"
+    )
+    return 0

@@ -1,0 +1,66 @@
+"""``layers=``: which decoder layers a position or feature scheme acts in.
+
+Forms (``--model_args`` splits at commas, so ranges and lists use ``-`` and ``;``):
+``12``, ``0-5``, ``3;7;11``, ``0-3;8``; indices count from 0 in the model's decoder
+stack. No torch here: the CLI checks a spec before anything heavy loads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from posgen.perturbations.base import PerturbationError
+
+LAYERS_FORMS = "a layer (12), a range (0-5) or ';'-separated ones (3;7;11)"
+
+
+def parse_layers(
+    value: str | int | Sequence[int] | None, what: str = "layers"
+) -> tuple[int, ...] | None:
+    """``layers=`` (or ``heads=``, ``what``) value -> sorted distinct indices (None for
+    ``None``/``''``/``all``). Raises :class:`PerturbationError` naming the accepted forms."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "all", "none")):
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        parts: list[str] = [str(value)]
+    elif isinstance(value, str):
+        parts = [p.strip() for p in value.split(";")]
+    else:
+        parts = [str(v) for v in value]
+    chosen: set[int] = set()
+    for part in parts:
+        lo, dash, hi = part.partition("-")
+        if not lo.strip().isdigit() or (dash and not hi.strip().isdigit()):
+            raise PerturbationError(f"{what}={value}: {part!r} is not {LAYERS_FORMS}")
+        a, b = int(lo), int(hi) if dash else int(lo)
+        if b < a:
+            raise PerturbationError(f"{what}={value}: range {part!r} runs backwards")
+        chosen.update(range(a, b + 1))
+    return tuple(sorted(chosen))
+
+
+def check_layers(layers: Sequence[int] | None, count: int, what: str = "the model") -> None:
+    """Raise :class:`PerturbationError` unless every index is below ``count``."""
+    if layers and max(layers) >= count:
+        raise PerturbationError(
+            f"layers={format_layers(layers)}: {what} has {count} layers (0-{count - 1})"
+        )
+
+
+def format_layers(layers: Sequence[int]) -> str:
+    """Short form of sorted indices, e.g. ``0-5;9`` (``parse_layers`` reads it back)."""
+    runs: list[list[int]] = []
+    for i in layers:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ";".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def check_heads(heads: Sequence[int] | None, count: int) -> None:
+    """Raise :class:`PerturbationError` unless every query head index is below ``count``."""
+    if heads and max(heads) >= count:
+        raise PerturbationError(
+            f"heads={format_layers(heads)}: the model has {count} query heads (0-{count - 1})"
+        )

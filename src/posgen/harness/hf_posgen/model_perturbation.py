@@ -1,0 +1,117 @@
+"""The model-side perturbation of one ``hf-posgen`` run: schemes, seed, layers.
+
+``positions=`` and ``features=`` name registered schemes; ``layers=`` restricts both to
+chosen decoder layers (:mod:`.layer_hooks`); the record of the perturbation goes into
+every result and prefixes every ``--use_cache`` key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from posgen.harness.hf_posgen.layer_selection import format_layers, parse_layers
+from posgen.perturbations.base import Perturbation, PerturbationError, registry
+from posgen.perturbations.features import FeaturePerturbation
+from posgen.perturbations.length import LengthPerturbation
+from posgen.perturbations.positions import PositionPerturbation
+from posgen.perturbations.seeding import DEFAULT_SEED
+
+
+def parse_spec(kind: str, value: str | Perturbation | None) -> Perturbation | None:
+    """``positions=``/``features=`` value -> perturbation (None for ``None``/``''``/``none``).
+
+    Errors name the accepted forms, e.g. ``swap:RATE, shift:OFFSET, ...``.
+    """
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
+        return None
+    if isinstance(value, Perturbation):
+        if value.kind != kind:
+            raise PerturbationError(f"expected a {kind} perturbation, got {value.kind} {value}")
+        return value
+    try:
+        return registry.parse(kind, str(value))
+    except PerturbationError as exc:  # its message lists the accepted forms
+        arg = "positions" if kind == "position" else "features"
+        raise PerturbationError(f"{arg}={value}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class ModelPerturbation:
+    """The model-side perturbation of one run: position scheme, feature scheme, seed."""
+
+    positions: PositionPerturbation | None = None
+    features: FeaturePerturbation | None = None
+    seed: int = DEFAULT_SEED
+    length: LengthPerturbation | None = None
+    layers: tuple[int, ...] | None = None  # decoder layers the schemes act in; None: all
+    heads: tuple[int, ...] | None = None  # query heads within those layers; None: all
+
+    @classmethod
+    def parse(
+        cls,
+        positions: str | Perturbation | None,
+        features: str | Perturbation | None,
+        seed: int | str | None,
+        layers: str | int | Sequence[int] | None = None,
+        heads: str | int | Sequence[int] | None = None,
+    ) -> ModelPerturbation:
+        seed = DEFAULT_SEED if seed is None else seed
+        if isinstance(seed, bool) or not str(seed).lstrip("-").isdigit():
+            raise PerturbationError(f"perturb_seed must be an int, got {seed!r}")
+        new = cls(
+            parse_spec("position", positions),
+            parse_spec("feature", features),  # type: ignore[arg-type]
+            int(seed),
+            layers=parse_layers(layers),
+            heads=parse_layers(heads, "heads"),
+        )
+        if new.heads is not None and new.layers is None:
+            raise PerturbationError(
+                f"heads={heads} picks query heads within layers=; give layers= too"
+            )
+        if new.layers is not None and new.positions is None and new.features is None:
+            raise PerturbationError(
+                f"layers={layers} restricts positions=/features= to those layers; "
+                "give a positions= or features= scheme too"
+            )
+        return new
+
+    @property
+    def is_set(self) -> bool:
+        """A position, feature or length scheme was given (even an identity one)."""
+        return self.positions is not None or self.features is not None or self.length is not None
+
+    @property
+    def changes_model(self) -> bool:
+        """Some scheme would change the forward (identity schemes do not)."""
+        schemes = (self.positions, self.features, self.length)
+        return any(p is not None and not p.is_identity for p in schemes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able record for results: full specs, short forms and seed."""
+        return {
+            "positions": None if self.positions is None else self.positions.spec.to_dict(),
+            "features": None if self.features is None else self.features.spec.to_dict(),
+            "positions_str": None if self.positions is None else self.positions.to_string(),
+            "features_str": None if self.features is None else self.features.to_string(),
+            "perturb_seed": self.seed,
+            **(
+                {}
+                if self.length is None
+                else {"length": self.length.spec.to_dict(), "length_str": self.length.to_string()}
+            ),
+            **({} if self.layers is None else {"layers": format_layers(self.layers)}),
+            **({} if self.heads is None else {"heads": format_layers(self.heads)}),
+        }
+
+    def cache_namespace(self) -> str:
+        """'' when nothing is set (answers equal plain ``hf``), else a digest of the specs
+        and seed that prefixes every response-cache key."""
+        if not self.is_set:
+            return ""
+        body = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(body.encode("utf-8")).hexdigest()[:32]

@@ -1,0 +1,1 @@
+"""``posgen layers``: which layers carry position (sensitivity per layer, one model load)."""

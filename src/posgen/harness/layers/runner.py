@@ -1,0 +1,164 @@
+"""Run the cells of ``posgen layers`` on one loaded model, then score and report.
+
+Cells, each the posgen_prose documents scored by the model's own
+``loglikelihood_rolling`` (lm-eval's rolling windows, as ``posgen run`` scores the task):
+
+- ``plain``: no perturbation;
+- ``layer-NNN``: the scheme in decoder layer NNN only (``hf-posgen`` ``layers=NNN``);
+- ``all``: the scheme in every layer at once (the global path of ``posgen run``).
+
+Then the decomposition of the same weights (``posgen decompose``'s pipeline), and the
+scores (:mod:`posgen.results.scores.layers`) and report (:mod:`posgen.results.report.layers`).
+Every cell is written as soon as it is scored; a rerun skips the ones already there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from posgen.harness.layers.folder import LayersFolder
+
+TASK = "posgen_prose"
+
+
+def cell_name(layer: int | None, head: int | None = None) -> str:
+    if layer is None:
+        return "all"
+    return f"layer-{layer:03d}" if head is None else f"layer-{layer:03d}-head-{head:02d}"
+
+
+def cell_plan(config: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(cell, layers, heads)`` in order: plain, each layer (or each head of each
+    chosen layer with ``heads`` in the config), all layers."""
+    cells: list[tuple[str, Any, Any]] = [("plain", "plain", None)]
+    for i in config["layers"]:
+        if config.get("heads"):
+            cells += [(cell_name(i, h), (i,), (h,)) for h in range(config["heads"])]
+        else:
+            cells.append((cell_name(i), (i,), None))
+    return [*cells, ("all", None, None)]
+
+
+def prose_documents(limit: int) -> list[dict[str, Any]]:
+    """The first ``limit`` posgen_prose documents (lm-eval's ``--limit`` takes the first)."""
+    from posgen.tasks.offline import load_rows
+
+    return load_rows(f"{TASK}.jsonl")[:limit]
+
+
+def word_count(text: str) -> int:
+    """Words as lm-eval's rolling tasks count them (``word_perplexity``'s weight)."""
+    return len(re.split(r"\s+", text))
+
+
+def load_lm(config: dict[str, Any], device: str | None) -> Any:
+    """The model as ``posgen run`` loads it: ``HFPosgenLM`` with the entry's load options."""
+    import torch
+
+    from posgen.harness.hf_posgen.model import HFPosgenLM
+    from posgen.results.folder.config import ModelEntry
+
+    entry = ModelEntry.from_dict(config["model"])
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return HFPosgenLM(
+        pretrained=entry.path,
+        device=device,
+        batch_size=config["batch_size"],
+        dtype=entry.dtype,
+        **entry.load_options(),
+    )
+
+
+def score_documents(lm: Any, texts: list[str]) -> list[float]:
+    """Summed log-likelihood of each text under the model's current perturbation."""
+    from lm_eval.api.instance import Instance
+
+    reqs = [Instance("loglikelihood_rolling", None, (t,), i) for i, t in enumerate(texts)]
+    return [float(x) for x in lm.loglikelihood_rolling(reqs, disable_tqdm=True)]
+
+
+def run_cells(
+    folder: LayersFolder, lm: Any, layers: list[int], progress: bool = True, log: Any = None
+) -> dict[str, float]:
+    """Score every unfinished cell of ``folder`` (lm-eval's own output into ``log``);
+    returns seconds per cell scored."""
+    cfg = folder.config
+    docs = prose_documents(cfg["limit"])
+    texts = [d["text"] for d in docs]
+    timings: dict[str, float] = {}
+    todo = [c for c in cell_plan(cfg) if not folder.has_cell(c[0])]
+    for k, (cell, layer_set, head_set) in enumerate(todo, 1):
+        if layer_set == "plain":
+            lm.set_perturbation(None, None, cfg["seed"])
+        else:
+            p = (cfg["positions"], cfg["features"], cfg["seed"])
+            lm.set_perturbation(*p, layers=layer_set, heads=head_set)
+        start, cpu = time.perf_counter(), time.process_time()
+        with contextlib.redirect_stderr(log or sys.stderr):
+            ll = score_documents(lm, texts)
+        timings[cell] = time.perf_counter() - start
+        cpu = time.process_time() - cpu  # every thread of this process
+        folder.write_cell(
+            cell,
+            {
+                "cell": cell,
+                "documents": [d["doc_id"] for d in docs],
+                "loglikelihood": ll,
+                "words": [word_count(t) for t in texts],
+                "perturbation": lm.perturbation.to_dict(),
+            },
+        )
+        if progress:
+            print(
+                f"posgen layers: {cell} ({k}/{len(todo)}) {timings[cell]:.1f} s ({cpu:.1f} CPU-s)",
+                file=sys.stderr,
+                flush=True,
+            )
+    lm.set_perturbation(None, None, cfg["seed"])
+    return timings
+
+
+def decompose(folder: LayersFolder, lm: Any) -> Path:
+    """The decomposition table of the loaded weights (``posgen decompose``'s pipeline)."""
+    from posgen.harness.decomposition.pipeline import decompose_model
+    from posgen.results.folder.store import atomic_write_parquet
+
+    spec = folder.config["decompose"]
+    lm.set_perturbation(None, None, folder.config["seed"])
+    table = decompose_model(
+        lm.model,
+        tokenizer=lm.tokenizer,
+        docs=spec["docs"],
+        tokens=spec["tokens"],
+        seed=folder.config["seed"],
+        progress=False,
+    )
+    table["model"] = folder.config["model"]["label"]
+    atomic_write_parquet(folder.decomposition_path, table)
+    return folder.decomposition_path
+
+
+def run(folder: LayersFolder, device: str | None, progress: bool = True) -> dict[str, float]:
+    """Load once, score the unfinished cells, fit the decomposition if missing."""
+    cfg = folder.config
+    layers = list(cfg["layers"])
+    todo = [c for c, _, _ in cell_plan(cfg) if not folder.has_cell(c)]
+    need_fit = cfg["decompose"]["docs"] > 0 and not folder.decomposition_path.is_file()
+    if not todo and not need_fit:
+        return {}
+    log_path = folder.root / "lm_eval.log"
+    with open(log_path, "a", encoding="utf-8") as log:
+        with contextlib.redirect_stderr(log):  # transformers' and lm-eval's bars and notes
+            lm = load_lm(cfg, device)
+        timings = run_cells(folder, lm, layers, progress, log)
+        if need_fit:
+            start = time.perf_counter()
+            with contextlib.redirect_stderr(log):
+                decompose(folder, lm)
+            timings["decomposition"] = time.perf_counter() - start
+    return timings

@@ -1,0 +1,122 @@
+"""Scores and report of a ``posgen layers`` folder (re-made from its files on every run)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from posgen.harness.layers.folder import LayersFolder
+from posgen.harness.layers.runner import cell_name
+
+
+def covariates(
+    folder: LayersFolder, length_run: Path | None, by_head: bool = False
+) -> dict[str, dict[Any, float]]:
+    """Per layer (or per ``(layer, head)``): fit r (mean ``r_3axis`` over documents, and
+    heads for a layer), distance share, and drift past the trained context of the plain
+    model (``none`` scheme of a length run; per layer only)."""
+    out: dict[str, dict[Any, float]] = {}
+    if folder.decomposition_path.is_file():
+        import pandas as pd
+
+        table = pd.read_parquet(folder.decomposition_path)
+        keys = ["layer", "head"] if by_head else ["layer"]
+        means = table.groupby(keys)[["r_3axis", "share_distance"]].mean()
+        index = [tuple(int(v) for v in k) if by_head else int(k) for k in means.index]
+        out["fit_r"] = dict(zip(index, means["r_3axis"], strict=True))
+        out["share_distance"] = dict(zip(index, means["share_distance"], strict=True))
+    if length_run is not None and not by_head:
+        out["drift"] = read_drift(length_run)
+    return out
+
+
+def read_drift(length_run: Path) -> dict[int, float]:
+    """Per-layer drift of the ``none`` scheme from a length folder's ``length_scores.json``."""
+    from posgen.results.folder.store import read_json
+
+    scores = read_json(Path(length_run) / "length_scores.json", "length scores")
+    rows = [r for r in scores.get("drift", []) if r.get("scheme") == "none"]
+    if not rows:
+        raise ValueError(
+            f"{length_run}: no drift of the plain model (scheme 'none'); run posgen length "
+            "with 'none' among its schemes"
+        )
+    return {int(r["layer"]): float(r["drift"]) for r in rows}
+
+
+def build_profile(folder: LayersFolder, length_run: Path | None = None) -> dict[str, Any]:
+    """The plain-data profile the report draws (see :mod:`posgen.results.report.layers`)."""
+    from posgen.results.scores.layers import additivity, degradation_row, relation
+
+    cfg = folder.config
+    plain = folder.read_cell("plain")
+    bll, words = plain["loglikelihood"], plain["words"]
+    by_head = bool(cfg.get("heads"))
+    cov = covariates(folder, length_run, by_head)
+    layers = []
+    for i in cfg["layers"]:
+        for h in range(cfg["heads"]) if by_head else [None]:
+            pll = folder.read_cell(cell_name(i, h))["loglikelihood"]
+            row = {"layer": i, **({} if h is None else {"head": h})}
+            row.update(degradation_row(bll, pll, words))
+            key = i if h is None else (i, h)
+            row.update({k: float(v.get(key, math.nan)) for k, v in cov.items()})
+            layers.append(row)
+    everywhere = {
+        "cell": "all",
+        **degradation_row(bll, folder.read_cell("all")["loglikelihood"], words),
+    }
+    s = [r["sensitivity"] for r in layers]
+    scheme = " + ".join(x for x in (cfg["positions"], cfg["features"]) if x)
+    return {
+        "model": cfg["model"]["label"],
+        "scheme": scheme,
+        "documents": len(words),
+        **({"heads": cfg["heads"]} if by_head else {}),
+        "layers": layers,
+        "all": everywhere,
+        "additivity": additivity([{**r, "cell": str(r["layer"])} for r in layers] + [everywhere]),
+        "relation": relation(s, {k: [r[k] for r in layers] for k in cov}),
+    }
+
+
+def write_report(folder: LayersFolder, length_run: Path | None = None) -> dict[str, Path]:
+    """layer_profile.csv, layer_relation.csv, layers_scores.json, layers.png, layers.md."""
+    import pandas as pd
+
+    from posgen.atomic import atomic_write, atomic_write_bytes, atomic_write_text
+    from posgen.results.folder.store import atomic_write_json
+    from posgen.results.report.layers import profile_figure, render_markdown
+
+    prof = build_profile(folder, length_run)
+    root = folder.root
+    paths = {
+        "profile": root / "layer_profile.csv",
+        "relation": root / "layer_relation.csv",
+        "scores": root / "layers_scores.json",
+        "png": root / "layers.png",
+        "md": root / "layers.md",
+    }
+    table = pd.DataFrame([*prof["layers"], {**prof["all"], "layer": "all"}])
+    atomic_write(paths["profile"], lambda p: table.to_csv(p, index=False))
+    rel = pd.DataFrame(prof["relation"])
+    atomic_write(paths["relation"], lambda p: rel.to_csv(p, index=False))
+    atomic_write_json(paths["scores"], _json_safe(prof))
+    atomic_write_bytes(paths["png"], profile_figure([prof]))
+    atomic_write_text(paths["md"], render_markdown([prof]))
+    return paths
+
+
+def _json_safe(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, float | np.floating):
+        return float(obj) if math.isfinite(obj) else None
+    if isinstance(obj, np.integer):
+        return int(obj)
+    return obj

@@ -1,0 +1,137 @@
+"""``posgen layers`` end to end on a hand-built tiny model with a planted answer."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from posgen.harness.cli import build_parser
+from posgen.harness.cli.layers import main
+from tiny_models import CONFIGS, build_tokenizer
+
+POSITIONAL = 2  # the one layer whose attention depends on positions
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory) -> Path:
+    """4-layer Llama whose layers 0, 1, 3 have q/k projections scaled by 1e-3 (attention
+    logits ~1e-6 of their size: nearly uniform, barely position-dependent) and whose layer
+    2 has them scaled up 8x (sharp, position-dependent attention) and its v/o projections
+    4x (so what it attends to moves the residual stream)."""
+    cfg = AutoConfig.for_model("llama", **dict(CONFIGS["llama"], num_hidden_layers=4))
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    with torch.no_grad():
+        for i, layer in enumerate(model.model.layers):
+            scale = 8.0 if i == POSITIONAL else 1e-3
+            layer.self_attn.q_proj.weight.mul_(scale)
+            layer.self_attn.k_proj.weight.mul_(scale)
+            if i == POSITIONAL:
+                layer.self_attn.v_proj.weight.mul_(4.0)
+                layer.self_attn.o_proj.weight.mul_(4.0)
+    path = tmp_path_factory.mktemp("planted") / "model"
+    model.save_pretrained(path)
+    build_tokenizer().save_pretrained(path)
+    return path
+
+
+def run(*argv: str) -> int:
+    return main(build_parser("layers").parse_args(["layers", *argv]))
+
+
+ARGS = ("--limit", "3", "--positions", "shuffle", "--decompose-docs", "1", "--no-progress")
+
+
+@pytest.fixture(scope="module")
+def folder(planted, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("layers") / "run"
+    args = (*ARGS, "--decompose-tokens", "64")
+    assert run("--model", str(planted), "--out", str(out), *args) == 0
+    return out
+
+
+def test_the_profile_singles_out_the_planted_layer(folder):
+    """A random-weight model has no preferred order, so a perturbation moves each
+    document's likelihood either way: the profile must find *where* positions matter (the
+    size of the effect and of its interval), not a sign."""
+    table = pd.read_csv(folder / "layer_profile.csv")
+    per_layer = table[table["layer"] != "all"].assign(layer=lambda t: t["layer"].astype(int))
+    per_layer = per_layer.set_index("layer")
+    size = per_layer[["degradation", "ci_lo", "ci_hi"]].abs().max(axis=1)
+    assert size.idxmax() == POSITIONAL
+    assert size.drop(POSITIONAL).max() < 0.02 * size[POSITIONAL]
+
+
+def test_the_run_writes_its_report_and_relation(folder):
+    scores = json.loads((folder / "layers_scores.json").read_text())
+    assert [r["layer"] for r in scores["layers"]] == [0, 1, 2, 3]
+    assert {r["covariate"] for r in scores["relation"]} == {"fit_r", "share_distance"}
+    assert all(r["null_size"] == 8 for r in scores["relation"])
+    md = (folder / "layers.md").read_text()
+    assert "mirror-shift test" in md and "| all |" in md
+    assert (folder / "layers.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_rerun_resumes_without_rescoring(folder, planted, capsys):
+    before = {p.name: p.stat().st_mtime_ns for p in (folder / "cells").iterdir()}
+    assert (
+        run("--model", str(planted), "--out", str(folder), *ARGS, "--decompose-tokens", "64") == 0
+    )
+    assert {p.name: p.stat().st_mtime_ns for p in (folder / "cells").iterdir()} == before
+    assert "0 step(s)" in capsys.readouterr().out
+
+
+def test_other_settings_in_the_same_folder_are_refused(folder, planted, capsys):
+    assert run("--model", str(planted), "--out", str(folder), *ARGS, "--seed", "9") == 2
+    assert "other settings" in capsys.readouterr().err
+
+
+def test_a_foreign_folder_is_not_clobbered(planted, tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine")
+    assert run("--model", str(planted), "--out", str(tmp_path), *ARGS) == 2
+    assert "not a posgen layers folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("--layers", "x"), "layers=x"),
+        (("--layers", "2-9"), "has 4 layers"),
+        (("--limit", "1"), "at least 2 documents"),
+        (("--positions", "bogus:1"), "positions=bogus:1"),
+        (("--positions", "none"), "give a position or feature scheme"),
+        (("--positions", "swap:0"), "give a position or feature scheme"),
+        (("--length-run", "/nonexistent"), "no length_scores.json"),
+        (("--decompose-docs", "-1"), "--decompose-docs"),
+    ],
+)
+def test_bad_input_exits_2_before_any_model_loads(planted, tmp_path, argv, message, capsys):
+    out = tmp_path / "out"
+    assert run("--model", str(planted), "--out", str(out), *argv) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_model_without_rope_is_refused(tiny_model_dir, tmp_path, capsys):
+    assert run("--model", str(tiny_model_dir("gpt2")), "--out", str(tmp_path / "o")) == 2
+    assert "no rotary position embedding" in capsys.readouterr().err
+
+
+def test_heads_give_one_cell_per_head_of_the_chosen_layers(planted, tmp_path):
+    out = tmp_path / "heads"
+    assert run("--model", str(planted), "--out", str(out), *ARGS, "--heads", "--layers", "1-2") == 0
+    scores = json.loads((out / "layers_scores.json").read_text())
+    assert [(r["layer"], r["head"]) for r in scores["layers"]] == [
+        (i, h) for i in (1, 2) for h in range(4)
+    ]
+    assert all(r["null_size"] == 16 for r in scores["relation"])  # 8 heads, mirror ring
+    assert all(math.isfinite(r["fit_r"]) for r in scores["layers"])
+    size = {(r["layer"], r["head"]): abs(r["degradation"]) for r in scores["layers"]}
+    assert max(size, key=size.get)[0] == POSITIONAL
+    assert "| 2.3 |" in (out / "layers.md").read_text()
