@@ -109,6 +109,10 @@ def test_a_foreign_folder_is_not_clobbered(planted, tmp_path, capsys):
         (("--positions", "swap:0"), "give a position or feature scheme"),
         (("--length-run", "/nonexistent"), "no length_scores.json"),
         (("--decompose-docs", "-1"), "--decompose-docs"),
+        (("--device", "bogus"), "--device 'bogus'"),
+        (("--dtype", "float8"), "--dtype"),
+        (("--peft", "/nonexistent/adapter"), "no such adapter folder"),
+        (("--device-map", "{not json"), "--device-map"),
     ],
 )
 def test_bad_input_exits_2_before_any_model_loads(planted, tmp_path, argv, message, capsys):

@@ -160,7 +160,7 @@ def test_fused_kernel_and_explicit_local_attention_agree(causal):
 def test_the_causal_prefix_off_cpu_equals_the_fused_kernel():
     """Queries before W: off CPU, torch's scaled_dot_product_attention (no L × L scores on
     CUDA) gives what the CPU's fused kernel gives."""
-    from posgen.harness.length.lambda_attention import causal_attention, local_attention
+    from posgen.harness.hf_posgen.lambda_attention import causal_attention, local_attention
 
     gen = torch.Generator().manual_seed(2)
     q, k, v = (torch.randn(1, 3, 12, 8, generator=gen) for _ in range(3))

@@ -12,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from posgen.harness.loading import add_loading_arguments
 from posgen.perturbations.seeding import DEFAULT_SEED
 
 DEFAULT_POSITIONS = "swap:0.2"
@@ -60,13 +61,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", type=Path, help="output folder (default ./posgen-layers/<model>)")
     parser.add_argument("--batch-size", default="8", help="lm-eval batch size (default 8)")
-    load = parser.add_argument_group("model loading (as posgen run)")
-    load.add_argument("--dtype", default="float32", help="float32 (default), bfloat16, float16")
-    load.add_argument("--revision", help="hub branch, tag or commit")
-    load.add_argument("--trust-remote-code", action="store_true", help="run the hub repo's code")
-    load.add_argument("--attn-implementation", help="eager, sdpa, ...")
-    load.add_argument("--peft", metavar="ADAPTER", help="a PEFT adapter folder or hub id")
-    parser.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
+    add_loading_arguments(parser)
     parser.add_argument("--no-progress", action="store_true", help="no per-cell progress lines")
 
 
@@ -78,7 +73,8 @@ def resolve(args: argparse.Namespace) -> dict:
     """The run's settings, every check done before the model loads."""
     from posgen.harness.hf_posgen.layer_selection import check_layers, parse_layers
     from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
-    from posgen.harness.run.plan import PlanError, model_entries
+    from posgen.harness.loading import check_device, load_config, model_entries, require_rope
+    from posgen.harness.run.plan import PlanError
     from posgen.perturbations.base import PerturbationError
 
     if args.limit < 2:
@@ -92,22 +88,11 @@ def resolve(args: argparse.Namespace) -> dict:
         if not spec.changes_model:
             raise _BadInput("give a position or feature scheme that changes the model")
         layers = parse_layers(args.layers)
-        options = {"dtype": args.dtype, "revision": args.revision}
-        options.update(
-            {
-                k: v
-                for k, v in (
-                    ("trust_remote_code", args.trust_remote_code),
-                    ("attn_implementation", args.attn_implementation),
-                    ("peft", args.peft),
-                )
-                if v
-            }
-        )
-        (entry,) = model_entries([args.model], False, args.seed, options)
-        if not entry.rope:
-            raise _BadInput(f"{args.model} has no rotary position embedding to perturb")
-        count, n_heads = _layer_count(entry)
+        check_device(args.device)
+        (entry,) = model_entries([args.model], args)
+        require_rope(entry, "posgen layers")
+        text = load_config(entry).get_text_config()
+        count, n_heads = int(text.num_hidden_layers), int(text.num_attention_heads)
         check_layers(layers, count, entry.label)
     except (PerturbationError, PlanError) as e:
         raise _BadInput(str(e)) from None
@@ -122,19 +107,6 @@ def resolve(args: argparse.Namespace) -> dict:
         "decompose": {"docs": args.decompose_docs, "tokens": args.decompose_tokens},
         **({"heads": n_heads} if args.heads else {}),  # query heads per layer
     }
-
-
-def _layer_count(entry) -> tuple[int, int]:
-    """Decoder layers and query heads per layer, from the config alone."""
-    from transformers import AutoConfig
-
-    from posgen.harness.embedded import resolve_pretrained
-
-    config = AutoConfig.from_pretrained(
-        resolve_pretrained(entry.path), trust_remote_code=entry.trust_remote_code
-    )
-    text = config.get_text_config()
-    return int(text.num_hidden_layers), int(text.num_attention_heads)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -57,20 +57,15 @@ def word_count(text: str) -> int:
 
 
 def load_lm(config: dict[str, Any], device: str | None) -> Any:
-    """The model as ``posgen run`` loads it: ``HFPosgenLM`` with the entry's load options."""
-    import torch
-
+    """The model as ``posgen run`` loads it: ``HFPosgenLM`` with the entry's loading
+    options (:func:`posgen.harness.loading.hflm_kwargs`)."""
     from posgen.harness.hf_posgen.model import HFPosgenLM
+    from posgen.harness.loading import hflm_kwargs
     from posgen.results.folder.config import ModelEntry
 
     entry = ModelEntry.from_dict(config["model"])
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     return HFPosgenLM(
-        pretrained=entry.path,
-        device=device,
-        batch_size=config["batch_size"],
-        dtype=entry.dtype,
-        **entry.load_options(),
+        pretrained=entry.path, batch_size=config["batch_size"], **hflm_kwargs(entry, device)
     )
 
 
