@@ -66,7 +66,7 @@ def _noisier_positions():
     from posgen.harness.hf_posgen.model import HFPosgenLM
 
     class NoisierPositions(HFPosgenLM):
-        def set_perturbation(self, positions=None, features=None, seed=1234):
+        def set_perturbation(self, positions=None, features=None, seed=1234, *rest, **where):
             double = {"positions": positions, "features": features}
             for key, spec in double.items():
                 if spec:
@@ -74,7 +74,9 @@ def _noisier_positions():
                     double[key] = (
                         f"{name}:{min(2 * float(value), 1.0 if key == 'positions' else 1e9)!r}"
                     )
-            return super().set_perturbation(seed=seed, **double)
+            return super().set_perturbation(
+                double["positions"], double["features"], seed, *rest, **where
+            )
 
     return NoisierPositions
 

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from posgen.results.gate.check import GateInputError, baseline_payload
+from posgen.results.gate.baseline_file import GateInputError
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -21,6 +21,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from posgen.results.folder.schema import SchemaError
     from posgen.results.folder.store import atomic_write_json
+    from posgen.results.gate.check import baseline_payload
 
     try:
         payload = baseline_payload(args.run, args.model)

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from posgen.results.gate.check import GateInputError
+from posgen.results.gate.baseline_file import GateInputError
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

@@ -10,12 +10,12 @@ tokens (no special tokens).
 
 from __future__ import annotations
 
+from posgen.tasks.offline import probe_britannica
+
 
 def probe_text() -> str:
     """The embedded probe text (module docstring), always the same for the same Python."""
     from pydoc_data.topics import topics
-
-    from posgen.tasks.offline import probe_britannica
 
     return probe_britannica().rstrip("\n") + "\n\n" + "\n\n".join(topics[k] for k in sorted(topics))
 

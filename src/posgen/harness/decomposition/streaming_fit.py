@@ -16,7 +16,17 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from posgen.harness.decomposition.block_sums import (
+    RawSums,
+    split_head_sums,
+    streamed_diagonal_and_column_sums,
+)
+from posgen.harness.decomposition.causal_layout import CausalLayout, one_thread
+from posgen.harness.decomposition.logit_fit import HeadSums, centred_sums, fit_sums
 from posgen.harness.decomposition.past_context import COLUMNS as PAST_COLUMNS
+from posgen.harness.decomposition.past_context import past_context_figures
+from posgen.harness.decomposition.qk_pattern import DistanceMap, distance_key_r
+from posgen.harness.decomposition.qk_sums import causal_qk_sums
 
 
 class _LayerSums(NamedTuple):
@@ -46,7 +56,6 @@ class LayerFitter:
         self._last: tuple | None = None  # (attended tensor, layout, restricted)
 
     def __call__(self, cap) -> None:
-        from posgen.harness.decomposition.causal_layout import CausalLayout
 
         if cap.query.shape[0] != 1:
             raise ValueError("decompose fits one document per forward (batch size 1)")
@@ -80,9 +89,6 @@ class LayerFitter:
         """Fit the layers captured since the last ``finish`` and append their rows."""
         import torch
 
-        from posgen.harness.decomposition.logit_fit import HeadSums, fit_sums
-        from posgen.harness.decomposition.qk_pattern import distance_key_r
-
         pending, self._pending, self._last = self._pending, [], None
         groups: dict[int, list[_LayerSums]] = {}
         for item in pending:
@@ -111,9 +117,6 @@ class LayerFitter:
     def _past_context(self, items, fits, layout) -> dict[str, list[float]]:
         """The ``past_context`` columns of the heads of ``items`` (NaN without a split)."""
         import torch
-
-        from posgen.harness.decomposition.block_sums import RawSums
-        from posgen.harness.decomposition.past_context import past_context_figures
 
         heads = fits.r_3axis.shape[0]
         if self.context is None:
@@ -181,10 +184,6 @@ def _bilinear_sums(cap, layout, split):
     (:mod:`posgen.harness.decomposition.qk_sums`): no [n, n] map at all."""
     import torch
 
-    from posgen.harness.decomposition.causal_layout import one_thread
-    from posgen.harness.decomposition.logit_fit import centred_sums
-    from posgen.harness.decomposition.qk_sums import causal_qk_sums
-
     q = cap.query[0].double() * cap.scaling  # [H, n, d]
     shift = torch.zeros(q.shape[0], dtype=torch.float64, device=q.device)
     split_sums = None
@@ -201,10 +200,6 @@ def _bilinear_sums(cap, layout, split):
 def _block_sums(cap, layout, split):
     """(HeadSums, D sums, split sums) from the logits a block of query rows at a time
     (:mod:`posgen.harness.decomposition.block_sums`): any mask, soft-capping included."""
-    from posgen.harness.decomposition.block_sums import (
-        split_head_sums,
-        streamed_diagonal_and_column_sums,
-    )
 
     def logits(start: int, stop: int, width: int):  # [H, stop − start, width]
         return cap.logit_block(start, stop, width=width)[0]
@@ -220,7 +215,6 @@ def _distance_axis(cap, layout):
     """D[h, i, j] = s·q_i·R(j)k̄ (``posgen.harness.decomposition.qk_pattern``): k̄ is the mean pre-RoPE key
     of each KV head over the fitted key positions, un-rotated and rotated by the model's own
     RoPE; computed per KV head and matched to its query heads."""
-    from posgen.harness.decomposition.qk_pattern import DistanceMap
 
     groups = cap.query.shape[1] // cap.kv_heads
     keys = cap.key[:, ::groups]  # [1, KV, n, d]: the expanded heads repeat each KV head

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
+from posgen.atomic import atomic_write
 from posgen.harness.decomposition.past_context import COLUMNS as PAST_COLUMNS
 
 R_HIGH = 0.9  # summary: share of heads with r above this
@@ -68,7 +69,6 @@ def write_outputs(
     out: Path, table: pd.DataFrame, summary: pd.DataFrame, per_layer: pd.DataFrame
 ) -> None:
     """heads.parquet, summary.csv/.parquet and layers.csv in ``out``, each written atomically."""
-    from posgen.atomic import atomic_write
 
     out = Path(out)
     atomic_write(out / "heads.parquet", lambda p: table.to_parquet(p, index=False))

@@ -21,7 +21,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from posgen.harness.decomposition.pipeline import decompose_model
+from posgen.harness.hf_posgen.model import HFPosgenLM
 from posgen.harness.layers.folder import LayersFolder
+from posgen.harness.loading import hflm_kwargs
+from posgen.results.folder.config import ModelEntry
+from posgen.results.folder.store import atomic_write_parquet
+from posgen.tasks.offline import load_rows
 
 TASK = "posgen_prose"
 
@@ -46,7 +52,6 @@ def cell_plan(config: dict[str, Any]) -> list[tuple[str, Any, Any]]:
 
 def prose_documents(limit: int) -> list[dict[str, Any]]:
     """The first ``limit`` posgen_prose documents (lm-eval's ``--limit`` takes the first)."""
-    from posgen.tasks.offline import load_rows
 
     return load_rows(f"{TASK}.jsonl")[:limit]
 
@@ -59,9 +64,6 @@ def word_count(text: str) -> int:
 def load_lm(config: dict[str, Any], device: str | None) -> Any:
     """The model as ``posgen run`` loads it: ``HFPosgenLM`` with the entry's loading
     options (:func:`posgen.harness.loading.hflm_kwargs`)."""
-    from posgen.harness.hf_posgen.model import HFPosgenLM
-    from posgen.harness.loading import hflm_kwargs
-    from posgen.results.folder.config import ModelEntry
 
     entry = ModelEntry.from_dict(config["model"])
     return HFPosgenLM(
@@ -120,8 +122,6 @@ def run_cells(
 
 def decompose(folder: LayersFolder, lm: Any) -> Path:
     """The decomposition table of the loaded weights (``posgen decompose``'s pipeline)."""
-    from posgen.harness.decomposition.pipeline import decompose_model
-    from posgen.results.folder.store import atomic_write_parquet
 
     spec = folder.config["decompose"]
     lm.set_perturbation(None, None, folder.config["seed"])

@@ -8,8 +8,12 @@ from typing import Any
 
 import numpy as np
 
+from posgen.atomic import atomic_write, atomic_write_bytes, atomic_write_text
 from posgen.harness.layers.folder import LayersFolder
 from posgen.harness.layers.runner import cell_name
+from posgen.results.folder.store import atomic_write_json, read_json
+from posgen.results.report.layers import profile_figure, render_markdown
+from posgen.results.scores.layers import additivity, degradation_row, relation
 
 
 def covariates(
@@ -35,7 +39,6 @@ def covariates(
 
 def read_drift(length_run: Path) -> dict[int, float]:
     """Per-layer drift of the ``none`` scheme from a length folder's ``length_scores.json``."""
-    from posgen.results.folder.store import read_json
 
     scores = read_json(Path(length_run) / "length_scores.json", "length scores")
     rows = [r for r in scores.get("drift", []) if r.get("scheme") == "none"]
@@ -49,7 +52,6 @@ def read_drift(length_run: Path) -> dict[int, float]:
 
 def build_profile(folder: LayersFolder, length_run: Path | None = None) -> dict[str, Any]:
     """The plain-data profile the report draws (see :mod:`posgen.results.report.layers`)."""
-    from posgen.results.scores.layers import additivity, degradation_row, relation
 
     cfg = folder.config
     plain = folder.read_cell("plain")
@@ -86,10 +88,6 @@ def build_profile(folder: LayersFolder, length_run: Path | None = None) -> dict[
 def write_report(folder: LayersFolder, length_run: Path | None = None) -> dict[str, Path]:
     """layer_profile.csv, layer_relation.csv, layers_scores.json, layers.png, layers.md."""
     import pandas as pd
-
-    from posgen.atomic import atomic_write, atomic_write_bytes, atomic_write_text
-    from posgen.results.folder.store import atomic_write_json
-    from posgen.results.report.layers import profile_figure, render_markdown
 
     prof = build_profile(folder, length_run)
     root = folder.root

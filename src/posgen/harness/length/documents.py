@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from posgen.harness.run.options import PlanError
+from posgen.tasks.long_documents import long_documents
 
 SPLIT_NAMES = ("train", "validation", "valid", "dev", "test")
 
@@ -59,7 +60,6 @@ class Document:
 
 def builtin_documents() -> Iterator[Document]:
     """The five long texts shipped with posgen (:mod:`posgen.tasks.long_documents`)."""
-    from posgen.tasks.long_documents import long_documents
 
     for doc_id, text in long_documents().items():
         yield Document(doc_id, f"posgen:{doc_id}", text)

@@ -28,12 +28,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from posgen.harness.model_family import family_of
 from posgen.results.scores.length_drift import DriftSums
 
 
 def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The attention block of every layer, in layer order (the model family's own list)."""
-    from posgen.harness.model_family import family_of
 
     return family_of(model).attention_modules(model)
 

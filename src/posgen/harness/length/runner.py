@@ -23,11 +23,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from posgen.harness.length.apply import length_forward
+from posgen.harness.length.drift import drift_capture
+from posgen.harness.length.nll import bucket_sums, position_nll
+from posgen.harness.loading import load_model
+from posgen.perturbations import parse
 from posgen.perturbations.length import LengthPerturbation, parse_length
 from posgen.results.folder.config import ModelEntry
 from posgen.results.folder.schema import config_hash
 from posgen.results.folder.store import RunConflictError, atomic_write_json, read_json
-from posgen.results.scores.length import read_records, result_path
+from posgen.results.scores.length import read_records, reference_buckets, result_path
 
 LENGTH_SCHEMA = 1
 
@@ -64,7 +69,6 @@ class LengthRunConfig:
             raise ValueError("give at least one scheme and one document")
         if not (self.threshold > 0 and math.isfinite(self.threshold)):
             raise ValueError(f"threshold must be a finite number > 0, got {self.threshold}")
-        from posgen.results.scores.length import reference_buckets
 
         reference_buckets(self.bucket_width, self.n_buckets, self.trained_context)
 
@@ -120,12 +124,6 @@ def run_documents(
     """Compute every missing (scheme, document) file of the run folder; the model is
     loaded through :func:`posgen.harness.loading.load_model`, once per load group."""
     import torch
-
-    from posgen.harness.length.apply import length_forward
-    from posgen.harness.length.drift import drift_capture
-    from posgen.harness.length.nll import bucket_sums, position_nll
-    from posgen.harness.loading import load_model
-    from posgen.perturbations import parse
 
     positions = parse("position", config.positions) if config.positions else None
     width, n_buckets = config.bucket_width, config.n_buckets

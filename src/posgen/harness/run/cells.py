@@ -16,10 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from posgen import __version__
-from posgen.compat import evaluation_tracker
+from posgen.compat import evaluation_tracker, patched
+from posgen.harness.decomposition.pipeline import decompose_model
+from posgen.harness.hf_posgen.model import HFPosgenLM
+from posgen.harness.loading import hflm_kwargs, load_model
 from posgen.harness.run.launch import Launch
+from posgen.harness.run.plan import shared_task_manager
+from posgen.harness.run.realised_rows import RowRecorder
+from posgen.lm_eval_plugin import register_all
 from posgen.results.folder.config import Cell, ModelEntry, RunConfig
 from posgen.results.folder.store import RunStore, atomic_write_parquet, slug
+from posgen.results.tables.tidy import cell_record
 
 _ENV_INFO: dict[str, Any] = {}
 _GIT_HASH: list[Any] = []
@@ -31,7 +38,6 @@ def _env_info_once():
     to every result (subprocesses each time; git prints "fatal: not a git repository" on
     the terminal outside one). Collect both once per process, git's stderr silenced, and
     reuse them, unchanged."""
-    from posgen.compat import patched
 
     def cached(original):
         def add_env_info(storage: dict[str, Any]) -> None:
@@ -157,10 +163,6 @@ class ModelSession:
             raise
 
     def _load(self) -> ModelSession:
-        from posgen.harness.hf_posgen.model import HFPosgenLM
-        from posgen.harness.loading import hflm_kwargs, load_model
-        from posgen.harness.run.plan import shared_task_manager
-        from posgen.lm_eval_plugin import register_all
 
         register_all()
         self.task_manager = shared_task_manager()
@@ -217,9 +219,6 @@ class ModelSession:
         """Run one cell through lm-eval and write it (raw results, samples, record); under
         a launch every rank scores its share and rank 0 writes (the others return None)."""
         import lm_eval
-
-        from posgen.harness.run.realised_rows import RowRecorder
-        from posgen.results.tables.tidy import cell_record
 
         cfg = self.config
         self.lm.set_perturbation(positions=cell.positions, features=cell.features, seed=cell.seed)
@@ -289,7 +288,6 @@ class ModelSession:
 
     def decompose(self) -> Path:
         """The per-(doc, layer, head) decomposition of the loaded weights."""
-        from posgen.harness.decomposition.pipeline import decompose_model
 
         spec = self.config.decompose
         self.lm.set_perturbation(positions=None, features=None)

@@ -21,9 +21,11 @@ import re
 import sys
 from pathlib import Path
 
+from posgen.harness.run.cells import ModelSession
 from posgen.harness.run.launch import Launch
 from posgen.harness.run.plan import plan_cells
 from posgen.results.folder.config import ModelEntry, RunConfig
+from posgen.results.report.build import regenerate
 
 __all__ = ["run_sweep"]
 
@@ -37,9 +39,6 @@ def run_sweep(
     in its order; rank 0 alone fits the decompositions, writes, and returns the paths
     (the other ranks get None)."""
     from tqdm.auto import tqdm
-
-    from posgen.harness.run.cells import ModelSession
-    from posgen.results.report.build import regenerate
 
     launch = launch or Launch()
     config = RunConfig.from_dict(store.config)

@@ -35,6 +35,9 @@ from typing import Any
 
 import numpy as np
 
+from posgen import __version__
+from posgen.results.folder.schema import METRIC_RULES, SchemaError
+from posgen.results.folder.store import read_json
 from posgen.results.gate.baseline_file import (
     BASELINE_KIND,
     BASELINE_VERSION,
@@ -43,6 +46,7 @@ from posgen.results.gate.baseline_file import (
     gate_cells,
     validate,
 )
+from posgen.results.gate.length import length_pairs, length_section, validate_section
 from posgen.results.gate.margins import (
     UNITS,
     Margins,
@@ -53,16 +57,15 @@ from posgen.results.gate.margins import (
     noise_term,
     to_user,
 )
+from posgen.results.gate.pairing import pairing_record, validate_pairing
+from posgen.results.scores.run import json_records, load_scores
+from posgen.results.stats.paired_test import holm, weighted_paired_t
 
 __all__ = ["BASELINE_KIND", "BASELINE_VERSION", "KEY", "GateInputError", "Margins"]
 
 
 def baseline_payload(run_dir: Path, model: str | None = None) -> dict[str, Any]:
     """The baseline of one model of a run (scores recomputed from the run's cells)."""
-    from posgen import __version__
-    from posgen.results.gate.length import length_section
-    from posgen.results.gate.pairing import pairing_record
-    from posgen.results.scores.run import json_records, load_scores
 
     store, scores = load_scores(run_dir)
     model = pick_model(store, scores, model)
@@ -97,8 +100,6 @@ def pick_model(store, scores: dict[str, Any], model: str | None) -> str:
 
 
 def load_baseline(path: Path) -> dict[str, Any]:
-    from posgen.results.folder.schema import SchemaError
-    from posgen.results.folder.store import read_json
 
     try:
         data = read_json(path, "baseline")
@@ -106,8 +107,6 @@ def load_baseline(path: Path) -> dict[str, Any]:
         raise GateInputError(str(e)) from None
     except (OSError, UnicodeDecodeError) as e:
         raise GateInputError(f"cannot read the baseline {path}: {e}") from None
-    from posgen.results.gate.length import validate_section
-    from posgen.results.gate.pairing import validate_pairing
 
     data = validate(data, path)
     validate_pairing(data["pairing"], f"{path}")
@@ -131,8 +130,6 @@ def compare(
     simulations). Documents or
     cells that do not pair: GateInputError. Pairing settings are checked apart
     (:func:`posgen.results.gate.pairing.check_pairing`)."""
-    from posgen.results.gate.length import length_pairs
-    from posgen.results.stats.paired_test import holm
 
     margins = margins or Margins()
     if not 0 < alpha < 1:
@@ -167,8 +164,6 @@ STATISTICS = ("mean", "worst")
 def _paired_row(
     key: tuple, b: dict[str, Any], c: dict[str, Any], field: str, margins: Margins
 ) -> dict[str, Any]:
-    from posgen.results.folder.schema import METRIC_RULES
-    from posgen.results.stats.paired_test import weighted_paired_t
 
     where = cell_name(key)
     bd = _by_doc(b["docs"], field)

@@ -26,7 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from posgen.results.gate.baseline_file import GateInputError
+from posgen.results.folder.schema import SchemaError
+from posgen.results.folder.store import read_json, slug
+from posgen.results.gate.baseline_file import GateInputError, check_docs, check_typed
+from posgen.results.scores.length import document_excess, gather, read_records
 
 SETTINGS = (
     "max_length",
@@ -43,9 +46,6 @@ TASK, METRIC, KIND = "length", "nll_excess", "length"
 def length_section(run_root: Path, model: str) -> dict[str, Any] | None:
     """The ``length`` section of ``model``'s baseline (None: the run has no length folder
     for it). An incomplete or unusable length folder raises :class:`GateInputError`."""
-    from posgen.results.folder.schema import SchemaError
-    from posgen.results.folder.store import read_json, slug
-    from posgen.results.scores.length import document_excess, gather, read_records
 
     folder = Path(run_root) / "length" / slug(model)
     if not folder.is_dir():
@@ -123,7 +123,6 @@ def length_pairs(
 
 def validate_section(section: Any, where: str) -> None:
     """Refuse a malformed ``length`` section of a baseline file (GateInputError)."""
-    from posgen.results.gate.baseline_file import check_docs, check_typed
 
     if section is None:
         return
