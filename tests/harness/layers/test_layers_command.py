@@ -76,6 +76,9 @@ def test_the_run_writes_its_report_and_relation(folder):
     md = (folder / "layers.md").read_text()
     assert "mirror-shift test" in md and "| all |" in md
     assert (folder / "layers.png").read_bytes()[:4] == b"\x89PNG"
+    # layers below the first perturbed one replayed the plain pass (checked bit for bit)
+    cell = json.loads((folder / "cells" / "layer-002.json").read_text())
+    assert cell["prefix_reuse"].startswith("on:")
 
 
 def test_a_rerun_resumes_without_rescoring(folder, planted, capsys):

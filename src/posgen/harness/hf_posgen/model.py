@@ -61,6 +61,7 @@ from posgen.harness.hf_posgen.layer_hooks import layer_count, layer_positions
 from posgen.harness.hf_posgen.layer_selection import check_heads, check_layers
 from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
 from posgen.harness.hf_posgen.position_hooks import build_plan, rotary_positions
+from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
 from posgen.harness.model_family import require_rotary
 from posgen.perturbations.base import Perturbation, PerturbationError
 from posgen.perturbations.length import (
@@ -114,6 +115,8 @@ class HFPosgenLM(HFLM):
         # called as plan_observer(inps, plan, docs) for every padded loglikelihood batch,
         # docs[b] the documents (task name, lm-eval doc_id) row b belongs to
         self.plan_observer: Any = None
+        # set by posgen layers: layers below the first perturbed one reuse the plain pass
+        self.prefix_reuse: PrefixReuse | None = None
         self._chat = ChatContents()
         self._perturbation = ModelPerturbation(seed=perturbation.seed)
         self._length = length_scheme
@@ -272,8 +275,17 @@ class HFPosgenLM(HFLM):
         labels: torch.Tensor | None = None,
     ) -> torch.Tensor:
         p = self._perturbation
-        if not p.changes_model or attn_mask is not None or labels is not None:
+        reuse = self.prefix_reuse
+        if attn_mask is not None or labels is not None:
             return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
+        if not p.changes_model:
+            if reuse is None:
+                return super()._model_call(inps)
+            with reuse.record(inps):
+                logits = super()._model_call(inps)
+            if not reuse.checked and reuse.has(inps):
+                reuse.check(inps, logits, lambda: super(HFPosgenLM, self)._model_call(inps))
+            return logits
         observed = self._row_lengths is not None and self.plan_observer is not None
         lengths, spans, docs, content = self._take_row_lengths(inps)
         moved = combined_positions(p.positions, p.length)
@@ -292,6 +304,8 @@ class HFPosgenLM(HFLM):
                 stack.enter_context(rotary_positions(self.model, plan.positions))
             if plan.qk or split:
                 stack.enter_context(qk_noise.qk_noise_active(self.model, plan))
+            if reuse is not None and p.layers is not None:
+                stack.enter_context(reuse.replay(inps, p.layers[0]))
             return super()._model_call(inps)
 
     def _take_row_lengths(self, inps: torch.Tensor) -> PaddedRows:

@@ -7,6 +7,11 @@ Cells, each the posgen_prose documents scored by the model's own
 - ``layer-NNN``: the scheme in decoder layer NNN only (``hf-posgen`` ``layers=NNN``);
 - ``all``: the scheme in every layer at once (the global path of ``posgen run``).
 
+The plain cell is scored first and every decoder layer's output kept
+(:class:`posgen.harness.hf_posgen.prefix_reuse.PrefixReuse`): a cell whose first perturbed
+layer is L reuses layers 0..L−1 of the plain forward, bit for bit what they would compute,
+and runs only layers L.. (checked once per run against a full forward).
+
 Then the decomposition of the same weights (``posgen decompose``'s pipeline), and the
 scores (:mod:`posgen.results.scores.layers`) and report (:mod:`posgen.results.report.layers`).
 Every cell is written as soon as it is scored; a rerun skips the ones already there.
@@ -23,6 +28,7 @@ from typing import Any
 
 from posgen.harness.decomposition.pipeline import decompose_model
 from posgen.harness.hf_posgen.model import HFPosgenLM
+from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
 from posgen.harness.layers.folder import LayersFolder
 from posgen.harness.loading import hflm_kwargs
 from posgen.results.folder.config import ModelEntry
@@ -89,6 +95,12 @@ def run_cells(
     texts = [d["text"] for d in docs]
     timings: dict[str, float] = {}
     todo = [c for c in cell_plan(cfg) if not folder.has_cell(c[0])]
+    reuse = lm.prefix_reuse
+    if reuse is not None and todo and todo[0][0] != "plain" and len(todo) > 2:
+        # resumed after the plain cell: one plain pass (not written) records the layers
+        lm.set_perturbation(None, None, cfg["seed"])
+        with contextlib.redirect_stderr(log or sys.stderr):
+            score_documents(lm, texts)
     for k, (cell, layer_set, head_set) in enumerate(todo, 1):
         if layer_set == "plain":
             lm.set_perturbation(None, None, cfg["seed"])
@@ -108,6 +120,7 @@ def run_cells(
                 "loglikelihood": ll,
                 "words": [word_count(t) for t in texts],
                 "perturbation": lm.perturbation.to_dict(),
+                **({} if reuse is None else {"prefix_reuse": reuse.note}),
             },
         )
         if progress:
@@ -117,6 +130,10 @@ def run_cells(
                 flush=True,
             )
     lm.set_perturbation(None, None, cfg["seed"])
+    if reuse is not None:
+        if progress and todo:
+            print(f"posgen layers: prefix reuse {reuse.note}", file=sys.stderr, flush=True)
+        reuse.clear()
     return timings
 
 
@@ -150,6 +167,7 @@ def run(folder: LayersFolder, device: str | None, progress: bool = True) -> dict
     with open(log_path, "a", encoding="utf-8") as log:
         with contextlib.redirect_stderr(log):  # transformers' and lm-eval's bars and notes
             lm = load_lm(cfg, device)
+        lm.prefix_reuse = PrefixReuse(lm.model)
         timings = run_cells(folder, lm, layers, progress, log)
         if need_fit:
             start = time.perf_counter()
