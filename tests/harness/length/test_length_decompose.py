@@ -87,6 +87,28 @@ def test_folder_rows_equal_decompose_model_on_the_same_ids(
     assert np.isfinite(table["r_3axis_past_context"]).all()
 
 
+def test_the_position_scheme_and_seed_reach_the_fit(tiny_path, run_folder, tmp_path, monkeypatch):
+    from posgen.harness.length.decompose import scheme_forward
+    from posgen.perturbations import parse
+
+    out = tmp_path / "swap"
+    argv = ["--positions", "swap:0.2", "--seed", "7", "--decompose"]
+    assert _run(tiny_path, out, *argv) == 0
+    (doc,) = json.loads((out / "config.json").read_text())["config"]["documents"]
+    heads = json.loads(decomposition_path(out, "none", doc).read_text())["heads"]
+    plain = json.loads(decomposition_path(run_folder, "none", doc).read_text())["heads"]
+    assert not np.allclose([h["r_3axis"] for h in heads], [h["r_3axis"] for h in plain])
+    ids = _document_ids(tiny_path)
+    monkeypatch.setattr(pipeline, "probe_token_windows", lambda tok, docs, tokens: [ids])
+    forward = scheme_forward(LengthNone(), parse("position", "swap:0.2"), 7, None)
+    table = pipeline.decompose_model(
+        str(tiny_path), docs=1, tokens=len(ids), progress=False, context=C, forward_context=forward
+    )
+    np.testing.assert_allclose(
+        [h["r_3axis"] for h in heads], table["r_3axis"].to_numpy(float), rtol=1e-12, atol=1e-12
+    )
+
+
 def test_scale_changes_the_fit_past_c(run_folder):
     (doc,) = json.loads((run_folder / "config.json").read_text())["config"]["documents"]
 
@@ -140,7 +162,10 @@ def test_rerun_resumes_and_decompose_is_added_not_dropped(tiny_path, tmp_path, c
     [
         (["--max-length", str(C)], r"past C = 64: it needs a max length > C, got 64"),
         (["--schemes", "none;lambda:2,32"], r"--decompose: .*lambda:2,32"),
-        ([], r"--decompose: .*lambda:4,64.* drop lambda:4,64"),  # the default schemes
+        (
+            [],
+            r"--decompose: .*lambda:4,64.* give --schemes without lambda:4,64",
+        ),  # the default schemes
     ],
 )
 def test_bad_decompose_input_is_refused_before_the_model_loads(
@@ -174,6 +199,8 @@ def test_the_refusal_is_the_pipelines_own():
     if reason is None:  # the decomposition runs under Λ: --decompose takes it
         assert refusal([LengthNone(), lam]) is None
         return
-    assert refusal([LengthNone(), lam]) == f"--decompose: {reason}; drop lambda:4,64 from --schemes"
+    assert (
+        refusal([LengthNone(), lam]) == f"--decompose: {reason}; give --schemes without lambda:4,64"
+    )
     with pytest.raises(ValueError, match="lambda:4,64"):
         pipeline.decompose_windows(None, [[1, 2, 3]], length=lam)

@@ -37,7 +37,7 @@ def refusal(schemes: Sequence[LengthPerturbation]) -> str | None:
     for scheme in schemes:
         reason = length_refusal(scheme)
         if reason:
-            return f"--decompose: {reason}; drop {scheme.to_string()} from --schemes"
+            return f"--decompose: {reason}; give --schemes without {scheme.to_string()}"
     return None
 
 
