@@ -70,8 +70,8 @@ def decompose_model(
 ) -> pd.DataFrame:
     """The tidy per-head table of one model on ``docs`` probe windows of ``tokens`` tokens.
 
-    ``length``: a ``LengthPerturbation`` (``posgen length``'s schemes; Λ excepted, its
-    attention function would replace the capture's): a rope scaling is applied when the
+    ``length``: a ``LengthPerturbation`` (``posgen length``'s schemes, unless
+    :func:`length_refusal` refuses it): a rope scaling is applied when the
     model loads, and ``forward_context(model, ids)`` (a context manager factory, e.g.
     ``posgen length``'s forward for the scheme) wraps every captured forward. ``context``:
     the trained context C; with it the table gets the ``past_context`` columns (NaN where
@@ -82,24 +82,25 @@ def decompose_model(
     twin of the same architecture. Columns: model, random_init, seed, doc, layer, head, n,
     n_entries, r_3axis, r_2axis, r_distance_key, r_row_centred, r2, residual_std, logit_std,
     share_distance, share_query, share_key, chance_r, chance_r_2axis, restricted_mask,
-    include_diagonal, sink_keys.
+    include_diagonal, sink_keys. The fit itself is :func:`decompose_windows`.
     """
     import pandas as pd
-    from tqdm.auto import tqdm
 
-    from posgen.harness.decomposition.capture import capture_forward
-    from posgen.harness.decomposition.logit_fit import FitOptions, LayoutCache
-    from posgen.harness.decomposition.streaming_fit import LayerFitter
-
+    check_length(length)  # before any weights load
     net, tokenizer, name = _resolve(model, tokenizer, random_init, seed, device, length)
     windows = probe_token_windows(tokenizer, docs=docs, tokens=tokens)
-    fitter = LayerFitter(FitOptions(include_diagonal, sink_keys), LayoutCache(), context)
-    for k, ids in enumerate(tqdm(windows, desc=f"decompose {name}", disable=not progress)):
-        fitter.doc = k
-        with _forward_context(forward_context, net, ids):
-            capture_forward(net, ids, fitter)
-        fitter.finish()
-    table = pd.DataFrame(fitter.rows)
+    rows = decompose_windows(
+        net,
+        windows,
+        name=name,
+        progress=progress,
+        include_diagonal=include_diagonal,
+        sink_keys=sink_keys,
+        length=length,
+        context=context,
+        forward_context=forward_context,
+    )
+    table = pd.DataFrame(rows)
     table.insert(0, "seed", seed)
     table.insert(0, "random_init", random_init)
     table.insert(0, "model", name)
@@ -109,6 +110,61 @@ def decompose_model(
     if context is not None:
         table["context"] = context
     return table
+
+
+def length_refusal(length) -> str | None:
+    """Why the decomposition cannot run under the length scheme ``length``; None when it
+    can. A scheme with an attention function of its own (``uses_attention``: Λ) is
+    refused: the capture's attention function would replace it, and the fit would be of
+    the plain causal model."""
+    if length is not None and length.uses_attention:
+        return (
+            f"the decomposition does not run under {length.to_string()}: the capture's "
+            f"attention function would replace the scheme's (use none, scale:F, yarn:F or "
+            f"dynamic:F)"
+        )
+    return None
+
+
+def check_length(length) -> None:
+    """Raise ``ValueError`` with :func:`length_refusal`'s reason, if it has one."""
+    refusal = length_refusal(length)
+    if refusal:
+        raise ValueError(refusal)
+
+
+def decompose_windows(
+    model: PreTrainedModel,
+    windows: list[list[int]],
+    *,
+    name: str = "",
+    progress: bool = True,
+    include_diagonal: bool = True,
+    sink_keys: int = 0,
+    length=None,
+    context: int | None = None,
+    forward_context=None,
+) -> list[dict]:
+    """The fit W[i, j] ≈ a[i−j] + b[i] + c[j] of every head of a loaded ``model`` on the
+    given token windows (lists of token ids, one forward each): one row per (window,
+    layer, head), ``doc`` = the window's index (the columns of :func:`decompose_model`
+    from ``doc`` to the ``past_context`` ones). ``length``: the scheme the model runs
+    under (refused when :func:`length_refusal` says so), ``forward_context(model, ids)``
+    wraps each captured forward, ``context`` = C gives the ``past_context`` columns."""
+    from tqdm.auto import tqdm
+
+    from posgen.harness.decomposition.capture import capture_forward
+    from posgen.harness.decomposition.logit_fit import FitOptions, LayoutCache
+    from posgen.harness.decomposition.streaming_fit import LayerFitter
+
+    check_length(length)
+    fitter = LayerFitter(FitOptions(include_diagonal, sink_keys), LayoutCache(), context)
+    for k, ids in enumerate(tqdm(windows, desc=f"decompose {name}", disable=not progress)):
+        fitter.doc = k
+        with _forward_context(forward_context, model, ids):
+            capture_forward(model, ids, fitter)
+        fitter.finish()
+    return fitter.rows
 
 
 def _forward_context(forward_context, net, ids: list[int]):

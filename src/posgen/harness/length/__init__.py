@@ -6,5 +6,7 @@
 - :mod:`.nll`: per-token negative log-likelihood by position, one forward per document,
   the LM head applied over position chunks.
 - :mod:`.drift`: per-layer drift of attention outputs past the trained context.
+- :mod:`.decompose`: ``--decompose``, the per-head decomposition of every (scheme,
+  document) on the same ids under the same forward.
 - :mod:`.command`: ``posgen length``.
 """

@@ -5,6 +5,7 @@ Examples::
     posgen length --quick                      # embedded model, 2 documents, F = 2, 3 schemes
     posgen length --model PATH --factor 2 --schemes "none;lambda:4,4096;yarn:2"
     posgen length --max-length 16384 --positions swap:0.05
+    posgen length --factor 2 --schemes "none;scale:2;yarn:2" --decompose
 
 Schemes are ``;``-separated (``lambda`` takes ``GLOBAL,WINDOW``). The trained context C is
 the model config's ``max_position_embeddings`` unless ``--trained-context`` overrides it
@@ -90,6 +91,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--block-size", type=int, default=None, help="Λ query block")
     parser.add_argument("--chunk", type=int, default=1024, help="LM-head positions per chunk")
     parser.add_argument("--out", type=Path, default=None, help="run folder")
+    parser.add_argument(
+        "--decompose",
+        action="store_true",
+        help="also fit each head's logits as a[i-j] + b[i] + c[j] on the same ids under the "
+        "same forward, per (scheme, document), and report r before/past C per layer beside "
+        "the drift (needs max length > C; about one more forward plus the fit per document; "
+        "a scheme the decomposition cannot run under, such as lambda, is refused)",
+    )
     parser.add_argument(
         "--quick",
         action="store_true",
@@ -177,9 +186,27 @@ def resolve_config(args: argparse.Namespace, trained: int, entry: ModelEntry | N
             block_size=args.block_size,
             threshold=args.threshold,
             model_entry=entry.to_dict() if entry else {},
+            decompose=bool(getattr(args, "decompose", False)),
         )
     except (ValueError, PerturbationError) as exc:
         raise _fail(str(exc)) from None
+
+
+def check_decompose(config) -> None:
+    """``--decompose`` needs tokens past C and schemes the decomposition runs under (the
+    pipeline's own refusal, :func:`posgen.harness.length.decompose.refusal`)."""
+    if not config.decompose:
+        return
+    from posgen.harness.length.decompose import refusal
+
+    if config.max_length <= config.trained_context:
+        raise _fail(
+            f"--decompose compares the fit before and past C = {config.trained_context}: "
+            f"it needs a max length > C, got {config.max_length}"
+        )
+    reason = refusal(config.parsed_schemes())
+    if reason:
+        raise _fail(reason)
 
 
 def _check_specs(args: argparse.Namespace) -> None:
@@ -264,12 +291,13 @@ def run_length(
     from posgen.results.scores.length import json_ready, score_length
 
     config = resolve_config(args, _trained_context(args, entry), entry)
+    check_decompose(config)
     if documents is None:
         from posgen.harness.length.documents import builtin_documents
 
         documents = builtin_documents()
     config, token_ids = _select_documents(args, entry, config, documents)
-    body = json.dumps(config.to_dict(), sort_keys=True).encode()
+    body = json.dumps(config.scored_dict(), sort_keys=True).encode()  # --decompose: same folder
     folder = args.out or Path("posgen-runs") / f"length-{hashlib.sha256(body).hexdigest()[:12]}"
     prepare_folder(folder, config)
     try:
@@ -277,12 +305,26 @@ def run_length(
     except ValueError as exc:
         raise _fail(str(exc)) from None
     scores = score_length(read_results(folder, config), config.to_dict())
+    if config.decompose:
+        _add_decomposition(folder, config, scores)
     atomic_write_json(folder / "length_scores.json", json_ready(scores))
     atomic_write_bytes(folder / "length_curves.png", curves_png(scores))
     text = markdown(scores)
     atomic_write_text(folder / "length.md", text)
     print(text)
     return folder
+
+
+def _add_decomposition(folder: Path, config, scores: dict) -> None:
+    """``scores["decomposition"]`` from the folder's decomposition records, and its figure."""
+    from posgen.atomic import atomic_write_bytes
+    from posgen.results.report.length_decompose import decomposition_png
+    from posgen.results.scores.length_decompose import decomposition_scores, read_decompositions
+
+    schemes = [s.to_string() for s in config.parsed_schemes()]
+    records = read_decompositions(folder, schemes, list(config.documents))
+    scores["decomposition"] = decomposition_scores(records, scores["drift"])
+    atomic_write_bytes(folder / "length_decomposition.png", decomposition_png(scores))
 
 
 def run_for_models(

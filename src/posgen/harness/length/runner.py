@@ -7,11 +7,17 @@ Layout (every file written atomically)::
       config.json                       the resolved LengthRunConfig + its SHA-256
       docs/<scheme>/<document>.json     one finished (scheme, document): bucket NLL sums
                                         and counts, drift sums, seconds
+      decompose/<scheme>/<document>.json  with --decompose: the per-head fit on the same
+                                        ids under the same forward (.decompose)
       length_scores.json                curves, effective lengths, drift (length_scores)
       length.md, length_curves.png      the report block and its plot
+      length_decomposition.png          with --decompose: drift beside r per layer
 
 A rerun with the same config skips finished (scheme, document) files; a folder holding
-another config is refused.
+another config is refused. ``--decompose`` does not change the NLL and drift records: a
+rerun with ``--decompose`` on a folder made without it resumes there (config.json then
+records it, and only the decompositions are computed); a rerun without ``--decompose``
+on a folder made with it is refused (its report would drop the decomposition).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from posgen.harness.length.apply import length_forward
+from posgen.harness.length.decompose import decompose_document
 from posgen.harness.length.drift import drift_capture
 from posgen.harness.length.nll import bucket_sums, position_nll
 from posgen.harness.loading import load_model
@@ -33,6 +40,7 @@ from posgen.results.folder.config import ModelEntry
 from posgen.results.folder.schema import config_hash
 from posgen.results.folder.store import RunConflictError, atomic_write_json, read_json
 from posgen.results.scores.length import read_records, reference_buckets, result_path
+from posgen.results.scores.length_decompose import decomposition_path
 
 LENGTH_SCHEMA = 1
 
@@ -57,6 +65,7 @@ class LengthRunConfig:
     model_entry: Mapping[str, Any] = field(default_factory=dict)
     document_sources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     skipped_documents: int = 0  # read before the kept ones, shorter than max_length
+    decompose: bool = False  # also fit the decomposition of every (scheme, document)
 
     def __post_init__(self) -> None:
         if self.max_length < 2 or self.trained_context < 2:
@@ -77,13 +86,25 @@ class LengthRunConfig:
         return math.ceil(self.max_length / self.bucket_width)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The config as JSON; ``decompose`` only when set, so runs made before the flag
+        existed keep their hash."""
+        out = {
             **asdict(self),
             "schemes": list(self.schemes),
             "documents": list(self.documents),
             "model_entry": dict(self.model_entry),
             "document_sources": {k: dict(v) for k, v in self.document_sources.items()},
         }
+        if not self.decompose:
+            del out["decompose"]
+        return out
+
+    def scored_dict(self) -> dict[str, Any]:
+        """:meth:`to_dict` without ``decompose``: what the NLL and drift records depend on
+        (and what names the default run folder)."""
+        out = self.to_dict()
+        out.pop("decompose", None)
+        return out
 
     def parsed_schemes(self) -> list[LengthPerturbation]:
         return [parse_length(s) for s in self.schemes]
@@ -96,12 +117,20 @@ def prepare_folder(folder: Path, config: LengthRunConfig) -> None:
     path = folder / "config.json"
     if path.exists():
         old = read_json(path, "length run config")
-        if old.get("config_sha256") != record["config_sha256"]:
+        if old.get("config_sha256") == record["config_sha256"]:
+            return
+        old_config = dict(old.get("config") or {})
+        had_decompose = bool(old_config.pop("decompose", False))
+        if config_hash(old_config) != config_hash(config.scored_dict()):
             raise RunConflictError(
                 f"{folder} holds a length run with another config; choose another --out"
             )
-        return
-    atomic_write_json(path, record)
+        if had_decompose:
+            raise RunConflictError(
+                f"{folder} holds a length run with --decompose; rerun with --decompose "
+                f"(it resumes) or choose another --out"
+            )
+    atomic_write_json(path, record)  # new, or the same run with --decompose added
 
 
 def _load_groups(schemes: list[LengthPerturbation]) -> dict[str, list[LengthPerturbation]]:
@@ -113,6 +142,13 @@ def _load_groups(schemes: list[LengthPerturbation]) -> dict[str, list[LengthPert
     return groups
 
 
+def _missing(folder: Path, config: LengthRunConfig, scheme: str, doc: str) -> bool:
+    """Whether (scheme, document) still lacks its record (or, with ``decompose``, its fit)."""
+    if not result_path(folder, scheme, doc).exists():
+        return True
+    return config.decompose and not decomposition_path(folder, scheme, doc).exists()
+
+
 def run_documents(
     folder: Path,
     config: LengthRunConfig,
@@ -122,17 +158,17 @@ def run_documents(
     log: Callable[[str], None] = print,
 ) -> None:
     """Compute every missing (scheme, document) file of the run folder; the model is
-    loaded through :func:`posgen.harness.loading.load_model`, once per load group."""
+    loaded through :func:`posgen.harness.loading.load_model`, once per load group, and
+    the decomposition (``config.decompose``) runs on that same model and ids."""
     import torch
 
     positions = parse("position", config.positions) if config.positions else None
-    width, n_buckets = config.bucket_width, config.n_buckets
     for group in _load_groups(config.parsed_schemes()).values():
         todo = [
             (s, d)
             for s in group
             for d in config.documents
-            if not result_path(folder, s.to_string(), d).exists()
+            if _missing(folder, config, s.to_string(), d)
         ]
         if not todo:
             continue
@@ -140,28 +176,42 @@ def run_documents(
         model = loaded.model
         for scheme, doc in todo:
             input_ids = torch.tensor([token_ids[doc]], dtype=torch.long, device=model.device)
-            start = time.perf_counter()
-            with (
-                length_forward(model, input_ids, scheme, positions, config.seed, config.block_size),
-                drift_capture(model, config.trained_context, width, n_buckets) as drift,
+            if not result_path(folder, scheme.to_string(), doc).exists():
+                _score_document(folder, config, loaded, scheme, doc, input_ids, positions, log)
+            if (
+                config.decompose
+                and not decomposition_path(folder, scheme.to_string(), doc).exists()
             ):
-                nll = position_nll(model, input_ids, config.chunk)
-            seconds = time.perf_counter() - start
-            sums, counts = bucket_sums(nll, width, n_buckets)
-            record = {
-                "scheme": scheme.to_string(),
-                "spec": scheme.spec.to_dict(),
-                "document": doc,
-                "n_tokens": int(input_ids.shape[1]),
-                "nll_sum": sums.tolist(),
-                "count": counts.tolist(),
-                "drift": drift[-1].to_dict() if drift else None,
-                "seconds": seconds,
-                "loaded": loaded.record,
-            }
-            atomic_write_json(result_path(folder, scheme.to_string(), doc), record)
-            log(f"{scheme.to_string():>16}  {doc:<20} {input_ids.shape[1]} tokens  {seconds:.1f} s")
+                decompose_document(
+                    folder, config, loaded, scheme, doc, token_ids[doc], positions, log
+                )
         del model, loaded
+
+
+def _score_document(folder, config, loaded, scheme, doc, input_ids, positions, log) -> None:
+    """NLL and drift of one (scheme, document), written to its record."""
+    model, width, n_buckets = loaded.model, config.bucket_width, config.n_buckets
+    start = time.perf_counter()
+    with (
+        length_forward(model, input_ids, scheme, positions, config.seed, config.block_size),
+        drift_capture(model, config.trained_context, width, n_buckets) as drift,
+    ):
+        nll = position_nll(model, input_ids, config.chunk)
+    seconds = time.perf_counter() - start
+    sums, counts = bucket_sums(nll, width, n_buckets)
+    record = {
+        "scheme": scheme.to_string(),
+        "spec": scheme.spec.to_dict(),
+        "document": doc,
+        "n_tokens": int(input_ids.shape[1]),
+        "nll_sum": sums.tolist(),
+        "count": counts.tolist(),
+        "drift": drift[-1].to_dict() if drift else None,
+        "seconds": seconds,
+        "loaded": loaded.record,
+    }
+    atomic_write_json(result_path(folder, scheme.to_string(), doc), record)
+    log(f"{scheme.to_string():>16}  {doc:<20} {input_ids.shape[1]} tokens  {seconds:.1f} s")
 
 
 def read_results(folder: Path, config: LengthRunConfig) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from posgen.results.folder import schema
+from posgen.results.report.length_decompose import DECOMPOSITION_NOTE, scheme_tables
 from posgen.results.scores.length import FEW_DOCS
 
 
@@ -107,8 +108,14 @@ def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
     return out + ["| " + " | ".join(r) + " |" for r in rows]
 
 
-def markdown(scores: Mapping[str, Any], plot_name: str | None = "length_curves.png") -> str:
-    """The report block: effective lengths, NLL past C, and per-layer drift."""
+def markdown(
+    scores: Mapping[str, Any],
+    plot_name: str | None = "length_curves.png",
+    decomposition_plot: str | None = "length_decomposition.png",
+) -> str:
+    """The report block: effective lengths, NLL past C, per-layer drift and, with
+    ``scores["decomposition"]`` (``posgen length --decompose``), drift beside the fit's r
+    per layer."""
     lines = ["## Length generalization", "", intro(scores), ""]
     if plot_name:
         lines += [f"![NLL by position]({plot_name})", ""]
@@ -117,6 +124,13 @@ def markdown(scores: Mapping[str, Any], plot_name: str | None = "length_curves.p
         lines += ["", FEW_DOCS_NOTE]
     if scores["drift"]:
         lines += ["", DRIFT_NOTE, "", *_md_table(*drift_table(scores))]
+    tables = scheme_tables(scores)
+    if tables:
+        lines += ["", "### Drift and the decomposition past C", "", DECOMPOSITION_NOTE]
+        if decomposition_plot:
+            lines += ["", f"![drift and r per layer]({decomposition_plot})"]
+        for caption, header, rows in tables:
+            lines += ["", caption, "", *_md_table(header, rows)]
     return "\n".join(lines) + "\n"
 
 

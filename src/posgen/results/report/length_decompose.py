@@ -1,0 +1,114 @@
+"""The ``posgen length --decompose`` part of the length report: per scheme, a table of
+drift beside the fit's r before and past C per layer, the rank correlation over layers,
+and one figure with a panel per scheme."""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+DECOMPOSITION_NOTE = (
+    "Attention drift beside the decomposition W[i, j] ≈ a[i−j] + b[i] + c[j] of each "
+    "head's logits, fitted on the same ids under the same forward: per layer, r on the "
+    "query rows before C and past C and their drop, and the rms of a[d] past C about its "
+    "in-context trend (logit units); means over heads and documents. ρ: Spearman's rank "
+    "correlation over layers between drift and the r drop (descriptive: layers of one "
+    "model are not independent samples, so no p-value)."
+)
+
+
+def _f(x: Any, fmt: str = ".3f") -> str:
+    return "–" if x is None or not math.isfinite(x) else format(x, fmt)
+
+
+def scheme_table(scores: Mapping[str, Any], scheme: str) -> tuple[list[str], list[list[str]]]:
+    """Header and rows for one scheme: layer, drift, r before C, r past C, drop, a rms past."""
+    header = ["layer", "drift", "r before C", "r past C", "r drop", "a trend rms past"]
+    rows = [
+        [
+            str(r["layer"]),
+            _f(r["drift"]),
+            _f(r["r_3axis_before_context"]),
+            _f(r["r_3axis_past_context"]),
+            _f(r["r_drop"], "+.3f"),
+            _f(r["a_trend_rms_past"]),
+        ]
+        for r in scores["decomposition"]["layers"]
+        if r["scheme"] == scheme
+    ]
+    return header, rows
+
+
+def _rho(scores: Mapping[str, Any], scheme: str) -> tuple[float | None, int]:
+    found = scores["decomposition"]["rank_correlation"][scheme]
+    rho = found["rho"]
+    return (rho if rho is not None and math.isfinite(rho) else None), int(found["n_layers"])
+
+
+def correlation_line(scores: Mapping[str, Any], scheme: str) -> str:
+    rho, n = _rho(scores, scheme)
+    if rho is None:
+        return f"ρ(drift, r drop) over layers: – ({n} layer(s) with both figures, needs ≥ 3)"
+    return f"ρ(drift, r drop) over {n} layers: {rho:+.2f}"
+
+
+def schemes(scores: Mapping[str, Any]) -> list[str]:
+    return list(dict.fromkeys(r["scheme"] for r in scores["decomposition"]["layers"]))
+
+
+def scheme_tables(scores: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """Per scheme: a caption (the scheme and its ρ), the table's header and rows; none
+    without ``scores["decomposition"]``."""
+    if not scores.get("decomposition"):
+        return []
+    return [
+        (f"`{scheme}`: {correlation_line(scores, scheme)}", *scheme_table(scores, scheme))
+        for scheme in schemes(scores)
+    ]
+
+
+def decomposition_figure(scores: Mapping[str, Any]) -> Any:
+    """A matplotlib ``Figure``, one panel per scheme: per layer, drift (left axis) and r
+    before / past C (right axis)."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    names = schemes(scores)
+    fig = Figure(figsize=(4.2 * len(names), 3.8))
+    for k, scheme in enumerate(names):
+        rows = [r for r in scores["decomposition"]["layers"] if r["scheme"] == scheme]
+
+        def col(name: str, rows=rows) -> np.ndarray:
+            return np.array([math.nan if r[name] is None else r[name] for r in rows], float)
+
+        layer = col("layer")
+        ax = fig.add_subplot(1, len(names), k + 1)
+        ax.plot(layer, col("drift"), color="C3", marker="o", label="drift")
+        ax.set_xlabel("layer")
+        ax.set_ylabel("drift", color="C3")
+        right = ax.twinx()
+        right.plot(layer, col("r_3axis_past_context"), color="C0", marker="s", label="r past C")
+        right.plot(
+            layer, col("r_3axis_before_context"), color="C0", linestyle=":", label="r before C"
+        )
+        right.set_ylabel("r of the fit", color="C0")
+        rho, _ = _rho(scores, scheme)
+        ax.set_title(f"{scheme}  (ρ = {'–' if rho is None else format(rho, '+.2f')})", fontsize=9)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if k == 0:
+            handles = ax.get_legend_handles_labels()
+            more = right.get_legend_handles_labels()
+            ax.legend(handles[0] + more[0], handles[1] + more[1], fontsize=7, loc="best")
+    fig.suptitle(f"drift and the decomposition per layer, {scores['config']['model']}")
+    fig.tight_layout()
+    return fig
+
+
+def decomposition_png(scores: Mapping[str, Any]) -> bytes:
+    buf = io.BytesIO()
+    decomposition_figure(scores).savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return buf.getvalue()
