@@ -221,7 +221,11 @@ def test_planted_truth_on_a_band_is_recovered_within_noise_at_4096():
 
 def test_band_row_moments_match_brute_force():
     gen = torch.Generator().manual_seed(12)
-    for n, k, diag, first, window in ((20, 0, True, 7, 5), (20, 3, False, 9, 4), (17, 2, True, 0, 9)):
+    for n, k, diag, first, window in (
+        (20, 0, True, 7, 5),
+        (20, 3, False, 9, 4),
+        (17, 2, True, 0, 9),
+    ):
         layout = CausalLayout(n, k, diag, window=window)
         a, b, c = (torch.randn(2, n, generator=gen, dtype=torch.float64) for _ in range(3))
         i = torch.arange(n)

@@ -117,9 +117,7 @@ class CausalLayout(LayoutCommon):
         self.null2 = _orthonormal([torch.cat([self.used_d, -self.used_j])])
 
     @staticmethod
-    def supports(
-        n: int, sink_keys: int, include_diagonal: bool, window: int | None = None
-    ) -> bool:
+    def supports(n: int, sink_keys: int, include_diagonal: bool, window: int | None = None) -> bool:
         """Whether the structured layout applies: at least three query rows with entries
         and at least two fitted distances (module doc)."""
         d0 = 0 if include_diagonal else 1
@@ -144,6 +142,7 @@ class CausalLayout(LayoutCommon):
     def description(self) -> str:
         """``causal``, or ``band:W`` when the band leaves out causal entries."""
         return f"band:{self.window}" if self.is_band else "causal"
+
     @property
     def diag_offset(self) -> int:
         return 0 if self.include_diagonal else 1

@@ -70,19 +70,23 @@ def decompose_model(
 ) -> pd.DataFrame:
     """The tidy per-head table of one model on ``docs`` probe windows of ``tokens`` tokens.
 
-    ``length``: a ``LengthPerturbation`` (``posgen length``'s schemes; Λ excepted, its
-    attention function would replace the capture's): a rope scaling is applied when the
-    model loads, and ``forward_context(model, ids)`` (a context manager factory, e.g.
-    ``posgen length``'s forward for the scheme) wraps every captured forward. ``context``:
-    the trained context C; with it the table gets the ``past_context`` columns (NaN where
-    n ≤ C) and a ``context`` column.
+    ``length``: a ``LengthPerturbation`` (``posgen length``'s schemes): a rope scaling is
+    applied when the model loads, and ``forward_context(model, ids)`` (a context manager
+    factory, e.g. ``posgen length``'s forward for the scheme) wraps every captured forward.
+    For Λ (``LengthLambda``) ``forward_context`` must enter
+    :func:`posgen.harness.hf_posgen.lambda_attention.lambda_attention` (``posgen length``'s
+    forward does): the capture inside it then runs Λ's attention for the outputs and fits
+    Λ's local band 0 ≤ i − j < W only (``fit_mask`` = ``lambda-band:W`` where n > W; the G
+    global keys are left out of the fit, :mod:`posgen.harness.decomposition.capture`).
+    ``context``: the trained context C; with it the table gets the ``past_context`` columns
+    (NaN where n ≤ C) and a ``context`` column.
 
     ``model``: a name/path (``embedded`` = SmolLM2-135M) or a loaded model (then pass its
     ``tokenizer``). With ``random_init`` the weights are replaced by a seeded random-init
     twin of the same architecture. Columns: model, random_init, seed, doc, layer, head, n,
     n_entries, r_3axis, r_2axis, r_distance_key, r_row_centred, r2, residual_std, logit_std,
     share_distance, share_query, share_key, chance_r, chance_r_2axis, restricted_mask,
-    include_diagonal, sink_keys.
+    fit_mask (causal, lambda-band:W or model-mask), include_diagonal, sink_keys.
     """
     import pandas as pd
     from tqdm.auto import tqdm
