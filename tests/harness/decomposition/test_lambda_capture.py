@@ -122,7 +122,9 @@ def test_cli_runs_lambda_with_the_trained_context_as_window(tiny_model_dir, tmp_
         table["fit_mask"] == "lambda-band:24"
     ).all()
     assert table["r_3axis_past_context"].between(0, 1).all()
-    assert "past C: query rows i >= C" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "past C: query rows i >= C" in printed
+    assert "fitted under lambda:2,24: lambda-band:24 (Lambda's global keys not fitted)" in printed
 
 
 def test_cli_refuses_lambda_on_a_sliding_window_model_before_loading(

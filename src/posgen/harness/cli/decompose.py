@@ -223,6 +223,9 @@ def main(args: argparse.Namespace) -> int:
         _experiments(args, entry, device)
     with pd.option_context("display.width", 200, "display.max_columns", 40):
         print(summary.T.to_string(header=False))
+        if getattr(length, "uses_attention", False):  # Λ: what was fitted
+            masks = ", ".join(sorted(table["fit_mask"].unique()))
+            print(f"fitted under {length.to_string()}: {masks} (Lambda's global keys not fitted)")
         if context is not None:
             print(f"per layer, trained context C = {context} (past C: query rows i >= C):")
             print(past_context_table(per_layer).to_string(index=False, float_format="%.4f"))
