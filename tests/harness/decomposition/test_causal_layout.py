@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from posgen.harness.decomposition.causal_layout import CausalLayout
+from posgen.harness.decomposition.fit_layout import band_mask
 from posgen.harness.decomposition.logit_fit import (
     FitLayout,
     FitOptions,
@@ -134,6 +135,98 @@ def test_row_moments_match_brute_force():
     gen = torch.Generator().manual_seed(11)
     for n, k, diag, first in ((20, 0, True, 7), (20, 3, False, 9), (17, 2, True, 0)):
         layout = CausalLayout(n, k, diag)
+        a, b, c = (torch.randn(2, n, generator=gen, dtype=torch.float64) for _ in range(3))
+        i = torch.arange(n)
+        f = a[:, (i[:, None] - i[None, :]).clamp(min=0)] + b[:, :, None] + c[:, None, :]
+        rows = layout.mask.clone()
+        rows[:first] = False
+        total, squares, count = layout.row_moments(a, b, c, first)
+        torch.testing.assert_close(total, (f * rows).sum((1, 2)), rtol=0, atol=1e-10)
+        torch.testing.assert_close(squares, (f**2 * rows).sum((1, 2)), rtol=0, atol=1e-10)
+        assert count == int(rows.sum())
+
+
+BAND_CASES = [
+    (64, 10, FitOptions()),
+    (64, 7, FitOptions(include_diagonal=False, sink_keys=3)),
+    (64, 3, FitOptions()),  # three distances, at most three entries a row
+    (257, 100, FitOptions(include_diagonal=False)),
+    (257, 33, FitOptions(sink_keys=4)),
+    (1024, 300, FitOptions()),
+]
+
+
+@pytest.mark.parametrize("n,window,options", BAND_CASES)
+def test_band_agrees_with_the_dense_layout_on_every_form(n, window, options):
+    gen = torch.Generator().manual_seed(n + window)
+    w = _logits(n, 4, gen)
+    dense = FitLayout.from_mask(options.apply(band_mask(n, window)))
+    fast = CausalLayout(n, options.sink_keys, options.include_diagonal, window=window)
+    assert fast.is_band and fast.description == f"band:{window}"
+    assert (fast.rank3, fast.rank2, fast.n_entries) == (dense.rank3, dense.rank2, dense.n_entries)
+    for name in ("count_d", "count_i", "count_j"):
+        torch.testing.assert_close(getattr(fast, name), getattr(dense, name), rtol=0, atol=0)
+    assert torch.equal(fast.mask, dense.mask)
+    sums = head_sums(w, dense)
+    ref, got = fit_sums(sums, dense), fit_sums(sums, fast)
+    for name in ("r_3axis", "r_2axis", "r_row_centred"):
+        torch.testing.assert_close(getattr(got, name), getattr(ref, name), rtol=0, atol=1e-8)
+    torch.testing.assert_close(got.residual_std, ref.residual_std, rtol=1e-7, atol=0)
+    d_map = w * torch.linspace(0.5, 1.5, n, dtype=torch.float64)
+    d_sums = distance_sums(d_map, dense)
+    r_dk = distance_key_r(sums, d_sums, fast)
+    torch.testing.assert_close(r_dk, distance_key_r(sums, d_sums, dense), rtol=0, atol=1e-8)
+    torch.testing.assert_close(_fitted(got, fast), _fitted(ref, dense), rtol=0, atol=1e-6)
+
+
+def test_a_band_at_least_n_wide_is_the_causal_layout():
+    cache = LayoutCache()
+    wide = cache.causal(64, FitOptions(), window=64)
+    assert wide is cache.causal(64, FitOptions()) and not wide.is_band
+    assert CausalLayout(64, window=100).description == "causal"
+    assert isinstance(cache.causal(64, FitOptions(include_diagonal=False), window=2), FitLayout)
+    with pytest.raises(ValueError, match="2 fitted distances"):
+        CausalLayout(64, include_diagonal=False, window=2)  # one distance: not identified
+    with pytest.raises(ValueError, match="window must be >= 1"):
+        CausalLayout(64, window=0)
+
+
+def test_planted_truth_on_a_band_is_recovered_within_noise_at_4096():
+    n, window, sigma = 4096, 512, 0.5
+    gen = torch.Generator().manual_seed(8)
+    a = torch.sin(torch.arange(n, dtype=torch.float64) / 60) * 2
+    b, c = (torch.randn(n, generator=gen, dtype=torch.float64) for _ in range(2))
+    layout = LayoutCache().causal(n, FitOptions(), window=window)
+    assert isinstance(layout, CausalLayout) and layout.is_band
+    i = torch.arange(n)
+    w = a[(i[:, None] - i[None, :]).clamp(min=0)] + b[:, None] + c[None, :]
+    w.add_(sigma * torch.randn(n, n, generator=gen, dtype=torch.float64))
+    w = w.float()[None]
+    fits = fit_sums(head_sums(w, layout), layout)
+    del w
+    # every distance d < W has n − d ≥ n − W entries: standard error ≤ σ·sqrt(1/(n − W))
+    d = torch.arange(window, dtype=torch.float64)
+    err = fits.a[0, :window] - a[:window]
+    design = torch.stack([torch.ones_like(d), d], dim=1)
+    err = err - design @ torch.linalg.lstsq(design, err[:, None]).solution[:, 0]
+    assert float(err.abs().max()) < 6 * sigma * (1 / (n - window)) ** 0.5
+    assert torch.isnan(fits.a[0, window:]).all()  # distances past the band are not fitted
+    for fitted, true in ((fits.b[0], b), (fits.c[0], c)):
+        assert torch.corrcoef(torch.stack([fitted, true]))[0, 1] > 0.98
+    signal = torch.var(a[(i[:, None] - i[None, :]).clamp(min=0)][layout.mask]) + 2.0
+    expected_r = float((signal / (signal + sigma**2)).sqrt())
+    assert abs(float(fits.r_3axis[0]) - expected_r) < 0.01
+    assert abs(float(fits.residual_std[0]) - sigma) < 0.01
+
+
+def test_band_row_moments_match_brute_force():
+    gen = torch.Generator().manual_seed(12)
+    for n, k, diag, first, window in (
+        (20, 0, True, 7, 5),
+        (20, 3, False, 9, 4),
+        (17, 2, True, 0, 9),
+    ):
+        layout = CausalLayout(n, k, diag, window=window)
         a, b, c = (torch.randn(2, n, generator=gen, dtype=torch.float64) for _ in range(3))
         i = torch.arange(n)
         f = a[:, (i[:, None] - i[None, :]).clamp(min=0)] + b[:, :, None] + c[:, None, :]

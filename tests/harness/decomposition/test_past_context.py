@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from posgen.harness.decomposition.block_sums import split_head_sums
@@ -11,7 +12,8 @@ from posgen.harness.decomposition.logit_fit import fit_sums
 from posgen.harness.decomposition.past_context import a_trend, past_context_figures
 
 
-def test_split_r_matches_brute_force_pearson_per_region():
+@pytest.mark.parametrize("window", [None, 25])  # causal, and Λ's local band
+def test_split_r_matches_brute_force_pearson_per_region(window):
     n, context, heads = 60, 40, 3
     gen = torch.Generator().manual_seed(2)
     i = torch.arange(n)
@@ -20,7 +22,7 @@ def test_split_r_matches_brute_force_pearson_per_region():
     w = 20 + a[:, dist] + b[:, :, None] + c[:, None, :]
     noise = torch.randn(heads, n, n, generator=gen, dtype=torch.float64)
     w = (w + noise * (i[:, None] >= context) * torch.tensor([0.1, 1.0, 3.0])[:, None, None]).float()
-    layout = CausalLayout(n, sink_keys=1, include_diagonal=False)
+    layout = CausalLayout(n, sink_keys=1, include_diagonal=False, window=window)
 
     def source(start, stop, width):
         return w[:, start:stop, :width].clone()
@@ -54,3 +56,10 @@ def test_a_trend_is_blind_to_the_null_space_and_sees_a_break():
     before, past = a_trend(torch.cat([smooth, broken]), counts, context)
     torch.testing.assert_close(before, torch.zeros(2, dtype=torch.float64), rtol=0, atol=1e-9)
     assert past[0] < 1e-9 and abs(float(past[1]) - 2.0) < 1e-9
+
+
+def test_a_trend_is_nan_without_distances_to_fit():
+    n, context = 64, 32
+    counts = torch.where(torch.arange(n) < 12, 64.0 - torch.arange(n), 0.0).double()  # W = 12
+    before, past = a_trend(torch.randn(2, n, dtype=torch.float64), counts, context)
+    assert torch.isnan(before).all() and torch.isnan(past).all()

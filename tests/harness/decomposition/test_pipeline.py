@@ -182,7 +182,8 @@ def test_cli_modules_import_light():
 @pytest.mark.parametrize(
     "argv",
     [
-        ["--length", "lambda:4,16"],  # Λ replaces the capture's attention function
+        ["--length", "lambda:4"],  # Λ needs GLOBAL,WINDOW
+        ["--length", "lambda:-1,C"],
         ["--length", "bogus:3"],
         ["--length", "scale:0"],
         ["--trained-context", "0"],

@@ -18,7 +18,7 @@ from posgen.perturbations.length import LengthLambda, LengthNone, LengthScale, L
 from posgen.results.scores.length_decompose import COLUMNS, decomposition_path
 
 C = 64
-SCHEMES = "none;scale:2;yarn:2"
+SCHEMES = "none;scale:2;yarn:2;lambda:2,32"
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,7 @@ def run_folder(tiny_path, tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("scheme", [LengthScale(2.0), LengthYarn(2.0)])
+@pytest.mark.parametrize("scheme", [LengthScale(2.0), LengthYarn(2.0), LengthLambda(2, 32)])
 def test_folder_rows_equal_decompose_model_on_the_same_ids(
     tiny_path, run_folder, scheme, monkeypatch
 ):
@@ -82,9 +82,14 @@ def test_folder_rows_equal_decompose_model_on_the_same_ids(
     assert len(heads) == len(table) == 2 * 4  # layers × heads of the tiny model
     for column in ("layer", "head", "n", "r_3axis", "r_2axis", *COLUMNS):
         np.testing.assert_allclose(
-            [h[column] for h in heads], table[column].to_numpy(float), rtol=1e-12, atol=1e-12
+            [np.nan if h[column] is None else h[column] for h in heads],  # NaN is null in JSON
+            table[column].to_numpy(float),
+            rtol=1e-12,
+            atol=1e-12,
         )
     assert np.isfinite(table["r_3axis_past_context"]).all()
+    if scheme.uses_attention:  # Λ: its local band is fitted, the global keys left out
+        assert set(table["fit_mask"]) == {"lambda-band:32"}
 
 
 def test_the_position_scheme_and_seed_reach_the_fit(tiny_path, run_folder, tmp_path, monkeypatch):
@@ -128,7 +133,7 @@ def test_report_has_the_table_beside_drift_and_the_figure(run_folder):
     scores = json.loads((run_folder / "length_scores.json").read_text())
     rows = scores["decomposition"]["layers"]
     assert {(r["scheme"], r["layer"]) for r in rows} == {
-        (s, layer) for s in ("none", "scale:2.0", "yarn:2.0") for layer in (0, 1)
+        (s, layer) for s in ("none", "scale:2.0", "yarn:2.0", "lambda:2,32") for layer in (0, 1)
     }
     drift = {(r["scheme"], r["layer"]): r["drift"] for r in scores["drift"]}
     for row in rows:
@@ -145,7 +150,7 @@ def test_rerun_resumes_and_decompose_is_added_not_dropped(tiny_path, tmp_path, c
     assert _run(tiny_path, out, "--decompose") == 0  # resumes: only the fits run
     assert [f.stat().st_mtime_ns for f in records] == stamps
     fits = sorted((out / "decompose").rglob("*.json"))
-    assert len(fits) == 3
+    assert len(fits) == 4  # one per scheme
     assert json.loads((out / "config.json").read_text())["config"]["decompose"] is True
     fit_stamps = [f.stat().st_mtime_ns for f in fits]
     assert _run(tiny_path, out, "--decompose") == 0  # nothing recomputed
@@ -159,22 +164,12 @@ def test_rerun_resumes_and_decompose_is_added_not_dropped(tiny_path, tmp_path, c
 
 @pytest.mark.parametrize(
     ("args", "match"),
-    [
-        (["--max-length", str(C)], r"past C = 64: it needs a max length > C, got 64"),
-        (["--schemes", "none;lambda:2,32"], r"--decompose: .*lambda:2,32"),
-        (
-            [],
-            r"--decompose: .*lambda:4,64.* give --schemes without lambda:4,64",
-        ),  # the default schemes
-    ],
+    [(["--max-length", str(C)], r"past C = 64: it needs a max length > C, got 64")],
 )
 def test_bad_decompose_input_is_refused_before_the_model_loads(
     tiny_path, tmp_path, args, match, capsys, monkeypatch
 ):
     from posgen.harness.length import runner
-
-    if "lambda" in match and pipeline.length_refusal(LengthLambda(2, 32)) is None:
-        pytest.skip("the decomposition runs under Λ: nothing to refuse")
 
     def no_load(*a, **k):
         raise AssertionError("the model was loaded")
@@ -188,19 +183,8 @@ def test_bad_decompose_input_is_refused_before_the_model_loads(
     assert not out.exists()
 
 
-def test_the_refusal_is_the_pipelines_own():
-    from posgen.harness.length.decompose import refusal
-
-    for scheme in (LengthNone(), LengthScale(2.0), LengthYarn(2.0)):
-        assert pipeline.length_refusal(scheme) is None
-    assert refusal([LengthNone(), LengthScale(2.0)]) is None
-    lam = LengthLambda(4, 64)
-    reason = pipeline.length_refusal(lam)
-    if reason is None:  # the decomposition runs under Λ: --decompose takes it
-        assert refusal([LengthNone(), lam]) is None
-        return
-    assert (
-        refusal([LengthNone(), lam]) == f"--decompose: {reason}; give --schemes without lambda:4,64"
-    )
-    with pytest.raises(ValueError, match="lambda:4,64"):
-        pipeline.decompose_windows(None, [[1, 2, 3]], length=lam)
+def test_lambda_without_its_attention_block_is_refused():
+    """Under Λ the capture learns the scheme from the enclosing lambda_attention block;
+    a forward context that does not enter it would fit plain causal attention."""
+    with pytest.raises(ValueError, match="needs forward_context to enter lambda_attention"):
+        pipeline.decompose_windows(None, [[1, 2, 3]], length=LengthLambda(4, 64), progress=False)

@@ -63,8 +63,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--length",
         type=_length_scheme,
         default=None,
-        help="run the model under a length scheme of posgen length: none, scale:F or yarn:F "
-        "(default: as trained); the table then gets r before/past the trained context C",
+        help="run the model under a length scheme of posgen length: none, scale:F, yarn:F or "
+        "lambda:G,W (C in it stands for the trained context; default: as trained); the table "
+        "then gets r before/past the trained context C. Under lambda:G,W the fit covers "
+        "Lambda's local band (keys at distance < W, fit_mask lambda-band:W), not its G global "
+        "keys",
     )
     parser.add_argument(
         "--trained-context",
@@ -108,19 +111,39 @@ def _experiments(args: argparse.Namespace, entry, device: str) -> None:
         print(f"{name}:\n{frame.to_string(index=False)}")
 
 
-def _length_scheme(text: str):
+def _length_scheme(text: str) -> str:
+    """``text`` checked as a length scheme (``C`` read as a placeholder for the trained
+    context, resolved by :func:`_resolve_length` once the config is read)."""
+    _parse_length(text, 2)
+    return text
+
+
+def _parse_length(text: str, context: int):
+    from posgen.harness.length.command import with_context
     from posgen.perturbations.base import PerturbationError
-    from posgen.perturbations.length import LengthLambda, parse_length
+    from posgen.perturbations.length import parse_length
 
     try:
-        scheme = parse_length(text)
+        return parse_length(with_context(text, context))
     except (PerturbationError, ValueError) as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _resolve_length(args: argparse.Namespace, entry, context: int | None):
+    """The length scheme of ``--length`` with ``C`` = the trained context (known whenever
+    ``--length`` is given, see :func:`_context`), or None; a PlanError where Λ cannot run
+    the model (read from its config)."""
+    if args.length is None:
+        return None
+    from posgen.harness.hf_posgen.lambda_attention import config_refusal
+    from posgen.perturbations.length import LengthLambda
+
+    assert context is not None
+    scheme = _parse_length(args.length, context)
     if isinstance(scheme, LengthLambda):
-        raise argparse.ArgumentTypeError(
-            "lambda:G,W is not supported by decompose (its attention function would replace "
-            "the capture's); use none, scale:F or yarn:F"
-        )
+        reason = config_refusal(load_config(entry))
+        if reason is not None:
+            raise PlanError(f"--length {scheme.to_string()}: {reason}")
     return scheme
 
 
@@ -161,28 +184,30 @@ def _positive(text: str) -> int:
 
 
 def check_arguments(args: argparse.Namespace):
-    """Every argument checked before any model loads: the model entry, the device and the
-    trained context C of the past-context figures (None when they are not asked for)."""
+    """Every argument checked before any model loads: the model entry, the device, the
+    trained context C of the past-context figures (None when they are not asked for) and
+    the length scheme (None without ``--length``)."""
     if not 0 <= args.seed < 2**32:
         raise PlanError(f"--seed must be an integer in [0, 2**32), got {args.seed}")
     check_out_folder(args.out)
     device = check_device(args.device)
     (entry,) = model_entries([args.model], args)
     require_rope(entry, "posgen decompose")
-    return entry, device, _context(args, entry)
+    context = _context(args, entry)
+    return entry, device, context, _resolve_length(args, entry, context)
 
 
 def main(args: argparse.Namespace) -> int:
     import pandas as pd
 
     try:
-        entry, device, context = check_arguments(args)
+        entry, device, context, length = check_arguments(args)
     except PlanError as e:
         print(f"posgen decompose: {e}", file=sys.stderr)
         return 2
     device = device or default_device()
     kw = dict(docs=args.docs, tokens=args.tokens, seed=args.seed, device=device)
-    kw.update(length=args.length, context=context, forward_context=_length_forward(args.length))
+    kw.update(length=length, context=context, forward_context=_length_forward(length))
     tables = [decompose_model(entry, **kw)]
     if args.random_init:  # the twin keeps the trained model's label
         tables.append(decompose_model(replace(entry, random_init=True), random_init=True, **kw))
@@ -191,13 +216,16 @@ def main(args: argparse.Namespace) -> int:
     per_layer = layer_means(table)
     write_outputs(args.out, table, summary, per_layer)
     head_map = median_head_map(
-        table, model=entry, device=device, length=args.length, forward_context=kw["forward_context"]
+        table, model=entry, device=device, length=length, forward_context=kw["forward_context"]
     )
     write_plots(args.out, table, head_map)
     if args.experiments:
         _experiments(args, entry, device)
     with pd.option_context("display.width", 200, "display.max_columns", 40):
         print(summary.T.to_string(header=False))
+        if getattr(length, "uses_attention", False):  # Λ: what was fitted
+            masks = ", ".join(sorted(table["fit_mask"].unique()))
+            print(f"fitted under {length.to_string()}: {masks} (Lambda's global keys not fitted)")
         if context is not None:
             print(f"per layer, trained context C = {context} (past C: query rows i >= C):")
             print(past_context_table(per_layer).to_string(index=False, float_format="%.4f"))

@@ -18,6 +18,16 @@ the eager function is called on blocks of query rows (attention is row-wise: eac
 row depends only on its own query row and mask row) and the rows are concatenated.
 Streamed: one layer at a time, the full L×H×n×n tensor is never held. The original
 attention implementation is restored on exit, whatever happens.
+
+Inside a Λ block (:func:`posgen.harness.hf_posgen.lambda_attention.lambda_attention`, e.g.
+``posgen length``'s forward for ``lambda:G,W``) with n > W, the outputs come from Λ's own
+attention (:func:`~posgen.harness.hf_posgen.lambda_attention.lambda_output`), so the
+forward is exactly the Λ forward, and ``LayerCapture.attended`` is Λ's local band
+0 ≤ i − j < W (``LayerCapture.window`` = W): the keys Λ scores at their true distance,
+with the logits q·k of the model's own post-RoPE q and k as above. The G global keys
+beyond the window, which Λ scores at the fixed distance W with a re-rotated query, are
+not in ``attended``: their logits are not the q·k this capture computes. With n ≤ W, Λ
+is plain causal attention and the capture runs as without it.
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ from dataclasses import dataclass, field
 import torch
 
 from posgen.compat import using_attention
+from posgen.harness.hf_posgen.lambda_attention import active_scheme, lambda_output
 from posgen.harness.model_family import family_of
 
 CAPTURE_NAME = "posgen_capture"
@@ -42,7 +53,7 @@ class LayerCapture:
     """One layer's capture; tensors live on the model's device."""
 
     layer: int
-    attended: torch.Tensor  # [B, 1, n, n] bool, True where the layer may attend
+    attended: torch.Tensor  # [B, 1, n, n] bool, True where the layer may attend (Λ: the band)
     query: torch.Tensor  # [B, H, n, head_dim] post-RoPE, as the model computed it
     key: torch.Tensor  # [B, H, n, head_dim] post-RoPE, grouped KV heads expanded
     module: torch.nn.Module = field(repr=False)
@@ -50,6 +61,7 @@ class LayerCapture:
     scaling: float = 1.0
     kv_heads: int = 0  # KV heads before expansion: query head h reads KV head h // (H / kv_heads)
     softcap: float | None = None
+    window: int | None = None  # under Λ (n > W): W, and ``attended`` is the band i − j < W
     _logits: torch.Tensor | None = field(default=None, repr=False)
 
     @property
@@ -104,18 +116,25 @@ class _CaptureState:
     consumer: Consumer
     layer_of: dict[int, int]  # id(module) -> layer index
     position_embeddings: dict[int, tuple | None] = field(default_factory=dict)
-    _last: tuple | None = None  # (mask, key length, attended) of the last layer
+    _last: tuple | None = None  # (mask, key length, window, attended) of the last layer
 
-    def attended(self, attention_mask: torch.Tensor, keys: int) -> torch.Tensor:
-        """Where the layer may attend, [B, 1, n, keys] bool. Layers that get the same mask
-        object (most models build one per forward) share one ``attended`` tensor, so that
+    def attended(
+        self, attention_mask: torch.Tensor, keys: int, window: int | None = None
+    ) -> torch.Tensor:
+        """Where the layer may attend, [B, 1, n, keys] bool; with ``window`` only the band
+        0 ≤ i − j < window of it (Λ's local branch). Layers that get the same mask object
+        (most models build one per forward) share one ``attended`` tensor, so that
         consumers can reuse what they derive from it (identity check)."""
         last = self._last
-        if last is not None and last[0] is attention_mask and last[1] == keys:
-            return last[2]
+        if last is not None and last[0] is attention_mask and last[1:3] == (keys, window):
+            return last[3]
         mask = attention_mask[:, :, :, :keys]
         attended = mask if mask.dtype == torch.bool else mask == 0
-        self._last = (attention_mask, keys, attended)  # holds the mask: its id stays unique
+        if window is not None:
+            i = torch.arange(mask.shape[-2], device=mask.device)[:, None]
+            j = torch.arange(keys, device=mask.device)[None, :]
+            attended = attended & (i - j < window)
+        self._last = (attention_mask, keys, window, attended)  # holds the mask: id stays unique
         return attended
 
 
@@ -135,12 +154,20 @@ def capture_attention_forward(module, query, key, value, attention_mask, *args, 
     scaling = kwargs.get("scaling")
     scaling = module.head_dim**-0.5 if scaling is None else scaling
     family = family_of(module)
+    scheme = active_scheme()  # a Λ forward: its band for the fit, its outputs (module doc)
+    window = scheme.window if scheme is not None and query.shape[2] > scheme.window else None
+    if window is not None and not _sees_every_key(attention_mask, key.shape[-2]):
+        raise RuntimeError(
+            "lambda attention runs unpadded causal forwards; the captured forward has padding"
+        )
+    # Λ's output first: a layer Λ refuses (soft-capping, sliding window) fails before the fit
+    output = None if window is None else lambda_output(module, query, key, value, **kwargs)
     key_full = family.expand_kv(module, key, query.shape[1])
     with torch.no_grad():
         state.consumer(
             LayerCapture(
                 layer=state.layer_of[id(module)],
-                attended=state.attended(attention_mask, key_full.shape[-2]),
+                attended=state.attended(attention_mask, key_full.shape[-2], window),
                 query=query,
                 key=key_full,
                 module=module,
@@ -148,10 +175,19 @@ def capture_attention_forward(module, query, key, value, attention_mask, *args, 
                 scaling=scaling,
                 kv_heads=key.shape[1],
                 softcap=kwargs.get("softcap"),
+                window=window,
             )
         )
+    if output is not None:
+        return output, None
     eager = family.eager_attention_function(module)
     return _eager_in_row_blocks(eager, module, query, key, value, attention_mask, args, kwargs)
+
+
+def _sees_every_key(attention_mask: torch.Tensor, keys: int) -> bool:
+    """Whether the last query row may attend every key (no padding in a causal mask)."""
+    last = attention_mask[:, :, -1, :keys]
+    return bool(last.all() if last.dtype == torch.bool else (last == 0).all())
 
 
 def _eager_in_row_blocks(eager, module, query, key, value, attention_mask, args, kwargs):

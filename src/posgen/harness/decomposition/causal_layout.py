@@ -1,28 +1,34 @@
-"""The fit layout of a causal mask, solved from its structure: O(n) per product, no n × n matrix.
+"""The fit layout of a causal or band mask, solved from its structure: O(n) per product, no
+n × n matrix.
 
-Fitted entries F = {(i, j): k ≤ j ≤ i − d₀, 0 ≤ i < n}: causal, without the first k key
-positions (sink keys) and, with d₀ = 1, without the diagonal. The normal equations
+Fitted entries F = {(i, j): k ≤ j, d₀ ≤ i − j < W, 0 ≤ i < n}: causal (W ≥ n) or the band
+of the last W keys (Λ attention's local branch), without the first k key positions (sink
+keys) and, with d₀ = 1, without the diagonal. With W' = min(W, n), the normal equations
 G θ = s of :mod:`posgen.harness.decomposition.logit_fit` then have
 
-    n_d[d] = n − d − k (d ≥ d₀),   n_i[i] = i − d₀ − k + 1,   n_j[j] = n − j − d₀ (j ≥ k)
+    n_d[d] = n − d − k (d₀ ≤ d < W'),   n_i[i] = i − d₀ + 1 − max(k, i − W' + 1),
+    n_j[j] = min(n, j + W') − j − d₀ (j ≥ k)
 
-(negative counts read 0) and incidence products that are prefix sums. With θ = (a, b, c),
-A[m] = Σ_{d ≤ m} a[d], C[m] = Σ_{j ≤ m} c[j] and B'[m] = Σ_{i ≥ m} b[i] (unused
-parameters held at 0)::
+(negative counts read 0) and incidence products that are windowed prefix sums. With
+θ = (a, b, c), A[m] = Σ_{d ≤ m} a[d], C[m] = Σ_{j ≤ m} c[j] and B'[m] = Σ_{i ≥ m} b[i]
+(unused parameters held at 0, C[m] = 0 for m < 0, B'[m] = 0 for m ≥ n)::
 
     (G θ)_a[d] = n_d a[d] + B'[k + d]   + C[n − 1 − d]
-    (G θ)_b[i] = n_i b[i] + A[i − k]    + C[i − d₀]
-    (G θ)_c[j] = n_j c[j] + A[n − 1 − j] + B'[j + d₀]
+    (G θ)_b[i] = n_i b[i] + A[i − k]    + C[i − d₀] − C[i − W']
+    (G θ)_c[j] = n_j c[j] + A[n − 1 − j] + B'[j + d₀] − B'[j + W']
 
-(the two-axis model drops b and every B' term). Products with G cost O(P n) for P heads,
+(the two-axis model drops b and every B' term; a[d] = 0 for d ≥ W' keeps A's windows
+implicit). Causal is the case W' = n, where the − C and − B' terms vanish. Products with G cost O(P n) for P heads,
 so the system is solved by conjugate gradients preconditioned by diag(G) (the counts),
 batched over heads. G is singular; its null space over the used parameters is spanned by
 (a, b, c) = (1, −1, 0), (1, 0, −1) and (d, −i, j) (two-axis: (1, −1) on (a, c)), so the
 sums s are first projected onto its orthogonal complement, the range of G; CG started at 0
 then stays in it and converges to the minimum-norm solution. The fitted values and
 ESS = θᵀs do not depend on which solution is found. rank(G) = used parameters − 3 (two
-axes: − 1) when at least three query rows have entries (``CausalLayout.supports``);
-smaller triangles use the dense layout.
+axes: − 1) when at least three query rows have entries and, in a band, at least two
+distances are fitted (``CausalLayout.supports``: two consecutive distances tie c[j + 1] −
+c[j] to a[d + 1] − a[d], so c and a are linear on the null space); smaller masks use the
+dense layout.
 
 Cost per solve: O(P n) per iteration, about 17 iterations to a relative residual of 1e-12
 at n = 1024 … 16384 (the Jacobi-scaled G is well conditioned); on one intra-op thread, since
@@ -69,7 +75,8 @@ class LayoutCommon:
 
 @dataclass
 class CausalLayout(LayoutCommon):
-    """Counts and O(n) products of the causal mask with ``sink_keys`` and the diagonal option."""
+    """Counts and O(n) products of the causal mask, or of the band of ``window`` keys
+    (None: causal), with ``sink_keys`` and the diagonal option."""
 
     size: int
     sink_keys: int = 0
@@ -77,18 +84,23 @@ class CausalLayout(LayoutCommon):
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     extra: dict = field(default_factory=dict)
     iterations: int = 0  # CG iterations of the last solve (for benchmarks)
+    window: int | None = None  # fit 0 ≤ i − j < window only (Λ's local band); None: causal
 
     def __post_init__(self) -> None:
-        if not self.supports(self.size, self.sink_keys, self.include_diagonal):
+        if self.window is not None and self.window < 1:
+            raise ValueError(f"band window must be >= 1, got {self.window}")
+        if not self.supports(self.size, self.sink_keys, self.include_diagonal, self.window):
             raise ValueError(
-                f"causal layout needs >= 3 query rows with entries (n={self.size}, "
-                f"sink_keys={self.sink_keys}, include_diagonal={self.include_diagonal})"
+                f"causal layout needs >= 3 query rows with entries and, in a band, >= 2 "
+                f"fitted distances (n={self.size}, sink_keys={self.sink_keys}, "
+                f"include_diagonal={self.include_diagonal}, window={self.window})"
             )
-        n, k, d0 = self.size, self.sink_keys, self.diag_offset
+        n, k, d0, w = self.size, self.sink_keys, self.diag_offset, self.band
         pos = torch.arange(n, dtype=torch.float64, device=self.device)
-        self.count_d = torch.where(pos >= d0, (n - pos - k).clamp(min=0), 0.0)
-        self.count_i = (pos - d0 - k + 1).clamp(min=0)
-        self.count_j = torch.where(pos >= k, (n - pos - d0).clamp(min=0), 0.0)
+        self.count_d = torch.where((pos >= d0) & (pos < w), (n - pos - k).clamp(min=0), 0.0)
+        self.count_i = (pos - d0 + 1 - torch.clamp(pos - w + 1, min=k)).clamp(min=0)
+        last = torch.clamp(pos + w, max=n)  # one past the last row that sees key j
+        self.count_j = torch.where(pos >= k, (last - pos - d0).clamp(min=0), 0.0)
         self.inv_d = torch.where(self.count_d > 0, 1.0 / self.count_d.clamp(min=1), 0.0)
         self.n_entries = int(self.count_i.sum())
         used = [(c > 0).double() for c in (self.count_d, self.count_i, self.count_j)]
@@ -105,13 +117,31 @@ class CausalLayout(LayoutCommon):
         self.null2 = _orthonormal([torch.cat([self.used_d, -self.used_j])])
 
     @staticmethod
-    def supports(n: int, sink_keys: int, include_diagonal: bool) -> bool:
-        """Whether the structured layout applies: at least three query rows with entries."""
-        return n - sink_keys - (0 if include_diagonal else 1) >= 3
+    def supports(n: int, sink_keys: int, include_diagonal: bool, window: int | None = None) -> bool:
+        """Whether the structured layout applies: at least three query rows with entries
+        and at least two fitted distances (module doc)."""
+        d0 = 0 if include_diagonal else 1
+        band = n if window is None else min(window, n)
+        return n - sink_keys - d0 >= 3 and min(band, n - sink_keys) - d0 >= 2
 
     @property
     def n(self) -> int:
         return self.size
+
+    @property
+    def band(self) -> int:
+        """W' = min(window, n): the fitted distances are d₀ ≤ d < W'."""
+        return self.size if self.window is None else min(self.window, self.size)
+
+    @property
+    def is_band(self) -> bool:
+        """Whether the band leaves out entries of the causal mask (W < n)."""
+        return self.band < self.size
+
+    @property
+    def description(self) -> str:
+        """``causal``, or ``band:W`` when the band leaves out causal entries."""
+        return f"band:{self.window}" if self.is_band else "causal"
 
     @property
     def diag_offset(self) -> int:
@@ -128,7 +158,7 @@ class CausalLayout(LayoutCommon):
         """F on query rows start..stop−1: [stop − start, n] bool."""
         i = torch.arange(start, stop, device=self.device)[:, None]
         j = torch.arange(self.size, device=self.device)[None, :]
-        return (j >= self.sink_keys) & (j <= i - self.diag_offset)
+        return (j >= self.sink_keys) & (j <= i - self.diag_offset) & (i - j < self.band)
 
     @property
     def held_bytes(self) -> int:
@@ -149,7 +179,7 @@ class CausalLayout(LayoutCommon):
         """G θ on used parameters for θ that is 0 on unused ones; entries of unused
         parameters in the result are not 0 (the solver ignores them). The prefix sums at
         affine indices are shifted (and reversed) cumulative sums, added in place."""
-        n, k, d0 = self.size, self.sink_keys, self.diag_offset
+        n, k, d0, w = self.size, self.sink_keys, self.diag_offset, self.band
         a, c = theta[:, :n], theta[:, -n:]
         out = torch.empty_like(theta)
         out_a, out_c = out[:, :n], out[:, -n:]
@@ -165,6 +195,9 @@ class CausalLayout(LayoutCommon):
         out_b[:, k:] += a_sum[:, : n - k]  # A[i − k]
         out_b[:, d0:] += c_sum[:, : n - d0]  # C[i − d₀]
         out_c[:, : n - d0] += b_tail[:, d0:]  # B'[j + d₀]
+        if w < n:  # the band: keys j ≤ i − W' and rows i ≥ j + W' are out
+            out_b[:, w:] -= c_sum[:, : n - w]  # − C[i − W']
+            out_c[:, : n - w] -= b_tail[:, w:]  # − B'[j + W']
         return out
 
     def row_moments(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, first_row: int):
@@ -172,21 +205,25 @@ class CausalLayout(LayoutCommon):
         f[i, j] = a[i−j] + b[i] + c[j] (a, b, c [P, n], unused entries finite), O(P n)::
 
             Σ f² = Σ_d a² n_d' + Σ_i b² n_i' + Σ_j c² n_j'
-                   + 2 Σ_{i ≥ r} b[i] (A[i − k] + C[i − d₀]) + 2 Σ_j c[j] (A[n−1−j] − A[m_j])
+                   + 2 Σ_{i ≥ r} b[i] (A[i − k] + C[i − d₀] − C[i − W'])
+                   + 2 Σ_j c[j] (A[n−1−j] − A[m_j])
 
-        with n_d' = n − max(r, k + d), n_i' = n_i 1[i ≥ r], n_j' = n − max(r, j + d₀) (≥ 0,
-        on used parameters) and m_j = max(r − j, d₀) − 1 (A[−1] = 0).
+        with n_d' = n − max(r, k + d), n_i' = n_i 1[i ≥ r], n_j' = min(n, j + W') −
+        max(r, j + d₀) (≥ 0, on used parameters) and m_j = max(r − j, d₀) − 1 (A[−1] = 0;
+        a[d] = 0 for d ≥ W' keeps the band in the A terms).
         """
-        n, k, d0, r = self.size, self.sink_keys, self.diag_offset, first_row
+        n, k, d0, r, w = self.size, self.sink_keys, self.diag_offset, first_row, self.band
         pos = torch.arange(n, dtype=torch.float64, device=a.device)
         a, b, c = a * self.used_d, b * self.used_i, c * self.used_j
         cnt_d = (n - torch.clamp(k + pos, min=r)).clamp(min=0) * self.used_d
         cnt_i = self.count_i * (pos >= r)
-        cnt_j = (n - torch.clamp(pos + d0, min=r)).clamp(min=0) * self.used_j
+        last = torch.clamp(pos + w, max=n)
+        cnt_j = (last - torch.clamp(pos + d0, min=r)).clamp(min=0) * self.used_j
         a_sum, c_sum = a.cumsum(-1), c.cumsum(-1)
         tail = (torch.clamp(r - pos, min=d0) - 1).long()  # m_j
         a_before = torch.where(tail >= 0, a_sum[:, tail.clamp(min=0)], 0.0)
-        cross = (b * (pos >= r) * (_shift(a_sum, k) + _shift(c_sum, d0))).sum(-1)
+        row_c = _shift(c_sum, d0) - _shift(c_sum, w)  # C[i − d₀] − C[i − W']
+        cross = (b * (pos >= r) * (_shift(a_sum, k) + row_c)).sum(-1)
         cross = cross + (c * (a_sum.flip(-1) - a_before)).sum(-1)
         total = (a * cnt_d).sum(-1) + (b * cnt_i).sum(-1) + (c * cnt_j).sum(-1)
         squares = (a**2 * cnt_d).sum(-1) + (b**2 * cnt_i).sum(-1) + (c**2 * cnt_j).sum(-1)

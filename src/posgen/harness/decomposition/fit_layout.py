@@ -233,6 +233,13 @@ def _gram_null_space(null_s: torch.Tensor, cross: torch.Tensor, inv_d: torch.Ten
     return torch.linalg.qr(full).Q
 
 
+def band_mask(n: int, window: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """[n, n] bool, True where 0 ≤ i − j < ``window`` (causal for window ≥ n)."""
+    i = torch.arange(n, device=device)[:, None]
+    j = torch.arange(n, device=device)[None, :]
+    return (j <= i) & (i - j < window)
+
+
 def mask_digest(mask: torch.Tensor) -> str:
     """A stable key for a bool mask (BLAKE2b of its bytes and shape)."""
     arr = mask.detach().to("cpu", torch.bool).numpy()
@@ -256,17 +263,25 @@ class LayoutCache:
         return self._layouts[key]
 
     def causal(
-        self, n: int, options: FitOptions, device: torch.device | str | None = None
+        self,
+        n: int,
+        options: FitOptions,
+        device: torch.device | str | None = None,
+        window: int | None = None,
     ) -> FitLayout | CausalLayout:
-        """The layout of the causal mask of n tokens under ``options``: the structured
-        :class:`CausalLayout` (O(n) memory, no n × n solve) where it applies, else dense."""
+        """The layout of the causal mask of n tokens under ``options``, or of its band
+        0 ≤ i − j < ``window``: the structured :class:`CausalLayout` (O(n) memory, no n × n
+        solve) where it applies, else dense."""
         dev = torch.device(device if device is not None else "cpu")
-        key = (f"causal:{n}:{options.sink_keys}:{options.include_diagonal}", str(dev))
+        window = None if window is None or window >= n else window
+        key = (f"causal:{n}:{options.sink_keys}:{options.include_diagonal}:{window}", str(dev))
         if key not in self._layouts:
-            if CausalLayout.supports(n, options.sink_keys, options.include_diagonal):
-                layout = CausalLayout(n, options.sink_keys, options.include_diagonal, dev)
+            if CausalLayout.supports(n, options.sink_keys, options.include_diagonal, window):
+                layout = CausalLayout(
+                    n, options.sink_keys, options.include_diagonal, dev, window=window
+                )
             else:
-                full = torch.ones(n, n, dtype=torch.bool, device=dev)
+                full = band_mask(n, n if window is None else window, dev)
                 layout = FitLayout.from_mask(options.apply(full), dev)
             self._layouts[key] = layout
         return self._layouts[key]

@@ -18,6 +18,11 @@ on that range, ``a_trend_rms_past`` on d ∈ [C, n) (logit units). A straight li
 is identified only up to a constant and a linear trend in d (the null space of the fit):
 both figures are the same for every solution. past ≈ before: a[d] continues its trend
 past C; past ≫ before: the distance term leaves it.
+
+In a band (Λ's local branch, :class:`~posgen.harness.decomposition.causal_layout.CausalLayout`
+with a window W) only the distances d < W are fitted: ``a_trend_rms_past`` is NaN when
+W ≤ C (no fitted distance past C), both trend figures are NaN when fewer than two fitted
+distances lie in [C/2, C); the r figures cover the band entries of each row range.
 """
 
 from __future__ import annotations
@@ -65,6 +70,9 @@ def a_trend(a, count_d, context: int):
     below = (d >= context // 2) & (d < context) & (count_d > 0)
     above = (d >= context) & (count_d > 0)
     w = count_d * below
+    if int(below.sum()) < 2:  # no line to fit (e.g. a band W ≤ C/2 + 1): NaN
+        nan = torch.full(a.shape[:-1], float("nan"), dtype=a.dtype, device=a.device)
+        return nan, nan.clone()
     design = torch.stack([torch.ones_like(d), d], dim=1)  # [n, 2]
     gram = design.T @ (w[:, None] * design)  # [2, 2]
     coef = torch.linalg.solve(gram, ((a * w) @ design).T).T  # [P, 2] = (XᵀWX)⁻¹ XᵀW a

@@ -70,23 +70,27 @@ def decompose_model(
 ) -> pd.DataFrame:
     """The tidy per-head table of one model on ``docs`` probe windows of ``tokens`` tokens.
 
-    ``length``: a ``LengthPerturbation`` (``posgen length``'s schemes, unless
-    :func:`length_refusal` refuses it): a rope scaling is applied when the
-    model loads, and ``forward_context(model, ids)`` (a context manager factory, e.g.
-    ``posgen length``'s forward for the scheme) wraps every captured forward. ``context``:
-    the trained context C; with it the table gets the ``past_context`` columns (NaN where
-    n ≤ C) and a ``context`` column.
+    ``length``: a ``LengthPerturbation`` (``posgen length``'s schemes): a rope scaling is
+    applied when the model loads, and ``forward_context(model, ids)`` (a context manager
+    factory, e.g. ``posgen length``'s forward for the scheme) wraps every captured forward.
+    For Λ (``LengthLambda``) ``forward_context`` must enter
+    :func:`posgen.harness.hf_posgen.lambda_attention.lambda_attention` (``posgen length``'s
+    forward does): the capture inside it then runs Λ's attention for the outputs and fits
+    Λ's local band 0 ≤ i − j < W only (``fit_mask`` = ``lambda-band:W`` where n > W; the G
+    global keys are left out of the fit, :mod:`posgen.harness.decomposition.capture`).
+    ``context``: the trained context C; with it the table gets the ``past_context`` columns
+    (NaN where n ≤ C) and a ``context`` column.
 
     ``model``: a name/path (``embedded`` = SmolLM2-135M) or a loaded model (then pass its
     ``tokenizer``). With ``random_init`` the weights are replaced by a seeded random-init
     twin of the same architecture. Columns: model, random_init, seed, doc, layer, head, n,
     n_entries, r_3axis, r_2axis, r_distance_key, r_row_centred, r2, residual_std, logit_std,
     share_distance, share_query, share_key, chance_r, chance_r_2axis, restricted_mask,
-    include_diagonal, sink_keys. The fit itself is :func:`decompose_windows`.
+    fit_mask (causal, lambda-band:W or model-mask), include_diagonal, sink_keys. The fit
+    itself is :func:`decompose_windows`.
     """
     import pandas as pd
 
-    check_length(length)  # before any weights load
     net, tokenizer, name = _resolve(model, tokenizer, random_init, seed, device, length)
     windows = probe_token_windows(tokenizer, docs=docs, tokens=tokens)
     rows = decompose_windows(
@@ -112,27 +116,6 @@ def decompose_model(
     return table
 
 
-def length_refusal(length) -> str | None:
-    """Why the decomposition cannot run under the length scheme ``length``; None when it
-    can. A scheme with an attention function of its own (``uses_attention``: Λ) is
-    refused: the capture's attention function would replace it, and the fit would be of
-    the plain causal model."""
-    if length is not None and length.uses_attention:
-        return (
-            f"the decomposition does not run under {length.to_string()}: the capture's "
-            f"attention function would replace the scheme's (use none, scale:F, yarn:F or "
-            f"dynamic:F)"
-        )
-    return None
-
-
-def check_length(length) -> None:
-    """Raise ``ValueError`` with :func:`length_refusal`'s reason, if it has one."""
-    refusal = length_refusal(length)
-    if refusal:
-        raise ValueError(refusal)
-
-
 def decompose_windows(
     model: PreTrainedModel,
     windows: list[list[int]],
@@ -149,22 +132,39 @@ def decompose_windows(
     given token windows (lists of token ids, one forward each): one row per (window,
     layer, head), ``doc`` = the window's index (the columns of :func:`decompose_model`
     from ``doc`` to the ``past_context`` ones). ``length``: the scheme the model runs
-    under (refused when :func:`length_refusal` says so), ``forward_context(model, ids)``
-    wraps each captured forward, ``context`` = C gives the ``past_context`` columns."""
+    under, ``forward_context(model, ids)`` wraps each captured forward (under Λ it must
+    enter :func:`posgen.harness.hf_posgen.lambda_attention.lambda_attention` for the scheme,
+    as ``posgen length``'s forward does; checked), ``context`` = C gives the
+    ``past_context`` columns."""
     from tqdm.auto import tqdm
 
     from posgen.harness.decomposition.capture import capture_forward
     from posgen.harness.decomposition.logit_fit import FitOptions, LayoutCache
     from posgen.harness.decomposition.streaming_fit import LayerFitter
 
-    check_length(length)
     fitter = LayerFitter(FitOptions(include_diagonal, sink_keys), LayoutCache(), context)
     for k, ids in enumerate(tqdm(windows, desc=f"decompose {name}", disable=not progress)):
         fitter.doc = k
         with _forward_context(forward_context, model, ids):
+            _check_lambda_active(length)
             capture_forward(model, ids, fitter)
         fitter.finish()
     return fitter.rows
+
+
+def _check_lambda_active(length) -> None:
+    """Under Λ the capture reads the scheme from the enclosing ``lambda_attention`` block;
+    without it the fit would silently be of plain causal attention."""
+    if length is None or not length.uses_attention:
+        return
+    from posgen.harness.hf_posgen.lambda_attention import active_scheme
+
+    if active_scheme() != length:
+        raise ValueError(
+            f"decomposing under {length.to_string()} needs forward_context to enter "
+            "lambda_attention(model, scheme) (posgen.harness.length.apply.length_forward "
+            f"does); the active scheme is {active_scheme()}"
+        )
 
 
 def _forward_context(forward_context, net, ids: list[int]):

@@ -6,10 +6,14 @@ For every layer it accumulates the sufficient statistics of the exact fit and of
 distance + key form without holding the layer's ``[H, n, n]`` logits: a causal layer
 without soft-capping from its queries and keys alone
 (:mod:`posgen.harness.decomposition.qk_sums`), any other a block of query rows at a time
-(:mod:`posgen.harness.decomposition.block_sums`). A causal layer is solved with the
+(:mod:`posgen.harness.decomposition.block_sums`). A causal layer, or under Λ attention the
+band 0 ≤ i − j < W of a causal layer (``LayerCapture.window``), is solved with the
 structured layout (:mod:`posgen.harness.decomposition.causal_layout`), any other mask with
 the dense one. :meth:`LayerFitter.finish` solves every layer that shares a layout at once
-and appends one tidy row per (document, layer, head).
+and appends one tidy row per (document, layer, head). Its ``fit_mask`` column says which
+entries were fitted: ``causal``; ``lambda-band:W``, Λ's local band (keys at their true
+distance i − j < W; the G global keys, which Λ scores at the fixed distance W, are left
+out); or ``model-mask``, the layer's own narrower mask (e.g. a sliding window).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ class _LayerSums(NamedTuple):
     d_sums: tuple  # (diagonal, column) sums of the distance map D
     restricted: bool  # the layer attends to fewer entries than causal (e.g. sliding window)
     split: tuple | None = None  # (shift, rows < C, rows ≥ C raw sums) with a context C
+    fit_mask: str = "causal"  # causal, lambda-band:W or model-mask (module doc)
 
 
 class LayerFitter:
@@ -59,31 +64,35 @@ class LayerFitter:
 
         if cap.query.shape[0] != 1:
             raise ValueError("decompose fits one document per forward (batch size 1)")
-        layout, window = self._layout(cap.attended)
+        layout, window, fit_mask = self._layout(cap.attended, cap.window)
         split = self.context if isinstance(layout, CausalLayout) else None
         if isinstance(layout, CausalLayout) and cap.softcap is None:
             sums, d_sums, split_sums = _bilinear_sums(cap, layout, split)
         else:
             sums, d_sums, split_sums = _block_sums(cap, layout, split)
-        self._pending.append(_LayerSums(cap.layer, layout, sums, d_sums, window, split_sums))
+        self._pending.append(
+            _LayerSums(cap.layer, layout, sums, d_sums, window, split_sums, fit_mask)
+        )
 
-    def _layout(self, attended_bhnn):
-        """(layout, restricted) for ``cap.attended``; layers sharing one mask share the work."""
+    def _layout(self, attended_bhnn, band: int | None = None):
+        """(layout, restricted, fit_mask) for ``cap.attended`` (Λ's band of width ``band``,
+        if given); layers sharing one mask share the work."""
         import torch
 
         if self._last is not None and self._last[0] is attended_bhnn:
             return self._last[1:]
         attended = attended_bhnn[0, 0]
-        if is_causal(attended):  # the structured layout: no n × n work or memory
-            layout, window = (
-                self.layouts.causal(attended.shape[-1], self.options, attended.device),
-                False,
-            )
+        n = attended.shape[-1]
+        if is_causal(attended, band):  # the structured layout: no n × n work or memory
+            layout = self.layouts.causal(n, self.options, attended.device, window=band)
+            window = band is not None and band < n
+            fit_mask = f"lambda-band:{band}" if window else "causal"
         else:
             layout = self.layouts.get(self.options.apply(attended), attended.device)
             window = bool((~attended & torch.ones_like(attended).tril()).any())  # e.g. sliding
-        self._last = (attended_bhnn, layout, window)
-        return layout, window
+            fit_mask = "model-mask" if window else "causal"
+        self._last = (attended_bhnn, layout, window, fit_mask)
+        return layout, window, fit_mask
 
     def finish(self) -> None:
         """Fit the layers captured since the last ``finish`` and append their rows."""
@@ -109,6 +118,7 @@ class LayerFitter:
                     {k: v[start : start + heads] for k, v in values.items()},
                     fits,
                     it.restricted,
+                    it.fit_mask,
                 )
                 start += heads
         for layer in sorted(by_layer):
@@ -147,7 +157,7 @@ class LayerFitter:
         }
         return {k: v.double().cpu().tolist() for k, v in cols.items()}
 
-    def _rows(self, layer, values, fits, window) -> list[dict[str, Any]]:
+    def _rows(self, layer, values, fits, window, fit_mask) -> list[dict[str, Any]]:
         return [
             {
                 "doc": self.doc,
@@ -159,22 +169,25 @@ class LayerFitter:
                 "chance_r": fits.chance_r,
                 "chance_r_2axis": fits.chance_r_2axis,
                 "restricted_mask": window,
+                "fit_mask": fit_mask,
                 **{k: values[k][head] for k in PAST_COLUMNS if k in values},
             }
             for head in range(len(values["r_3axis"]))
         ]
 
 
-def is_causal(attended, block: int = 1024) -> bool:
-    """Whether ``attended`` [n, n] bool is exactly the causal mask (j ≤ i), checked in blocks
-    of query rows (O(block × n) extra memory)."""
+def is_causal(attended, window: int | None = None, block: int = 1024) -> bool:
+    """Whether ``attended`` [n, n] bool is exactly the causal mask (j ≤ i), or with
+    ``window`` its band 0 ≤ i − j < window, checked in blocks of query rows (O(block × n)
+    extra memory)."""
     import torch
 
     n = attended.shape[-1]
+    window = n if window is None else window
     j = torch.arange(n, device=attended.device)[None, :]
     for start in range(0, n, block):
         i = torch.arange(start, min(start + block, n), device=attended.device)[:, None]
-        if not torch.equal(attended[start : start + block], j <= i):
+        if not torch.equal(attended[start : start + block], (j <= i) & (i - j < window)):
             return False
     return True
 

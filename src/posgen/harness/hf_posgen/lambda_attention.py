@@ -98,12 +98,61 @@ def _make_forward(base: str) -> Callable[..., Any]:
             plain = ALL_ATTENTION_FUNCTIONS.get_interface(base, own_eager)
             return plain(module, query, key, value, attention_mask, **kwargs)
         _check_supported(module, attention_mask, kwargs)
-        scaling = kwargs.get("scaling") or module.scaling
-        out = lambda_attention_forward(module, query, key, value, state, float(scaling))
-        return out.transpose(1, 2).contiguous(), None
+        return lambda_output(module, query, key, value, **kwargs), None
 
     forward.__name__ = f"posgen_lambda_{base}_forward"
     return forward
+
+
+def active_scheme() -> LengthLambda | None:
+    """The scheme of the enclosing :func:`lambda_attention` block, or None outside one.
+
+    Another attention function that runs inside the block (the decomposition's capture)
+    uses it to learn that the forward is a Λ forward, and :func:`lambda_output` for the
+    outputs."""
+    state = _ACTIVE.get()
+    return None if state is None else state.scheme
+
+
+def lambda_output(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    **kwargs: Any,
+) -> torch.Tensor:
+    """The Λ attention output ``[B, T, H, d]`` (as an attention function returns it) of
+    the enclosing :func:`lambda_attention` block, for a full unpadded forward longer than
+    the window (``T > W``; shorter ones are plain causal attention). ``kwargs``: the
+    attention function's (``scaling``, ``sliding_window``, ...), checked as Λ checks them."""
+    state = _ACTIVE.get()
+    if state is None:
+        raise RuntimeError("lambda_output was called outside posgen's lambda_attention context")
+    if query.shape[2] <= state.scheme.window or query.shape[2] != key.shape[2]:
+        raise RuntimeError(
+            f"lambda_output needs one full forward longer than the window "
+            f"(W = {state.scheme.window}); got {query.shape[2]} queries, {key.shape[2]} keys"
+        )
+    _check_supported(module, None, kwargs)
+    scaling = kwargs.get("scaling") or module.scaling
+    out = lambda_attention_forward(module, query, key, value, state, float(scaling))
+    return out.transpose(1, 2).contiguous()
+
+
+def config_refusal(config: Any) -> str | None:
+    """Why Λ attention cannot run a model of ``config`` (read before any weight loads), or
+    None: logit soft-capping, or sliding-window layers (both refused in the forward too)."""
+    if getattr(config, "attn_logit_softcapping", None):
+        return "lambda attention does not support logit soft-capping"
+    types = getattr(config, "layer_types", None) or []
+    sliding = "sliding_attention" in types or (
+        not types
+        and getattr(config, "sliding_window", None)
+        and getattr(config, "use_sliding_window", True)
+    )
+    if sliding:
+        return "lambda attention does not combine with sliding-window layers"
+    return None
 
 
 def _check_supported(module: torch.nn.Module, mask: torch.Tensor | None, kwargs: dict) -> None:

@@ -97,7 +97,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="also fit each head's logits as a[i-j] + b[i] + c[j] on the same ids under the "
         "same forward, per (scheme, document), and report r before/past C per layer beside "
         "the drift (needs max length > C; about one more forward plus the fit per document; "
-        "a scheme the decomposition cannot run under, such as lambda, is refused)",
+        "under lambda the fit covers its local band, see docs/length.md)",
     )
     parser.add_argument(
         "--quick",
@@ -193,20 +193,14 @@ def resolve_config(args: argparse.Namespace, trained: int, entry: ModelEntry | N
 
 
 def check_decompose(config) -> None:
-    """``--decompose`` needs tokens past C and schemes the decomposition runs under (the
-    pipeline's own refusal, :func:`posgen.harness.length.decompose.refusal`)."""
+    """``--decompose`` needs tokens past C (it compares the fit before and past C)."""
     if not config.decompose:
         return
-    from posgen.harness.length.decompose import refusal
-
     if config.max_length <= config.trained_context:
         raise _fail(
             f"--decompose compares the fit before and past C = {config.trained_context}: "
             f"it needs a max length > C, got {config.max_length}"
         )
-    reason = refusal(config.parsed_schemes())
-    if reason:
-        raise _fail(reason)
 
 
 def _check_specs(args: argparse.Namespace) -> None:

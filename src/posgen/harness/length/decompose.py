@@ -16,10 +16,10 @@ every (layer, head), written atomically when the fit finishes.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-from posgen.harness.decomposition.pipeline import decompose_windows, length_refusal
+from posgen.harness.decomposition.pipeline import decompose_windows
 from posgen.harness.length.apply import length_forward
 from posgen.perturbations.length import LengthPerturbation
 from posgen.perturbations.positions import PositionPerturbation
@@ -29,16 +29,6 @@ from posgen.results.scores.length_decompose import decomposition_path
 
 INCLUDE_DIAGONAL = True  # the fit's defaults, as posgen decompose runs them
 SINK_KEYS = 0
-
-
-def refusal(schemes: Sequence[LengthPerturbation]) -> str | None:
-    """Why ``--decompose`` cannot run with these schemes (the pipeline's own refusal of
-    the first one it refuses), or None."""
-    for scheme in schemes:
-        reason = length_refusal(scheme)
-        if reason:
-            return f"--decompose: {reason}; give --schemes without {scheme.to_string()}"
-    return None
 
 
 def scheme_forward(
