@@ -130,10 +130,9 @@ class _CaptureState:
             return last[3]
         mask = attention_mask[:, :, :, :keys]
         attended = mask if mask.dtype == torch.bool else mask == 0
-        if window is not None:
-            i = torch.arange(mask.shape[-2], device=mask.device)[:, None]
-            j = torch.arange(keys, device=mask.device)[None, :]
-            attended = attended & (i - j < window)
+        if window is not None:  # i − j < window, i.e. j − i ≥ 1 − window (bool, no index maps)
+            band = torch.ones(mask.shape[-2], keys, dtype=torch.bool, device=mask.device)
+            attended = attended & band.triu_(1 - window)
         self._last = (attention_mask, keys, window, attended)  # holds the mask: id stays unique
         return attended
 
