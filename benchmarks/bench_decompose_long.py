@@ -12,13 +12,16 @@ SmolLM2-135M is decomposed in fresh child processes, side by side:
 
 Printed per n: forward seconds, fit seconds and fit / forward (goal ≤ 0.5 at n = 4096),
 and the extra peak resident memory of the fitting run over the empty-consumer run (peak
-VmHWM minus the resident set just before the forward; glibc's mmap threshold lowered so
-freed blocks leave the resident set), and the whole run's peak (goal at n = 8192: the whole
-decomposition within 10 minutes and 4 GB). Timings on a shared, loaded machine are
+VmHWM minus the resident set just before the forward), and the whole run's peak (goal at
+n = 8192: the whole decomposition within 10 minutes and 4 GB). The children run with
+glibc's default allocator, as a user's process does; ``--trim-malloc`` lowers its mmap
+threshold so freed blocks leave the resident set at once (the exact extra memory), at
+the price of page-faulting every large temporary anew, which inflates the fit's seconds
+(at n = 4096 on 2 idle cores: fit / forward 0.69 with it). Timings on a shared, loaded machine are
 inflated by others' load: the ratios, measured in one run, are the figures to trust.
 
 Usage: python benchmarks/bench_decompose_long.py [--tokens 1024 2048 4096 8192]
-       [--old-up-to 2048] [--threads 2]
+       [--old-up-to 2048] [--threads 2] [--trim-malloc]
 """
 
 from __future__ import annotations
@@ -110,8 +113,10 @@ def child(mode: str, n: int, threads: int) -> dict:
     }
 
 
-def run_child(mode: str, n: int, threads: int) -> dict:
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
+def run_child(mode: str, n: int, threads: int, trim: bool = False) -> dict:
+    env = dict(os.environ)
+    if trim:  # freed blocks leave the resident set at once (exact extra memory, slower)
+        env.update(MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
     cmd = [sys.executable, __file__, "--child", mode, str(n), "--threads", str(threads)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -124,6 +129,13 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
     parser.add_argument("--old-up-to", type=int, default=2048)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--trim-malloc",
+        action="store_true",
+        help="run the children with glibc's mmap threshold at 64 KiB and trimming at 0, so "
+        "freed blocks leave the resident set at once: exact extra memory, but every large "
+        "temporary is page-faulted anew (system time inflates the fit's seconds)",
+    )
     parser.add_argument("--child", nargs=2, metavar=("MODE", "N"))
     args = parser.parse_args()
     if args.child:
@@ -136,10 +148,10 @@ def main() -> None:
     )
     for n in args.tokens:
         t0 = time.perf_counter()
-        base = run_child("forward", n, args.threads)
+        base = run_child("forward", n, args.threads, args.trim_malloc)
         modes = ["new", "old"] if n <= args.old_up_to else ["new"]
         for mode in modes:
-            res = run_child(mode, n, args.threads)
+            res = run_child(mode, n, args.threads, args.trim_malloc)
             extra = res["peak_mib"] - base["peak_mib"]
             print(
                 f"{n:>6} {mode:>6} {res['forward_s']:>10.1f} {res['fit_s']:>8.1f} "

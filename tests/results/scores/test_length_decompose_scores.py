@@ -68,7 +68,10 @@ def test_planted_layers_that_drift_are_the_ones_that_stop_decomposing():
     record = _record("scale:2.0", "a", [[(0.9, 0.9 - d)] for d in drops])
     drift = [{"scheme": "scale:2.0", "layer": k, "drift": 0.01 * k} for k in range(4)]
     scores = decomposition_scores([record], drift)
-    assert scores["rank_correlation"]["scale:2.0"] == {"rho": pytest.approx(1.0), "n_layers": 4}
+    found = scores["rank_correlation"]["scale:2.0"]
+    assert (found["rho"], found["n_layers"]) == (pytest.approx(1.0), 4)
+    # a perfectly monotone relation: the smallest p the mirror ring allows, 1 / L
+    assert found["p"] == pytest.approx(1 / 4)
     assert [r["drift"] for r in scores["layers"]] == [0.0, 0.01, 0.02, 0.03]
     reversed_drift = [{**d, "drift": -d["drift"]} for d in drift]
     scores = decomposition_scores([record], reversed_drift)
@@ -76,3 +79,19 @@ def test_planted_layers_that_drift_are_the_ones_that_stop_decomposing():
     scores = decomposition_scores([record], [])  # no drift rows: NaN, no ρ
     assert all(math.isnan(r["drift"]) for r in scores["layers"])
     assert math.isnan(scores["rank_correlation"]["scale:2.0"]["rho"])
+
+
+def test_the_p_values_are_the_layers_commands_within_model_test():
+    from posgen.results.scores.layers import relation
+
+    rng = np.random.default_rng(5)
+    drops = np.cumsum(rng.normal(size=30)) / 10  # an autocorrelated profile over 30 layers
+    record = _record("none", "a", [[(0.9, 0.9 - d)] for d in drops])
+    drift_values = drops + rng.normal(scale=0.3, size=30)
+    drift = [{"scheme": "none", "layer": k, "drift": float(v)} for k, v in enumerate(drift_values)]
+    found = decomposition_scores([record], drift)["rank_correlation"]["none"]
+    (expected,) = relation(drift_values, {"r_drop": 0.9 - (0.9 - drops)})
+    for key in ("p", "rho_changes", "p_changes"):
+        assert found[key] == pytest.approx(expected[key])
+    assert found["rho"] == pytest.approx(expected["rho"])
+    assert 1 / 60 <= found["p"] <= 1

@@ -16,8 +16,9 @@ DECOMPOSITION_NOTE = (
     "head's logits, fitted on the same ids under the same forward: per layer, r on the "
     "query rows before C and past C and their drop, and the rms of a[d] past C about its "
     "in-context trend (logit units); means over heads and documents. ρ: Spearman's rank "
-    "correlation over layers between drift and the r drop (descriptive: layers of one "
-    "model are not independent samples, so no p-value)."
+    "correlation over layers between drift and the r drop, with the within-model test of "
+    "posgen layers (layers are not independent: mirror-ring shift p of the levels and of "
+    "the layer-to-layer changes; a relation counts when both are ≤ .05)."
 )
 
 
@@ -53,7 +54,15 @@ def correlation_line(scores: Mapping[str, Any], scheme: str) -> str:
     rho, n = _rho(scores, scheme)
     if rho is None:
         return f"ρ(drift, r drop) over layers: – ({n} layer(s) with both figures, needs ≥ 3)"
-    return f"ρ(drift, r drop) over {n} layers: {rho:+.2f}"
+    found = scores["decomposition"]["rank_correlation"][scheme]
+    p, p_changes = found.get("p"), found.get("p_changes")
+    if p is None or p_changes is None or not (math.isfinite(p) and math.isfinite(p_changes)):
+        return f"ρ(drift, r drop) over {n} layers: {rho:+.2f}"
+    verdict = "both ≤ .05" if max(p, p_changes) <= 0.05 else "not both ≤ .05"
+    return (
+        f"ρ(drift, r drop) over {n} layers: {rho:+.2f} (mirror-shift p = {p:.3g}, "
+        f"changes p = {p_changes:.3g}: {verdict})"
+    )
 
 
 def schemes(scores: Mapping[str, Any]) -> list[str]:

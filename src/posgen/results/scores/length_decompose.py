@@ -12,8 +12,11 @@ rows (:func:`posgen.results.scores.length.drift_rows`).
 - **Rank correlation** per scheme: Spearman's ρ over the layers between the layer's drift
   and its ``r_drop`` (average ranks for ties; layers with a non-finite value left out;
   NaN with fewer than 3 layers or a constant side). ρ > 0: the layers that drift more past
-  C are the ones whose logits stop decomposing. It is descriptive: the layers of one model
-  are not independent samples, so no p-value is attached.
+  C are the ones whose logits stop decomposing. Layers of one model are not independent
+  samples, so its p is the within-model test of ``posgen layers``
+  (:func:`posgen.results.scores.layers.relation`: the mirror-ring shift p of the levels and
+  of the layer-to-layer changes, false-positive rate ≤ .05 for autocorrelated profiles in
+  ``benchmarks/sim_layer_relation.py``); a relation counts when both are ≤ α.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from posgen.results.folder.store import read_json, slug
+from posgen.results.scores.layers import relation
 
 COLUMNS = (
     "r_3axis_before_context",
@@ -98,9 +102,10 @@ def rank_correlation(x: Sequence[float], y: Sequence[float]) -> tuple[float, int
 def decomposition_scores(
     records: Sequence[dict[str, Any]], drift: Sequence[dict[str, Any]]
 ) -> dict[str, Any]:
-    """``{"layers": rows, "rank_correlation": {scheme: {"rho", "n_layers"}}}``: the rows of
-    :func:`layer_rows` with the layer's ``drift`` (NaN where the run has none) beside them,
-    and Spearman's ρ between drift and ``r_drop`` over the layers of each scheme."""
+    """``{"layers": rows, "rank_correlation": {scheme: {"rho", "n_layers", "p",
+    "rho_changes", "p_changes"}}}``: the rows of :func:`layer_rows` with the layer's
+    ``drift`` (NaN where the run has none) beside them, and Spearman's ρ between drift and
+    ``r_drop`` over the layers of each scheme with the within-model test's p values."""
     by_key = {(r["scheme"], int(r["layer"])): r for r in drift}
     rows = layer_rows(records)
     for row in rows:
@@ -109,6 +114,10 @@ def decomposition_scores(
     correlation = {}
     for scheme in dict.fromkeys(r["scheme"] for r in rows):
         mine = [r for r in rows if r["scheme"] == scheme]
-        rho, n = rank_correlation([r["drift"] for r in mine], [r["r_drop"] for r in mine])
-        correlation[scheme] = {"rho": rho, "n_layers": n}
+        drift, drop = [r["drift"] for r in mine], [r["r_drop"] for r in mine]
+        rho, n = rank_correlation(drift, drop)
+        (test,) = relation(drift, {"r_drop": drop})
+        correlation[scheme] = {"rho": rho, "n_layers": n} | {
+            k: test[k] for k in ("p", "rho_changes", "p_changes")
+        }
     return {"layers": rows, "rank_correlation": correlation}
