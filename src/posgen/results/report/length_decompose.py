@@ -80,40 +80,72 @@ def scheme_tables(scores: Mapping[str, Any]) -> list[tuple[str, list[str], list[
     ]
 
 
+def _limits(values: np.ndarray) -> tuple[float, float] | None:
+    """Shared axis limits over every panel (finite values, 5 % padding)."""
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return None
+    lo, hi = float(finite.min()), float(finite.max())
+    pad = 0.05 * (hi - lo) if hi > lo else max(abs(hi), 1e-3) * 0.05
+    return lo - pad, hi + pad
+
+
 def decomposition_figure(scores: Mapping[str, Any]) -> Any:
     """A matplotlib ``Figure``, one panel per scheme: per layer, drift (left axis) and r
-    before / past C (right axis)."""
+    before / past C (right axis). Every panel has the same drift and r scales, so schemes
+    compare by height."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
     names = schemes(scores)
-    fig = Figure(figsize=(4.2 * len(names), 3.8))
+    all_rows = scores["decomposition"]["layers"]
+
+    def col(name: str, rows: list[Mapping[str, Any]]) -> np.ndarray:
+        return np.array([math.nan if r[name] is None else r[name] for r in rows], float)
+
+    drift_lim = _limits(col("drift", all_rows))
+    r_lim = _limits(
+        np.concatenate(
+            [col("r_3axis_past_context", all_rows), col("r_3axis_before_context", all_rows)]
+        )
+    )
+    fig = Figure(figsize=(4.2 * len(names), 4.1))
+    handles: list[Any] = []
+    labels: list[str] = []
     for k, scheme in enumerate(names):
-        rows = [r for r in scores["decomposition"]["layers"] if r["scheme"] == scheme]
-
-        def col(name: str, rows=rows) -> np.ndarray:
-            return np.array([math.nan if r[name] is None else r[name] for r in rows], float)
-
-        layer = col("layer")
+        rows = [r for r in all_rows if r["scheme"] == scheme]
+        layer = col("layer", rows)
         ax = fig.add_subplot(1, len(names), k + 1)
-        ax.plot(layer, col("drift"), color="C3", marker="o", label="drift")
+        ax.axhline(0.0, color="0.8", linewidth=0.8)
+        ax.plot(layer, col("drift", rows), color="C3", marker="o", label="drift")
         ax.set_xlabel("layer")
         ax.set_ylabel("drift", color="C3")
         right = ax.twinx()
-        right.plot(layer, col("r_3axis_past_context"), color="C0", marker="s", label="r past C")
         right.plot(
-            layer, col("r_3axis_before_context"), color="C0", linestyle=":", label="r before C"
+            layer, col("r_3axis_past_context", rows), color="C0", marker="s", label="r past C"
+        )
+        right.plot(
+            layer,
+            col("r_3axis_before_context", rows),
+            color="C0",
+            linestyle=":",
+            label="r before C",
         )
         right.set_ylabel("r of the fit", color="C0")
+        if drift_lim is not None:
+            ax.set_ylim(*drift_lim)
+        if r_lim is not None:
+            right.set_ylim(*r_lim)
         rho, _ = _rho(scores, scheme)
         ax.set_title(f"{scheme}  (ρ = {'–' if rho is None else format(rho, '+.2f')})", fontsize=9)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if k == 0:
-            handles = ax.get_legend_handles_labels()
+            left = ax.get_legend_handles_labels()
             more = right.get_legend_handles_labels()
-            ax.legend(handles[0] + more[0], handles[1] + more[1], fontsize=7, loc="best")
+            handles, labels = left[0] + more[0], left[1] + more[1]
     fig.suptitle(f"drift and the decomposition per layer, {scores['config']['model']}")
-    fig.tight_layout()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     return fig
 
 
