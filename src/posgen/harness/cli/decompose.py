@@ -8,6 +8,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from posgen.harness import loading  # loading.load_config, looked up at call time
 from posgen.harness.decomposition.pipeline import (  # light: torch loads inside
     DEFAULT_DOCS,
     DEFAULT_TOKENS,
@@ -27,7 +28,6 @@ from posgen.harness.loading import (
     add_loading_arguments,
     check_device,
     default_device,
-    load_config,
     model_entries,
     require_rope,
 )
@@ -141,7 +141,7 @@ def _resolve_length(args: argparse.Namespace, entry, context: int | None):
     assert context is not None
     scheme = _parse_length(args.length, context)
     if isinstance(scheme, LengthLambda):
-        reason = config_refusal(load_config(entry))
+        reason = config_refusal(loading.load_config(entry))
         if reason is not None:
             raise PlanError(f"--length {scheme.to_string()}: {reason}")
     return scheme
@@ -164,7 +164,7 @@ def _length_forward(length):
 
 def _context(args: argparse.Namespace, entry) -> int | None:
     """C for the past-context figures (config only, no weights), or None when not asked for."""
-    trained = getattr(load_config(entry), "max_position_embeddings", None)
+    trained = getattr(loading.load_config(entry), "max_position_embeddings", None)
     c = args.trained_context or trained
     wanted = args.length is not None or args.trained_context is not None
     if c is None:
