@@ -142,3 +142,73 @@ def test_heads_give_one_cell_per_head_of_the_chosen_layers(planted, tmp_path):
     size = {(r["layer"], r["head"]): abs(r["degradation"]) for r in scores["layers"]}
     assert max(size, key=size.get)[0] == POSITIONAL
     assert "| 2.3 |" in (out / "layers.md").read_text()
+
+
+def test_combine_draws_finished_folders_into_one_report(folder, tmp_path, capsys):
+    import shutil
+
+    twin = tmp_path / "twin"
+    shutil.copytree(folder, twin)
+    out = tmp_path / "combined"
+    assert run("--combine", str(folder), str(twin), "--out", str(out)) == 0
+    assert "2 folder(s) combined" in capsys.readouterr().out
+    profiles = json.loads((out / "layers_scores.json").read_text())["profiles"]
+    own = json.loads((folder / "layers_scores.json").read_text())
+    assert len(profiles) == 2
+    # read back as written: the same figures, only the titles told apart
+    assert {**profiles[0], "model": own["model"]} == own
+    assert [p["model"] for p in profiles] == [
+        f"{own['model']} ({folder.name})",
+        f"{own['model']} (twin)",
+    ]
+    md = (out / "layers.md").read_text()
+    assert md.count("## ") == 2 and md.count("mirror-shift test") == 2
+    assert (out / "layers.png").read_bytes()[:4] == b"\x89PNG"
+    sources = json.loads((out / "combined.json").read_text())["sources"]
+    assert sources == [str(folder.resolve()), str(twin.resolve())]
+    assert run("--combine", str(folder), "--out", str(out)) == 0  # a rerun re-draws it
+    assert len(json.loads((out / "layers_scores.json").read_text())["profiles"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("not-layers", "not a posgen layers folder"),
+        ("unfinished", "finish that run first"),
+        ("twice", "named twice"),
+        ("out-is-input", "is one of the --combine folders"),
+        ("foreign-out", "not a combined layers report"),
+        ("out-is-file", "is a file"),
+        ("run-option", "drop --limit, --seed"),
+    ],
+)
+def test_combine_bad_input_exits_2_and_writes_nothing(folder, tmp_path, case, message, capsys):
+    out = tmp_path / "out"
+    runs = [str(folder)]
+    extra: list[str] = []
+    if case == "not-layers":
+        (tmp_path / "other").mkdir()
+        runs.append(str(tmp_path / "other"))
+    elif case == "unfinished":
+        (tmp_path / "half").mkdir()
+        (tmp_path / "half" / "layers.json").write_text((folder / "layers.json").read_text())
+        runs.append(str(tmp_path / "half"))
+    elif case == "twice":
+        runs.append(str(folder))
+    elif case == "out-is-input":
+        out = folder
+    elif case == "foreign-out":
+        out.mkdir()
+        (out / "notes.txt").write_text("mine")
+    elif case == "out-is-file":
+        out.write_text("a file")
+    else:
+        extra = ["--seed", "3", "--limit", "5"]
+    before = sorted(p.name for p in folder.iterdir())
+    assert run("--combine", *runs, "--out", str(out), *extra) == 2
+    assert message in capsys.readouterr().err
+    assert sorted(p.name for p in folder.iterdir()) == before
+    if case in ("foreign-out",):
+        assert [p.name for p in out.iterdir()] == ["notes.txt"]
+    elif case not in ("out-is-input", "out-is-file"):
+        assert not out.exists()

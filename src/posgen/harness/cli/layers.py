@@ -3,7 +3,9 @@
 One model load: the posgen_prose documents scored plainly, with the scheme in each chosen
 layer alone, and in every layer at once; then the decomposition of the same weights, a
 within-model relation test of sensitivity against fit quality (and drift past the trained
-context, given a ``posgen length`` folder), a table and a figure. See docs/layers.md.
+context, given a ``posgen length`` folder), a table and a figure. ``--combine RUN...``
+draws finished layers folders (several models) into one report, loading nothing. See
+docs/layers.md.
 """
 
 from __future__ import annotations
@@ -59,7 +61,20 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="a `posgen length` folder of the same model with scheme 'none': relate "
         "sensitivity to attention-output drift past the trained context",
     )
-    parser.add_argument("--out", type=Path, help="output folder (default ./posgen-layers/<model>)")
+    parser.add_argument(
+        "--combine",
+        nargs="+",
+        type=Path,
+        metavar="RUN",
+        help="instead of a run: one report (a panel and a section per folder) over finished "
+        "posgen layers folders, e.g. of several models; no model loads",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="output folder (default ./posgen-layers/<model>, with --combine "
+        "./posgen-layers/combined)",
+    )
     parser.add_argument("--batch-size", default="8", help="lm-eval batch size (default 8)")
     add_loading_arguments(parser)
     parser.add_argument("--no-progress", action="store_true", help="no per-cell progress lines")
@@ -109,7 +124,45 @@ def resolve(args: argparse.Namespace) -> dict:
     }
 
 
+_COMBINE_KEEPS = {"combine", "out", "no_progress"}
+
+
+def _run_options(args: argparse.Namespace) -> list[str]:
+    """The run options given a value other than their default (``--combine`` runs nothing)."""
+    parser = argparse.ArgumentParser()
+    configure_parser(parser)
+    defaults = vars(parser.parse_args([]))
+    return sorted(
+        "--" + k.replace("_", "-")
+        for k, v in vars(args).items()
+        if k in defaults and k not in _COMBINE_KEEPS and v != defaults[k]
+    )
+
+
+def combine_main(args: argparse.Namespace) -> int:
+    from posgen.harness.layers.combine import CombineError, combine
+    from posgen.results.folder.schema import SchemaError
+    from posgen.results.folder.store import RunConflictError
+
+    given = _run_options(args)
+    out = args.out or Path("posgen-layers") / "combined"
+    try:
+        if given:
+            raise CombineError(
+                f"--combine draws finished folders and runs nothing: drop {', '.join(given)} "
+                "(each folder keeps the settings of its own run)"
+            )
+        paths = combine(list(args.combine), out)
+    except (CombineError, RunConflictError, SchemaError) as e:
+        print(f"posgen layers: {e}", file=sys.stderr)
+        return 2
+    print(f"posgen layers: {len(args.combine)} folder(s) combined; report in {paths['md']}")
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.combine is not None:
+        return combine_main(args)
     try:
         config = resolve(args)
     except _BadInput as e:

@@ -25,7 +25,7 @@ COVARIATE_STYLE = {
 def profile_figure(profiles: Sequence[Mapping[str, Any]]) -> bytes:
     """One panel per model: ``D_ℓ`` with 95 % intervals (left axis) beside the per-layer
     covariates (right axis, in [0, 1]; drift divided by its largest absolute value)."""
-    fig, axes = new_figure(len(profiles), 1, figsize=(8, 3.2 * len(profiles)))
+    fig, axes = new_figure(len(profiles), 1, figsize=(10.5, 3.4 * len(profiles)))
     for ax, prof in zip((row[0] for row in axes), profiles, strict=True):
         rows = prof["layers"]
         x = np.array([_x(r, prof) for r in rows])
@@ -55,7 +55,15 @@ def profile_figure(profiles: Sequence[Mapping[str, Any]]) -> bytes:
         right.set_ylabel("covariate")
         handles = ax.get_legend_handles_labels()
         more = right.get_legend_handles_labels()
-        ax.legend(handles[0] + more[0], handles[1] + more[1], fontsize=7, loc="upper right")
+        ax.legend(  # beside the panel, so it hides no point
+            handles[0] + more[0],
+            handles[1] + more[1],
+            fontsize=7,
+            loc="upper left",
+            bbox_to_anchor=(1.1, 1.0),
+            frameon=False,
+        )
+    fig.tight_layout()
     return png_bytes(fig)
 
 
