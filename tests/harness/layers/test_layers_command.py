@@ -208,7 +208,7 @@ def test_combine_bad_input_exits_2_and_writes_nothing(folder, tmp_path, case, me
     assert run("--combine", *runs, "--out", str(out), *extra) == 2
     assert message in capsys.readouterr().err
     assert sorted(p.name for p in folder.iterdir()) == before
-    if case in ("foreign-out",):
+    if case == "foreign-out":
         assert [p.name for p in out.iterdir()] == ["notes.txt"]
     elif case not in ("out-is-input", "out-is-file"):
         assert not out.exists()

@@ -141,6 +141,7 @@ def _run_options(args: argparse.Namespace) -> list[str]:
 
 def combine_main(args: argparse.Namespace) -> int:
     from posgen.harness.layers.combine import CombineError, combine
+    from posgen.harness.run.plan import PlanError
     from posgen.results.folder.schema import SchemaError
     from posgen.results.folder.store import RunConflictError
 
@@ -153,7 +154,7 @@ def combine_main(args: argparse.Namespace) -> int:
                 "(each folder keeps the settings of its own run)"
             )
         paths = combine(list(args.combine), out)
-    except (CombineError, RunConflictError, SchemaError) as e:
+    except (CombineError, PlanError, RunConflictError, SchemaError) as e:
         print(f"posgen layers: {e}", file=sys.stderr)
         return 2
     print(f"posgen layers: {len(args.combine)} folder(s) combined; report in {paths['md']}")

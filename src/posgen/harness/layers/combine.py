@@ -11,13 +11,14 @@ refused.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 from posgen.atomic import atomic_write_bytes, atomic_write_text
 from posgen.harness.layers.folder import SETTINGS
-from posgen.results.folder.store import RunConflictError, atomic_write_json, read_json
+from posgen.harness.layers.score import json_safe, read_scores
+from posgen.harness.out_folder import check_out_folder
+from posgen.results.folder.store import RunConflictError, atomic_write_json
 
 MARK = "combined.json"
 KIND = "posgen-layers-combined"
@@ -25,15 +26,6 @@ KIND = "posgen-layers-combined"
 
 class CombineError(ValueError):
     """Bad ``--combine`` input: the message says what to do."""
-
-
-def _nan(obj: Any) -> Any:
-    """JSON's ``null`` back to NaN, as the profile was before it was written."""
-    if isinstance(obj, dict):
-        return {k: _nan(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_nan(v) for v in obj]
-    return math.nan if obj is None else obj
 
 
 def read_profiles(runs: list[Path]) -> list[dict[str, Any]]:
@@ -51,7 +43,7 @@ def read_profiles(runs: list[Path]) -> list[dict[str, Any]]:
                 f"--combine {run}: no layers_scores.json; finish that run first "
                 "(rerun its posgen layers command: it resumes)"
             )
-        profiles.append(_nan(read_json(path, "layers scores")))
+        profiles.append(read_scores(path))
     titles = [(p["model"], p["scheme"]) for p in profiles]
     for prof, run, title in zip(profiles, runs, titles, strict=True):
         if titles.count(title) > 1:  # same model and scheme: tell the panels apart
@@ -63,8 +55,7 @@ def check_out(out: Path, runs: list[Path]) -> None:
     """Refuse an output folder that is an input or holds anything but a combined report."""
     if out.resolve() in {Path(r).resolve() for r in runs}:
         raise CombineError(f"--out {out} is one of the --combine folders; choose another --out")
-    if out.exists() and not out.is_dir():
-        raise CombineError(f"--out {out} is a file; choose a folder")
+    check_out_folder(out)  # not a file, and writable
     foreign = out.is_dir() and not (out / MARK).is_file()
     if foreign and any(not p.name.startswith(".") for p in out.iterdir()):
         raise RunConflictError(
@@ -73,7 +64,6 @@ def check_out(out: Path, runs: list[Path]) -> None:
 
 
 def combine(runs: list[Path], out: Path) -> dict[str, Path]:
-    from posgen.harness.layers.score import _json_safe
     from posgen.results.report.layers import profile_figure, render_markdown
 
     check_out(out, runs)
@@ -87,7 +77,7 @@ def combine(runs: list[Path], out: Path) -> dict[str, Path]:
     }
     atomic_write_bytes(paths["png"], profile_figure(profiles))
     atomic_write_text(paths["md"], render_markdown(profiles))
-    atomic_write_json(paths["scores"], {"profiles": _json_safe(profiles)})
+    atomic_write_json(paths["scores"], {"profiles": json_safe(profiles)})
     atomic_write_json(
         paths["mark"], {"kind": KIND, "sources": [str(Path(r).resolve()) for r in runs]}
     )

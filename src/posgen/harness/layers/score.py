@@ -102,19 +102,34 @@ def write_report(folder: LayersFolder, length_run: Path | None = None) -> dict[s
     atomic_write(paths["profile"], lambda p: table.to_csv(p, index=False))
     rel = pd.DataFrame(prof["relation"])
     atomic_write(paths["relation"], lambda p: rel.to_csv(p, index=False))
-    atomic_write_json(paths["scores"], _json_safe(prof))
+    atomic_write_json(paths["scores"], json_safe(prof))
     atomic_write_bytes(paths["png"], profile_figure([prof]))
     atomic_write_text(paths["md"], render_markdown([prof]))
     return paths
 
 
-def _json_safe(obj: Any) -> Any:
+def json_safe(obj: Any) -> Any:
+    """The profile as ``layers_scores.json`` holds it: non-finite floats as ``null``."""
     if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
+        return {k: json_safe(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [_json_safe(v) for v in obj]
+        return [json_safe(v) for v in obj]
     if isinstance(obj, float | np.floating):
         return float(obj) if math.isfinite(obj) else None
     if isinstance(obj, np.integer):
         return int(obj)
     return obj
+
+
+def read_scores(path: Path) -> dict[str, Any]:
+    """A ``layers_scores.json`` read back as the profile it was written from (``null`` to
+    NaN): what :func:`write_report` drew, ready to draw again."""
+
+    def nan(obj: Any) -> Any:
+        if isinstance(obj, dict):
+            return {k: nan(v) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [nan(v) for v in obj]
+        return math.nan if obj is None else obj
+
+    return nan(read_json(path, "layers scores"))
