@@ -266,6 +266,8 @@ class ModelSession:
             model_side=None
             if recorder is None
             else {"realised": recorder.realised(), "rows": recorder.examples(self.lm.tokenizer)},
+            configs=out["configs"],
+            higher_is_better=out["higher_is_better"],
         )
         return self.store.write_cell(
             self.model.label,

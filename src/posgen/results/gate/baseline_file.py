@@ -41,33 +41,36 @@ class GateInputError(ValueError):
 
 
 def gate_cells(scores: dict[str, Any], model: str) -> list[dict[str, Any]]:
-    """Per primary-metric cell of ``model``: degradation, CI, n and per-document g, w."""
-    from posgen.results.folder.schema import METRIC_RULES
-    from posgen.results.scores.scoring import collapse_seeds, primary_metric
+    """Per primary-metric cell of ``model``: degradation, CI, n and per-document g, w
+    (a task whose primary metric is a corpus figure has no per-document g: not gated)."""
+    from posgen.results.scores.metric_units import primary
+    from posgen.results.scores.scoring import collapse_seeds
 
     perdoc = scores["perdoc"]
     docs = collapse_seeds(perdoc[perdoc["model"] == model])
     degr = scores["degradation"]
-    degr = degr[degr["model"] == model].set_index(list(KEY))
     out = []
     for task, t in docs.groupby("task", sort=True):
-        metric = primary_metric(sorted(set(t["metric"])))
-        if metric is None:
+        spec = primary(scores["metrics"].get(task, ()))
+        if spec is None or not spec.per_document:
             continue
-        rows = t[t["metric"] == metric]
+        rows = t[(t["metric"] == spec.metric) & (t["filter"] == spec.filter)]
+        mine = degr[(degr["model"] == model) & (degr["filter"] == spec.filter)]
+        mine = mine.set_index(list(KEY))
         for (kind, scheme, rate), g in rows.groupby(["kind", "scheme", "rate"], sort=True):
             g = g.sort_values("doc_key")
-            rec = degr.loc[(task, metric, kind, scheme, rate)]
-            gd = g["base_num"] / g["base_den"] - g["num"] / g["den"]
+            rec = mine.loc[(task, spec.metric, kind, scheme, rate)]
+            gd = spec.ratio_sign() * (g["base_num"] / g["base_den"] - g["num"] / g["den"])
             worst = g["delta_worst"]  # the largest g over the seeds (= g with one)
-            w = g["base_den"].tolist() if METRIC_RULES[metric] == "perplexity" else [1.0] * len(g)
+            w = g["base_den"].tolist() if spec.log_scale else [1.0] * len(g)
             out.append(
                 {
                     "task": task,
-                    "metric": metric,
+                    "metric": spec.metric,
                     "kind": kind,
                     "scheme": scheme,
                     "rate": float(rate),
+                    "unit": str(rec["unit"]),
                     "degradation": float(rec["degradation"]),
                     "ci_lo": _finite(rec["ci_lo"]),
                     "ci_hi": _finite(rec["ci_hi"]),

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from posgen import __version__
-from posgen.results.folder.schema import METRIC_RULES, SchemaError
+from posgen.results.folder.schema import SchemaError
 from posgen.results.folder.store import read_json
 from posgen.results.gate.baseline_file import (
     BASELINE_KIND,
@@ -180,7 +180,8 @@ def _paired_row(
         raise GateInputError(f"{where}: document lengths differ from the baseline's")
     gb, gc = np.array([bd[k][1] for k in keys]), np.array([cd[k][1] for k in keys])
     level_b, level_c = float((w * gb).sum() / w.sum()), float((w * gc).sum() / w.sum())
-    kind = metric_kind(key[1], METRIC_RULES.get(key[1]))
+    rule = "perplexity" if c.get("unit", "relative") in ("relative", "length") else "mean"
+    kind = metric_kind(key[1], rule)
     margin = margin_on_test_scale(kind, margins.of(kind))
     test = weighted_paired_t(gc - gb, w, margin)
     return {

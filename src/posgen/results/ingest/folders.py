@@ -161,6 +161,8 @@ def records(
             {ev.lm_eval_task: ev.samples},
             __version__,
             seed=cell["seed"],
+            configs=ev.results.get("configs"),
+            higher_is_better=ev.results.get("higher_is_better"),
         )
         out.append(({**rec, "model": label, "cell_id": cell["cell_id"]}, ev))
     try:
@@ -195,7 +197,11 @@ def ingest_config(
                 revision=str(rev),
                 dtype=model_dtype(ev),
             )
-    limits = {t: max(len(ev.samples) for _, c, ev in items if c["task"] == t) for t in tasks}
+    # documents per task: lm-eval logs one sample per document and filter
+    limits = {
+        t: max(len({s.get("doc_id") for s in ev.samples}) for _, c, ev in items if c["task"] == t)
+        for t in tasks
+    }
     versions = sorted({str(ev.results.get("lm_eval_version", "?")) for _, _, ev in items})
     return RunConfig(
         posgen_version=__version__,

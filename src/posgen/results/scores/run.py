@@ -4,23 +4,32 @@ gate and ``posgen compare``)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from itertools import product
 from pathlib import Path
 from typing import Any
 
 from posgen.results.folder.config import RunConfig, Scoring
+from posgen.results.folder.metrics import MetricSpec
 from posgen.results.folder.schema import SchemaError
 from posgen.results.folder.store import RunStore, check_cell_record, read_parquet
 from posgen.results.scores.association import cross_model
+from posgen.results.scores.corpus import corpus_table
 from posgen.results.scores.scoring import (
+    GROUP,
     degradation_table,
     fit_quality,
     model_summary,
     tolerance_table,
 )
 from posgen.results.scores.tolerance import band, resampled_figures
-from posgen.results.tables.tidy import perdoc_rows, result_rows
+from posgen.results.tables.tidy import (
+    corpus_pairs,
+    perdoc_rows,
+    result_rows,
+    task_metrics,
+    unscorable_rows,
+)
 
 
 def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
@@ -46,13 +55,16 @@ def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
     fits = {m: fit_quality(d) for m, d in decomps.items()}
     config = store.run_config
     twins = {m.label for m in config.models if m.random_init}
-    scores = score_tables(perdoc, fits, config.scoring, twins)
+    metrics = task_metrics(cells)
+    scores = score_tables(perdoc, fits, config.scoring, twins, metrics, corpus_pairs(cells))
     return store, {
         **scores,
         "results": results,
         "perdoc": perdoc,
         "decompositions": decomps,
         "cells": cells,
+        "metrics": metrics,
+        "unscorable": unscorable_rows(cells),
     }
 
 
@@ -115,15 +127,24 @@ def score_tables(
     fits: Mapping[str, Mapping[str, float]],
     cfg: Scoring | None = None,
     twins: Collection[str] = (),
+    metrics: Mapping[str, Sequence[MetricSpec]] | None = None,
+    corpus: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """Every score of a run: degradation and tolerance tables, fit quality per model, and
-    the cross-model correlations (fit quality r_3axis vs the interpolated tolerance and
-    vs AUC, per task and kind; ``twins`` are the random-init models, not counted)."""
+    """Every score of a run: degradation (per-document metrics from ``perdoc``, corpus
+    metrics from ``corpus``: :func:`posgen.results.tables.tidy.corpus_pairs`) and
+    tolerance tables, fit quality per model, and the cross-model correlations (fit
+    quality r_3axis vs the interpolated tolerance and vs AUC, per task and kind, on each
+    task's primary metric among ``metrics``; ``twins`` are the random-init models, not
+    counted)."""
+    import pandas as pd
 
     cfg = cfg or Scoring()
-    degr = degradation_table(perdoc, cfg)
+    degr, corp = degradation_table(perdoc, cfg), corpus_table(corpus, cfg)
+    if len(corp):
+        degr = pd.concat([degr, corp], ignore_index=True) if len(degr) else corp
+        degr = degr.sort_values([*GROUP, "rate"], kind="stable", ignore_index=True)
     tol = tolerance_table(degr, cfg)
-    summary = model_summary(tol, fits)
+    summary = model_summary(tol, fits, metrics or {})
     reps = resampled_figures(perdoc, cfg)
     corr = []
     for group, per_model in summary.items():
@@ -131,7 +152,7 @@ def score_tables(
         for y in ("tolerance_interp", "auc"):
             draws = {}
             for model, v in per_model.items():
-                r = reps.get((model, task, v["metric"], kind, v["scheme"]))
+                r = reps.get((model, task, v["metric"], v["filter"], kind, v["scheme"]))
                 if r is not None:
                     draws[model] = r[y]
                     v[f"{y}_lo"], v[f"{y}_hi"] = band(r[y], cfg.confidence)
