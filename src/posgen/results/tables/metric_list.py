@@ -108,6 +108,10 @@ def aggregation_function(name: str) -> Any:
 
 
 def _function_name(agg: Any) -> str:
+    """A function's name: from the function itself (a loaded config), or from the source
+    lm-eval's output keeps of it."""
+    if callable(agg):
+        return getattr(agg, "__name__", "?")
     found = re.search(r"def\s+(\w+)", str(agg))
     return found.group(1) if found else str(agg)[:40]
 
