@@ -344,3 +344,22 @@ def test_the_hflm_attributes_hf_posgen_sets_exist_and_are_read(tiny_model_dir):
     lm.accelerator, lm._rank, lm._world_size = Accelerator(), 1, 2
     lm.barrier()
     assert (lm.rank, lm.world_size, lm.accelerator.waited) == (1, 2, 1)
+
+
+def test_wrapped_method_changes_one_object_is_undone_and_must_be_listed():
+    from lm_eval.api.samplers import ContextSampler, FirstNSampler
+
+    sampler, other = FirstNSampler([{"a": 1}], rnd=None), FirstNSampler([{"a": 2}], rnd=None)
+    undo = compat.wrapped_method(sampler, "sample", lambda inner: lambda *a, **k: ["wrapped"])
+    assert sampler.sample(1) == ["wrapped"] and other.sample(1) == [{"a": 2}]
+    undo()
+    assert "sample" not in vars(sampler) and sampler.sample(1) == [{"a": 1}]
+    assert isinstance(sampler, ContextSampler)
+    with pytest.raises(compat.CompatError, match=r"FirstNSampler\.set_rnd is wrapped but not"):
+        compat.wrapped_method(sampler, "set_rnd", lambda inner: inner)
+
+
+def test_check_reports_a_wrapped_method_whose_parameters_changed(monkeypatch):
+    path = next(iter(compat.LM_EVAL_WRAPPED))
+    monkeypatch.setitem(compat.LM_EVAL_WRAPPED, path, ("self", "n"))
+    assert any(m.startswith(path) and "parameters" in m for m in compat.check())

@@ -6,7 +6,8 @@ factory) before any of its internals load. Outside their public APIs it relies o
 names listed here: :data:`LM_EVAL_INTERNALS`, :data:`TRANSFORMERS_INTERNALS`,
 :data:`TORCH_INTERNALS` (one private torch op), the methods of lm-eval's ``HFLM`` that
 ``hf-posgen`` overrides with their parameters (:data:`LM_EVAL_OVERRIDES`), the attributes
-it reads or sets (:data:`TRANSFORMERS_ATTRIBUTES`, :data:`LM_EVAL_ATTRIBUTES`) and each
+it reads or sets (:data:`TRANSFORMERS_ATTRIBUTES`, :data:`LM_EVAL_ATTRIBUTES`), the
+methods it wraps on one lm-eval object (:data:`LM_EVAL_WRAPPED`) and each
 model family's ``apply_rotary_pos_emb`` (:data:`ROTARY_FUNCTIONS`). :func:`check`
 verifies them against the installed libraries (the test suite runs it), and each
 accessor raises :class:`CompatError` with one clear message naming the internal and the
@@ -15,6 +16,7 @@ run.
 
 Every patch of another library's object goes through :mod:`posgen.compat.patches`, each
 with its undo: :func:`patched` (a module attribute listed here, within a block),
+:func:`wrapped_method` (a listed method of one lm-eval object),
 :func:`patched_rotary` (a family's rotary function), :func:`forward_replaced` (a torch
 module's ``forward``), the two process-wide changes (lm-eval's ``TaskManager``:
 :func:`install_task_manager` and :func:`replace_task_manager` return their restore; the
@@ -91,6 +93,11 @@ LM_EVAL_OVERRIDES: dict[str, tuple[str, ...]] = {
         "add_generation_prompt",
     ),
     "lm_eval.api.model:LM.set_cache_hook": ("self", "cache_hook"),
+}
+# methods of lm-eval objects posgen wraps on one instance (wrapped_method) -> the
+# parameters its wrapper is written for (check() compares the installed signature)
+LM_EVAL_WRAPPED: dict[str, tuple[str, ...]] = {
+    "lm_eval.api.samplers:ContextSampler.sample": ("self", "n", "eval_doc", "df", "kwargs"),
 }
 # attributes of objects (not importable paths) posgen reads or sets: checked by the tests
 TRANSFORMERS_ATTRIBUTES = {
@@ -182,25 +189,24 @@ def _version(lib: str) -> str:
 
 def check() -> list[str]:
     """Every internal that does not resolve in the installed libraries, every overridden
-    method whose parameters changed, every family's rotary function that does not take
-    :data:`ROTARY_PARAMETERS` first, and a torch module that does not run an instance's
-    own ``forward`` (:func:`forward_replaced`). Empty: all as posgen expects."""
+    or wrapped method whose parameters changed, every family's rotary function that does
+    not take :data:`ROTARY_PARAMETERS` first, and a torch module that does not run an
+    instance's own ``forward`` (:func:`forward_replaced`). Empty: all as posgen expects."""
     import inspect
 
     missing = []
-    paths = (*LM_EVAL_INTERNALS, *TRANSFORMERS_INTERNALS, *TORCH_INTERNALS, *LM_EVAL_OVERRIDES)
-    for path in (*paths, *ROTARY_FUNCTIONS.values()):
+    paths = (*LM_EVAL_INTERNALS, *TRANSFORMERS_INTERNALS, *TORCH_INTERNALS)
+    written_for = {**LM_EVAL_OVERRIDES, **LM_EVAL_WRAPPED}
+    for path in (*paths, *written_for, *ROTARY_FUNCTIONS.values()):
         try:
             obj = _resolve(path)
         except (ImportError, AttributeError) as exc:
             missing.append(f"{path}: {exc}")
             continue
-        if path in LM_EVAL_OVERRIDES:
+        if path in written_for:
             params = tuple(inspect.signature(obj).parameters)
-            if params != LM_EVAL_OVERRIDES[path]:
-                missing.append(
-                    f"{path}: parameters {params}, posgen overrides {LM_EVAL_OVERRIDES[path]}"
-                )
+            if params != written_for[path]:
+                missing.append(f"{path}: parameters {params}, posgen wraps {written_for[path]}")
         elif path in ROTARY_FUNCTIONS.values() and rotary_problem(obj):
             missing.append(f"{path}: {rotary_problem(obj)}")
     from posgen.compat.patches import instance_forward_problems
@@ -242,6 +248,7 @@ from posgen.compat.patches import (  # noqa: E402
     plain_response_cache,
     replace_task_manager,
     task_manager_installed,
+    wrapped_method,
 )
 
 __all__ = [
@@ -249,6 +256,7 @@ __all__ = [
     "LM_EVAL_INTERNALS",
     "LM_EVAL_OVERRIDES",
     "LM_EVAL_TESTED",
+    "LM_EVAL_WRAPPED",
     "ROTARY_FUNCTIONS",
     "ROTARY_PARAMETERS",
     "TASK_MANAGER_HOMES",
@@ -277,4 +285,5 @@ __all__ = [
     "rotary_problem",
     "task_manager_installed",
     "using_attention",
+    "wrapped_method",
 ]

@@ -3,6 +3,7 @@
 Within a block (restored on exit, whatever happens): :func:`patched` (a module attribute
 listed in :mod:`posgen.compat`), :func:`patched_rotary` (a model family's
 ``apply_rotary_pos_emb``), :func:`forward_replaced` (a torch module's ``forward``).
+On one lm-eval object, returning its undo: :func:`wrapped_method`.
 Process-wide, each returning or having its undo: lm-eval's ``TaskManager``
 (:func:`install_task_manager`, :func:`replace_task_manager`) and the key namespace of
 its response cache (:func:`namespace_response_cache`, :func:`plain_response_cache`).
@@ -17,6 +18,7 @@ from typing import Any
 
 from posgen.compat import (
     LM_EVAL_INTERNALS,
+    LM_EVAL_WRAPPED,
     TRANSFORMERS_INTERNALS,
     TRANSFORMERS_TESTED,
     CompatError,
@@ -189,3 +191,31 @@ def instance_forward_problems() -> list[str]:
     if inside != "replaced" or layer(x) is not x:
         return ["torch.nn:Module.__call__: an instance's own forward is not what it runs"]
     return []
+
+
+# ---------------------------------------------------------------- lm-eval objects
+def wrapped_method(obj: Any, name: str, make: Callable[[Any], Any]) -> Callable[[], None]:
+    """``obj.name`` becomes ``make(the bound method)`` on this one object (an instance
+    attribute; its class and every other instance are untouched), for the object's
+    lifetime. The method must be listed in :data:`LM_EVAL_WRAPPED` for a class ``obj``
+    is an instance of (so :func:`check` sees its parameters). Returns the undo."""
+    listed = [
+        path
+        for path in LM_EVAL_WRAPPED
+        if path.rsplit(".", 1)[1] == name and isinstance(obj, internal(path.rsplit(".", 1)[0]))
+    ]
+    if not listed:
+        raise CompatError(
+            f"{type(obj).__name__}.{name} is wrapped but not listed in posgen.compat (add it)"
+        )
+    had = name in vars(obj)
+    saved = vars(obj).get(name)
+    setattr(obj, name, make(getattr(obj, name)))
+
+    def restore() -> None:
+        if had:
+            setattr(obj, name, saved)
+        else:
+            delattr(obj, name)
+
+    return restore
