@@ -18,6 +18,8 @@ Content fields of tasks posgen does not know are chosen with the TaskManager met
 # ruff: noqa: E402  (lm-eval's release is checked before its private modules load)
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,12 @@ require_supported_lm_eval()  # before lm-eval's private modules below are import
 
 from lm_eval.tasks import TaskManager
 
-from posgen.compat import install_task_manager, internal
+from posgen.compat import (
+    TASK_MANAGER_HOMES,
+    install_task_manager,
+    internal,
+    replace_task_manager,
+)
 from posgen.perturbations import PerturbationError, parse
 from posgen.perturbations.text import TextPerturbation
 from posgen.tasks import family, naming
@@ -208,8 +215,29 @@ def task_manager(
     return PosgenTaskManager(include_path=include_path, metadata=metadata)
 
 
+# the undo of every place posgen's task manager was put in place, newest last
+_RESTORE: list[Callable[[], None]] = []
+
+
 def register() -> None:
     """Make :class:`PosgenTaskManager` the ``TaskManager`` that lm-eval constructs in
     this process (its CLI, ``lm-eval ls tasks``, ``simple_evaluate`` without a
-    ``task_manager``). Idempotent."""
-    install_task_manager(PosgenTaskManager)
+    ``task_manager``). Idempotent; :func:`unregister` undoes it."""
+    if not all(
+        importlib.import_module(home).TaskManager is PosgenTaskManager
+        for home in TASK_MANAGER_HOMES
+    ):
+        _RESTORE.append(install_task_manager(PosgenTaskManager))
+
+
+def register_in(module: Any) -> None:
+    """:func:`register` in one of lm-eval's ``TaskManager`` homes only, as it finishes
+    loading (the ``lm_eval`` CLI's start-up hook); :func:`unregister` undoes it too."""
+    _RESTORE.append(replace_task_manager(module, PosgenTaskManager))
+
+
+def unregister() -> None:
+    """lm-eval's own ``TaskManager`` again wherever :func:`register` or
+    :func:`register_in` put posgen's (undone newest first)."""
+    while _RESTORE:
+        _RESTORE.pop()()

@@ -24,6 +24,7 @@ from typing import Any
 
 from lm_eval.api.task import ConfigurableTask
 
+from posgen.compat import wrapped_method
 from posgen.perturbations import registry
 from posgen.perturbations.order_stats import OrderStats, combine_stats
 from posgen.perturbations.text import TextPerturbation
@@ -183,14 +184,17 @@ class PerturbedTaskMixin:
         sampler = getattr(self, "sampler", None)
         if sampler is None:
             return
-        inner = sampler.sample
 
-        def sample(n: int, eval_doc: Any = None, df: Any = None, **kw: Any) -> Any:
-            if isinstance(eval_doc, Mapping) and DOC_ID in eval_doc:
-                eval_doc = self._posgen_originals.get(eval_doc[DOC_ID], eval_doc)
-            return inner(n, eval_doc=eval_doc, df=df, **kw)
+        def excluding_originals(inner: Any) -> Any:
+            def sample(n: int, eval_doc: Any = None, df: Any = None, **kw: Any) -> Any:
+                if isinstance(eval_doc, Mapping) and DOC_ID in eval_doc:
+                    eval_doc = self._posgen_originals.get(eval_doc[DOC_ID], eval_doc)
+                return inner(n, eval_doc=eval_doc, df=df, **kw)
 
-        sampler.sample = sample
+            return sample
+
+        # the sampler is this task's own: wrapped for the task's lifetime, nothing to undo
+        wrapped_method(sampler, "sample", excluding_originals)
 
 
 class PerturbedTask(PerturbedTaskMixin, ConfigurableTask):
