@@ -122,6 +122,8 @@ def _plain(value: Any) -> Any:
     """A logged item as JSON keeps it (tuples as lists, numpy scalars as Python ones)."""
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
     if isinstance(value, np.generic):
         return value.item()
     return value
