@@ -1,7 +1,8 @@
 """posgen's own lm-eval test tasks (tests/data/lm_eval_tasks/) on local JSON docs, and
 lm-eval output of them from tiny models, for the metric tests.
 
-- ``posgen_t_recall`` (generate_until): ``exact_match``, ``ter`` and ``bypass``
+- ``posgen_t_recall`` (generate_until): ``exact_match``, ``ter``, ``chrf`` aggregated by
+  the task's own function (``posgen_t_utils.share_identical``) and ``bypass``
   under two filters (``strict-match``, ``flexible-extract``). A tiny random model answers
   nonsense, so the targets are planted: two documents in three get as target what the
   model itself answers unperturbed (as flexible-extract or as strict-match extracts it),
@@ -57,9 +58,9 @@ def task_folder(root: Path, model_dir: Path | None = None) -> Path:
     tasks, data = Path(root) / "tasks", Path(root) / "data"
     tasks.mkdir(parents=True, exist_ok=True)
     data.mkdir(parents=True, exist_ok=True)
-    for yaml in TASKS_DIR.glob("*.yaml"):
-        text = yaml.read_text(encoding="utf-8").replace("DATA_DIR", str(data))
-        (tasks / yaml.name).write_text(text, encoding="utf-8")
+    for source in [*TASKS_DIR.glob("*.yaml"), *TASKS_DIR.glob("*.py")]:
+        text = source.read_text(encoding="utf-8").replace("DATA_DIR", str(data))
+        (tasks / source.name).write_text(text, encoding="utf-8")
     write_jsonl(data / "yesno.jsonl", YESNO_DOCS)
     write_jsonl(data / "recall.jsonl", RECALL_DOCS)
     if model_dir is not None:

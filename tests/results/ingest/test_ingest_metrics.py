@@ -74,6 +74,9 @@ def test_the_report_names_unscored_metrics_and_shows_generations(ingested, capsy
     assert cli(["report", str(run)]) == 0  # the config's 50 replicates: quick
     err = capsys.readouterr().err
     assert f"{RECALL} / bypass (strict-match) not scored: lm-eval's bypass" in err
+    # the task's own aggregation function: its YAML is not where lm-eval's tasks are
+    assert f"{RECALL} / chrf (flexible-extract) not scored: its aggregation is a Python " in err
+    assert "(share_identical) that posgen could not load" in err and "--include-path" in err
     report = (run / "report.md").read_text()
     assert "## Metrics not scored" in report and "bypass (flexible-extract)" in report
     assert "| generation |" in report and "| flexible-extract extracts |" in report

@@ -98,18 +98,18 @@ def test_a_corpus_metric_uses_lm_evals_own_aggregation_and_direction():
     base = [[g, g if i % 5 else 1 - g] for i, g in enumerate(golds)]
     pert = [[g, g if i % 3 else 1 - g] for i, g in enumerate(golds)]
     mcc = MetricSpec("mcc", aggregation="matthews_corrcoef", higher_is_better=True)
-    row = corpus_table(_corpus_pairs(mcc, base, {1: pert}), Scoring(iters=200)).iloc[0]
+    row = corpus_table(_corpus_pairs(mcc, base, {1: pert}), Scoring(iters=200))[0].iloc[0]
     want = matthews_corrcoef(base) - matthews_corrcoef(pert)
     assert row["degradation"] == pytest.approx(want) and want > 0
     assert row["unit"] == "metric" and row["interval"] == "bootstrap-percentile"
     assert row["ci_lo"] <= row["degradation"] <= row["ci_hi"] and row["n"] == 20
-    again = corpus_table(_corpus_pairs(mcc, base, {1: pert}), Scoring(iters=200)).iloc[0]
+    again = corpus_table(_corpus_pairs(mcc, base, {1: pert}), Scoring(iters=200))[0].iloc[0]
     assert (again["ci_lo"], again["ci_hi"]) == (row["ci_lo"], row["ci_hi"])  # seeded
     # TER: lower is better, so a rise is the degradation
     refs = ["the cat sat on the mat", "a dog ran in the park", "the bird flew away"] * 3
     good, bad = [[r, r] for r in refs], [[r, r.replace("the", "a")] for r in refs]
     spec = MetricSpec("ter", aggregation="ter", higher_is_better=False)
-    row = corpus_table(_corpus_pairs(spec, good, {1: bad}), Scoring(iters=50)).iloc[0]
+    row = corpus_table(_corpus_pairs(spec, good, {1: bad}), Scoring(iters=50))[0].iloc[0]
     assert row["degradation"] == pytest.approx(ter(bad) - ter(good)) and row["degradation"] > 0
 
 
@@ -120,7 +120,7 @@ def test_a_corpus_metric_over_seeds_is_the_mean_of_the_seeds_degradation():
     base = [[g, g] for g in golds]
     seeds = {7: [[g, 1 - g if i < 2 else g] for i, g in enumerate(golds)], 8: base}
     f1 = MetricSpec("f1", aggregation="f1", higher_is_better=True)
-    row = corpus_table(_corpus_pairs(f1, base, seeds), Scoring(iters=50)).iloc[0]
+    row = corpus_table(_corpus_pairs(f1, base, seeds), Scoring(iters=50))[0].iloc[0]
     want = np.mean([f1_score(base) - f1_score(items) for items in seeds.values()])
     assert row["degradation"] == pytest.approx(want) and row["n_seeds"] == 2 and row["seed"] == 7
 

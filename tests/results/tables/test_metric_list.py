@@ -55,10 +55,12 @@ def test_each_metric_and_filter_is_one_spec_in_the_tasks_order():
         "bypass,flexible-extract",
     ]
     rules = {s.metric: s.rule for s in specs}
-    assert rules == {"exact_match": "mean", "ter": "corpus", "inst_acc": None, "bypass": None}
+    # a task's own aggregation function is a corpus figure: loaded from the task's config
+    assert rules == {"exact_match": "mean", "ter": "corpus", "inst_acc": "corpus", "bypass": None}
     by = {s.metric: s for s in specs}
     assert by["ter"].higher_is_better is False  # from lm-eval, not from the name
-    assert "agg_inst_level_acc" in by["inst_acc"].reason and "999" in by["bypass"].reason
+    assert by["inst_acc"].aggregation == "function:agg_inst_level_acc"
+    assert "999" in by["bypass"].reason
 
 
 def test_direction_comes_from_lm_evals_record_not_the_metric_name():
@@ -134,3 +136,24 @@ def test_a_corpus_metric_keeps_the_logged_items():
         "keys": ["d0", "d1"],
         "items": [["the cat", "a cat"], ["dog", "dog"]],
     }
+
+
+def test_a_tasks_own_aggregation_function_is_loaded_from_its_config():
+    from posgen.results.tables.metric_list import Aggregations
+
+    def share(items):
+        return 0.5
+
+    class Manager:
+        def task_config(self, name):
+            if name != "mine":
+                raise KeyError(f"{name!r} is not a single lm-eval task")
+            return {"metric_list": [{"metric": "m", "aggregation": share}]}
+
+    spec = MetricSpec("m", aggregation="function:share")
+    aggregations = Aggregations(task_manager=Manager())
+    assert aggregations.function("mine", spec) is share
+    assert aggregations.function("other", spec) is None
+    assert "(share) that posgen could not load" in aggregations.why("other", spec)
+    registered = aggregations.function("other", MetricSpec("bleu", aggregation="bleu"))
+    assert registered.__name__ == "bleu"  # a registered aggregation needs no config

@@ -14,13 +14,14 @@ How it is scored follows from the aggregation, never from the metric's name:
 - ``mean`` rule (per document a number, figure its mean);
 - ``corpus`` rule: every other aggregation lm-eval registers (``bleu``, ``chrf``,
   ``chrf++``, ``ter``, ``matthews_corrcoef``, ``f1``, ``brier_score``, ``median``,
-  ``nanmean``): computed over the whole set of per-document items, with lm-eval's own
-  function;
-- not scorable: ``bypass`` (lm-eval reports 999, no score), an aggregation written as a
-  Python function in the task's YAML (lm-eval's output keeps only its source), a metric
-  without ``higher_is_better`` (which way is worse is unknown), or per-document values of
-  another shape than the rule needs. Such a metric is named with its reason wherever
-  results are shown, never dropped silently.
+  ``nanmean``) and a Python function in the task's YAML (IFEval's
+  ``agg_inst_level_acc``, loaded from the task's config): computed over the whole set of
+  per-document items, with the task's own function;
+- not scorable: ``bypass`` (lm-eval reports 999, no score), a metric without
+  ``higher_is_better`` (which way is worse is unknown), per-document values of another
+  shape than the rule needs, or a task function posgen cannot load (its task config is
+  not found). Such a metric is named with its reason wherever results are shown, never
+  dropped silently.
 
 Direction: ``higher_is_better`` says which way is worse; every degradation posgen reports
 is ``> 0`` for worse.
@@ -50,7 +51,7 @@ class MetricSpec:
     """One (metric, filter) of a task as lm-eval ran it.
 
     ``aggregation`` is lm-eval's registered aggregation name (``mean``, ``bleu``, ...) or
-    ``function:<name>`` for a function in the task's YAML; ``higher_is_better`` is None
+    ``function:<name>`` for a Python function in the task's YAML; ``higher_is_better`` is None
     when lm-eval recorded none; ``unscorable`` is set when the logged per-document values
     do not fit the rule (why, in one phrase).
     """
@@ -73,12 +74,6 @@ class MetricSpec:
             return self.unscorable
         if self.aggregation in NOT_SCORED:
             return NOT_SCORED[self.aggregation]
-        if self.aggregation.startswith(FUNCTION):
-            name = self.aggregation.removeprefix(FUNCTION)
-            return (
-                f"its aggregation is a Python function of the task ({name}); lm-eval's "
-                "output keeps only its source, which posgen does not run"
-            )
         if self.higher_is_better is None:
             return "lm-eval records no higher_is_better for it, so which way is worse is unknown"
         return ""

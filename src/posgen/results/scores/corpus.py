@@ -36,43 +36,61 @@ from posgen.results.folder.config import Scoring
 from posgen.results.scores.scoring import DEGRADATION_COLUMNS
 from posgen.results.stats.resampling import resample_counts
 from posgen.results.tables.documents import corpus_replicates, corpus_value
+from posgen.results.tables.metric_list import Aggregations
 
 CORPUS_ITERS = 200
 CELL = ("model", "task", "metric", "filter", "kind", "scheme", "rate")
 
 
-def corpus_table(pairs: Iterable[Mapping[str, Any]], cfg: Scoring | None = None):
+def corpus_table(
+    pairs: Iterable[Mapping[str, Any]],
+    cfg: Scoring | None = None,
+    aggregations: Aggregations | None = None,
+):
     """One degradation row per perturbed cell and corpus metric (the columns of
     :func:`posgen.results.scores.scoring.degradation_table`; ``pairs`` from
-    :func:`posgen.results.tables.tidy.corpus_pairs`)."""
+    :func:`posgen.results.tables.tidy.corpus_pairs`), and the (model, task, metric,
+    reason) of every corpus metric whose aggregation function could not be loaded now."""
     import pandas as pd
 
     cfg = cfg or Scoring()
+    aggregations = aggregations or Aggregations()
     cells: dict[tuple, list[Mapping[str, Any]]] = {}
     for p in pairs:
         spec = p["spec"]
         key = (p["model"], p["task"], spec.metric, spec.filter, p["kind"], p["scheme"], p["rate"])
         cells.setdefault(key, []).append(p)
-    rows = [_cell_row(key, draws, cfg) for key, draws in sorted(cells.items(), key=str)]
-    return pd.DataFrame(rows, columns=DEGRADATION_COLUMNS)
+    rows, missing = [], {}
+    for key, draws in sorted(cells.items(), key=str):
+        spec = draws[0]["spec"]
+        fn = aggregations.function(key[1], spec)
+        if fn is None:
+            missing[(key[0], key[1], spec.label)] = aggregations.why(key[1], spec)
+            continue
+        rows.append(_cell_row(key, draws, cfg, fn))
+    problems = [
+        {"model": m, "task": t, "metric": label, "reason": why, "cells": 0}
+        for (m, t, label), why in sorted(missing.items())
+    ]
+    return pd.DataFrame(rows, columns=DEGRADATION_COLUMNS), problems
 
 
-def _cell_row(key: tuple, draws: list[Mapping[str, Any]], cfg: Scoring) -> dict[str, Any]:
+def _cell_row(key: tuple, draws: list[Mapping[str, Any]], cfg: Scoring, fn) -> dict[str, Any]:
     spec = draws[0]["spec"]
     keys = draws[0]["keys"]
     if any(d["keys"] != keys for d in draws):
         raise ValueError(f"{'/'.join(map(str, key))}: the seeds scored different documents")
     n = len(keys)
     sign = 1.0 if spec.higher_is_better else -1.0
-    base = corpus_value(spec, draws[0]["base_items"])
-    point = float(np.mean([sign * (base - corpus_value(spec, d["items"])) for d in draws]))
+    base = corpus_value(fn, draws[0]["base_items"])
+    point = float(np.mean([sign * (base - corpus_value(fn, d["items"])) for d in draws]))
     stats = {"ci_lo": math.nan, "ci_hi": math.nan, "stderr": math.nan}
     if n >= 2:
         iters = min(cfg.iters, CORPUS_ITERS)
         counts = resample_counts(n, iters, cfg.seed, "corpus|" + "|".join(map(str, key)))
-        base_reps = corpus_replicates(spec, draws[0]["base_items"], counts)  # [B]
+        base_reps = corpus_replicates(fn, draws[0]["base_items"], counts)  # [B]
         reps = np.mean(
-            [sign * (base_reps - corpus_replicates(spec, d["items"], counts)) for d in draws],
+            [sign * (base_reps - corpus_replicates(fn, d["items"], counts)) for d in draws],
             axis=0,
         )
         alpha = (1.0 - cfg.confidence) / 2.0

@@ -23,6 +23,7 @@ from posgen.results.scores.scoring import (
     tolerance_table,
 )
 from posgen.results.scores.tolerance import band, resampled_figures
+from posgen.results.tables.metric_list import Aggregations
 from posgen.results.tables.tidy import (
     corpus_pairs,
     perdoc_rows,
@@ -56,7 +57,9 @@ def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
     config = store.run_config
     twins = {m.label for m in config.models if m.random_init}
     metrics = task_metrics(cells)
-    scores = score_tables(perdoc, fits, config.scoring, twins, metrics, corpus_pairs(cells))
+    aggregations = Aggregations(getattr(config, "include_path", ()))
+    corpus = corpus_pairs(cells)
+    scores = score_tables(perdoc, fits, config.scoring, twins, metrics, corpus, aggregations)
     return store, {
         **scores,
         "results": results,
@@ -64,7 +67,7 @@ def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
         "decompositions": decomps,
         "cells": cells,
         "metrics": metrics,
-        "unscorable": unscorable_rows(cells),
+        "unscorable": unscorable_rows(cells) + scores.pop("unloaded"),
     }
 
 
@@ -129,17 +132,20 @@ def score_tables(
     twins: Collection[str] = (),
     metrics: Mapping[str, Sequence[MetricSpec]] | None = None,
     corpus: Sequence[Mapping[str, Any]] = (),
+    aggregations: Aggregations | None = None,
 ) -> dict[str, Any]:
     """Every score of a run: degradation (per-document metrics from ``perdoc``, corpus
     metrics from ``corpus``: :func:`posgen.results.tables.tidy.corpus_pairs`) and
     tolerance tables, fit quality per model, and the cross-model correlations (fit
     quality r_3axis vs the interpolated tolerance and vs AUC, per task and kind, on each
     task's primary metric among ``metrics``; ``twins`` are the random-init models, not
-    counted)."""
+    counted). ``aggregations`` loads corpus metrics' functions; ``unloaded`` lists those
+    it could not load now."""
     import pandas as pd
 
     cfg = cfg or Scoring()
-    degr, corp = degradation_table(perdoc, cfg), corpus_table(corpus, cfg)
+    degr = degradation_table(perdoc, cfg)
+    corp, unloaded = corpus_table(corpus, cfg, aggregations)
     if len(corp):
         degr = pd.concat([degr, corp], ignore_index=True) if len(degr) else corp
         degr = degr.sort_values([*GROUP, "rate"], kind="stable", ignore_index=True)
@@ -164,4 +170,5 @@ def score_tables(
         "fit": dict(fits),
         "summary": summary,
         "cross_model": corr,
+        "unloaded": unloaded,
     }

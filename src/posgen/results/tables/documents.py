@@ -10,8 +10,9 @@ lm-eval logs one sample per (document, filter): ``sample["filter"]`` names the f
   words or bytes); ``perplexity`` logs the loglikelihood (``den = 1``); ``mean`` logs a
   number (``den = 1``);
 - the ``corpus`` rule: the per-document item lm-eval logged (``[reference, prediction]``
-  for bleu/chrf/ter, ``[gold, prediction]`` for mcc/f1), aggregated by lm-eval's own
-  function over the whole set.
+  for bleu/chrf/ter, ``[gold, prediction]`` for mcc/f1), aggregated over the whole set by
+  the metric's own function (lm-eval's registered one, or the task's:
+  :class:`posgen.results.tables.metric_list.Aggregations`).
 
 A value of another shape than its rule needs makes that metric unscorable in the cell
 (its spec says why), never the cell.
@@ -20,7 +21,7 @@ A value of another shape than its rule needs makes that metric unscorable in the
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -188,33 +189,33 @@ def aggregate(rule: str, num: np.ndarray, den: np.ndarray) -> np.ndarray:
     return -ratio / math.log(2) if rule == "bits_per_byte" else ratio
 
 
-def corpus_value(spec: MetricSpec, items: list[Any]) -> float:
-    """lm-eval's own aggregation of a corpus metric over ``items``."""
-    from posgen.results.tables.metric_list import aggregation_function
+def corpus_value(fn: Callable[[list[Any]], Any], items: list[Any]) -> float:
+    """A corpus metric's figure: its aggregation function ``fn`` (lm-eval's registered
+    one, or the task's own) over ``items``."""
+    return float(fn(items))
 
-    return float(aggregation_function(spec.aggregation)(items))
 
-
-def corpus_replicates(spec: MetricSpec, items: list[Any], counts: np.ndarray) -> np.ndarray:
+def corpus_replicates(
+    fn: Callable[[list[Any]], Any], items: list[Any], counts: np.ndarray
+) -> np.ndarray:
     """The corpus figure on each bootstrap resample: ``counts`` ``[B, n]`` says how often
     each item is drawn (:func:`posgen.results.stats.resampling.resample_counts`) -> ``[B]``."""
-    return np.array(
-        [
-            corpus_value(spec, [items[i] for i in np.repeat(np.arange(len(items)), row)])
-            for row in counts
-        ]
-    )
+    index = np.arange(len(items))
+    return np.array([corpus_value(fn, [items[i] for i in np.repeat(index, row)]) for row in counts])
 
 
-def metric_stderr(spec: MetricSpec, slot: Mapping[str, Any], seed: int = 0) -> float:
+def metric_stderr(
+    spec: MetricSpec, slot: Mapping[str, Any], seed: int = 0, fn: Callable | None = None
+) -> float:
     """Standard error of a cell's figure: closed form for means (as lm-eval's
-    ``mean_stderr``), a seeded bootstrap over documents otherwise."""
+    ``mean_stderr``), a seeded bootstrap over documents otherwise (``fn``: a corpus
+    metric's aggregation function)."""
     n = len(slot["keys"])
     if n < 2:
         return math.nan
     if spec.rule == "corpus":
         counts = resample_counts(n, CORPUS_STDERR_BOOTSTRAP, seed, f"metric-stderr|{spec.key}")
-        return float(np.std(corpus_replicates(spec, slot["items"], counts), ddof=1))
+        return float(np.std(corpus_replicates(fn, slot["items"], counts), ddof=1))
     num, den = np.asarray(slot["num"]), np.asarray(slot["den"])
     if spec.rule == "mean":
         return float(np.std(num / den, ddof=1) / math.sqrt(n))
@@ -227,15 +228,18 @@ def cell_metrics(
     specs: list[MetricSpec],
     reported: Mapping[str, Any],
     seed: int = 0,
+    functions: Mapping[str, Callable] | None = None,
 ) -> dict[str, dict[str, float]]:
     """Per scorable (metric, filter) with documents: value (recomputed from the documents
-    and checked against lm-eval's), stderr (lm-eval's when it gave one) and n."""
+    and checked against lm-eval's), stderr (lm-eval's when it gave one) and n;
+    ``functions``: each corpus metric's aggregation function, by its key."""
     out = {}
     for spec in specs:
         slot = docs.get(spec.key)
         if spec.rule is None or slot is None or not slot["keys"]:
             continue  # unscorable, or every document excluded: nothing to score
-        value, as_lm_eval = _values(spec, slot)
+        fn = (functions or {}).get(spec.key)
+        value, as_lm_eval = _values(spec, slot, fn)
         lm_value = reported.get(spec.key)
         if isinstance(lm_value, (int, float)) and not _same(as_lm_eval, lm_value):
             raise SchemaError(
@@ -243,7 +247,7 @@ def cell_metrics(
                 f"give {as_lm_eval}; the samples do not match the results"
             )
         lm_se = reported.get(f"{spec.metric}_stderr,{spec.filter}")
-        stderr = lm_se if isinstance(lm_se, (int, float)) else metric_stderr(spec, slot, seed)
+        stderr = lm_se if isinstance(lm_se, (int, float)) else metric_stderr(spec, slot, seed, fn)
         out[spec.key] = {
             "value": value,
             "stderr": float(stderr),
@@ -253,10 +257,10 @@ def cell_metrics(
     return out
 
 
-def _values(spec: MetricSpec, slot: Mapping[str, Any]) -> tuple[float, float]:
+def _values(spec: MetricSpec, slot: Mapping[str, Any], fn: Callable | None) -> tuple[float, float]:
     """The figure on the kept documents, and as lm-eval computed it (excluded ones too)."""
     if spec.rule == "corpus":
-        value = corpus_value(spec, slot["items"])
+        value = corpus_value(fn, slot["items"])
         return value, value
     num, den = np.asarray(slot["num"]), np.asarray(slot["den"])
     ex_num, ex_den = slot.get("excluded_sum", (0.0, 0.0))

@@ -9,8 +9,9 @@ itself used, in this order:
   lm-eval computed with), else the ``metric_list`` entry, else lm-eval's registry
   default for the metric;
 - ``aggregation``: the ``metric_list`` entry (a registered name, or a Python function of
-  the task, which lm-eval's output keeps as source), else the metric's registered default,
-  else ``mean`` (lm-eval's own fallback for a metric without one).
+  the task, which lm-eval's output keeps as source: recorded as ``function:<name>`` and
+  loaded from the task's config when scored, :class:`Aggregations`), else the metric's
+  registered default, else ``mean`` (lm-eval's own fallback for a metric without one).
 
 Without a config (an output that lacks ``configs``) the registry defaults apply, as in
 lm-eval for a metric its task does not describe.
@@ -19,7 +20,7 @@ lm-eval for a metric its task does not describe.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from posgen.compat import internal
@@ -101,10 +102,49 @@ def aggregation_name(fn: Any) -> str | None:
     return next((name for name in list(registered) if registered.get(name) is fn), None)
 
 
-def aggregation_function(name: str) -> Any:
-    """lm-eval's registered aggregation function ``name`` (``bleu``, ``matthews_corrcoef``)."""
-    _load_metrics()
-    return internal("lm_eval.api.registry:AGGREGATION_REGISTRY").get(name)
+class Aggregations:
+    """The aggregation function of each corpus metric: lm-eval's registered one by name,
+    or the task's own Python function (``function:<name>``), taken from the task's config
+    through posgen's task manager, built on first need with ``include_path`` (the folders
+    of the user's own task YAMLs, as ``posgen run --include-path`` records them). A
+    function that cannot be loaded gives None and the reason in :meth:`why`."""
+
+    def __init__(self, include_path: Sequence[str] = (), task_manager: Any = None) -> None:
+        self.include_path = tuple(include_path)
+        self._manager = task_manager
+        self._why: dict[tuple[str, str], str] = {}
+
+    def function(self, task: str, spec: MetricSpec) -> Any:
+        """The function aggregating ``spec`` of ``task`` (its base task name)."""
+        if not spec.aggregation.startswith(FUNCTION):
+            _load_metrics()
+            return internal("lm_eval.api.registry:AGGREGATION_REGISTRY").get(spec.aggregation)
+        try:
+            config = self.manager().task_config(task)
+        except (KeyError, ValueError) as e:
+            self._why[(task, spec.key)] = f"its task config is not found ({e})"
+            return None
+        agg = _metric_entries(config).get(spec.metric, {}).get("aggregation")
+        if not callable(agg):
+            self._why[(task, spec.key)] = "its task config has no such function"
+            return None
+        return agg
+
+    def why(self, task: str, spec: MetricSpec) -> str:
+        name = spec.aggregation.removeprefix(FUNCTION)
+        found = self._why.get((task, spec.key), "")
+        return (
+            f"its aggregation is a Python function of the task ({name}) that posgen could "
+            f"not load: {found}; pass the task's folder with --include-path"
+        )
+
+    def manager(self) -> Any:
+        if self._manager is None:
+            from posgen.tasks.lm_eval_tasks import task_manager
+
+            paths = [str(p) for p in self.include_path] or None
+            self._manager = task_manager(include_path=paths)
+        return self._manager
 
 
 def _function_name(agg: Any) -> str:

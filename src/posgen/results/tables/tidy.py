@@ -29,7 +29,7 @@ from posgen.results.folder.schema import (
 )
 from posgen.results.folder.store import read_json
 from posgen.results.tables.documents import by_filter, cell_metrics, doc_keys, extract_docs
-from posgen.results.tables.metric_list import metric_specs
+from posgen.results.tables.metric_list import Aggregations, metric_specs
 from posgen.results.tables.realised import (
     STATS,
     doc_examples,
@@ -291,6 +291,7 @@ def cell_record(
     model_side: Mapping[str, Any] | None = None,
     configs: Mapping[str, Any] | None = None,
     higher_is_better: Mapping[str, Any] | None = None,
+    aggregations: Aggregations | None = None,
 ) -> dict[str, Any]:
     """The record of one finished cell from lm-eval's output for its single task.
 
@@ -300,6 +301,7 @@ def cell_record(
     ``configs`` lm-eval's registry defaults describe the metrics). ``model_side``
     (position and feature cells): ``{"realised": ..., "rows": [...]}`` as measured in the
     model (posgen.harness.run.realised_rows); text cells take theirs from the logged docs.
+    ``aggregations`` loads a corpus metric's function (a task's own from its config).
     Refuses a task none of whose metrics posgen can score.
     """
     name = cell["lm_eval_task"]
@@ -312,7 +314,9 @@ def cell_record(
     config = (configs or {}).get(name)
     specs = metric_specs(results[name], samples[name], config, (higher_is_better or {}).get(name))
     docs, specs = extract_docs(samples[name], specs, split)
-    metrics = cell_metrics(docs, specs, results[name], seed)
+    specs, functions = corpus_functions(cell["task"], specs, aggregations or Aggregations())
+    docs = {k: v for k, v in docs.items() if k in functions or not v.get("items")}
+    metrics = cell_metrics(docs, specs, results[name], seed, functions)
     if not metrics:
         raise SchemaError(
             f"{name}: posgen can score none of its metrics ({unscorable_text(specs) or 'none logged'})"
@@ -331,6 +335,23 @@ def cell_record(
         "docs": docs,
         **record,
     }
+
+
+def corpus_functions(
+    task: str, specs: list[MetricSpec], aggregations: Aggregations
+) -> tuple[list[MetricSpec], dict[str, Any]]:
+    """Each scorable corpus metric's aggregation function, by key; a metric whose function
+    cannot be loaded becomes unscorable, saying why."""
+    out, functions = [], {}
+    for spec in specs:
+        if spec.rule == "corpus":
+            fn = aggregations.function(task, spec)
+            if fn is None:
+                spec = spec.with_problem(aggregations.why(task, spec))
+            else:
+                functions[spec.key] = fn
+        out.append(spec)
+    return out, functions
 
 
 def _generative(config: Mapping[str, Any] | None, samples: list[Mapping[str, Any]]) -> bool:
