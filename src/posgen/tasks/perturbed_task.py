@@ -27,8 +27,8 @@ from lm_eval.api.task import ConfigurableTask
 from posgen.perturbations import registry
 from posgen.perturbations.order_stats import OrderStats, combine_stats
 from posgen.perturbations.text import TextPerturbation
-from posgen.tasks.content_fields import FieldSpec
 from posgen.tasks.doc_ids import DOC_ID, stable_ids
+from posgen.tasks.field_spec import FieldSpec
 
 POSGEN_KEY = "posgen_perturbation"
 STAT_COLUMNS = ("n", "fraction_moved", "mean_displacement", "dnd", "idc")
@@ -50,10 +50,7 @@ class TaskPerturbation:
             "seed": self.seed,
             "base_task": self.base_task,
             "perturb_fewshot": self.perturb_fewshot,
-            "fields": [
-                {k: v for k, v in vars(f).items() if v not in (None, 0) or k == "name"}
-                for f in self.fields
-            ],
+            "fields": [f.to_dict() for f in self.fields],
         }
 
     @classmethod
