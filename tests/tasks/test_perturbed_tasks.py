@@ -185,3 +185,42 @@ def test_gsm8k_perturbs_its_question_and_keeps_its_answer(posgen_tm, tmp_path) -
         assert Counter(doc["question"].split()) == Counter(orig["question"].split())
         assert pert.doc_to_text(doc) == f"Question: {doc['question']}\nAnswer:"
         assert doc["posgen_fraction_moved"] > 0
+
+
+def test_a_python_task_that_builds_its_own_config_is_perturbed(tmp_path) -> None:
+    """Like lm-eval's SQuAD2: the class ignores the config it is given."""
+    from lm_eval.api.task import ConfigurableTask
+
+    from conftest import write_jsonl
+    from posgen.tasks.field_spec import FieldSpec
+    from posgen.tasks.perturbed_task import perturbed_class
+
+    data = write_jsonl(tmp_path / "own.jsonl", [{"context": t} for t in ("a b c d", "e f g h")])
+
+    class OwnConfig(ConfigurableTask):
+        def __init__(self, config=None):
+            own = {"dataset_path": "json", "dataset_kwargs": {"data_files": {"validation": data}}}
+            super().__init__(config={**own, "metadata": {"version": 3}})
+
+        def has_test_docs(self):
+            return False
+
+        def has_validation_docs(self):
+            return True
+
+        def validation_docs(self):
+            return self.dataset["validation"]
+
+        def doc_to_text(self, doc):
+            return "Background: " + doc["context"]
+
+        def doc_to_target(self, doc):
+            return " unanswerable"
+
+    tp = TaskPerturbation(parse("text", "shuffle"), 3, "own", (FieldSpec("context"),))
+    task = perturbed_class(OwnConfig)(config={"posgen_perturbation": tp.to_dict()})
+    docs = task.eval_docs
+    assert [d["posgen_doc_id"] for d in docs] == ["validation:0", "validation:1"]
+    assert Counter(docs[0]["context"].split()) == Counter(["a", "b", "c", "d"])
+    meta = task.config.metadata
+    assert meta["version"] == 3 and meta["posgen"]["order_stats"]["n_docs"] == 2

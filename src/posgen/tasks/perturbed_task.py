@@ -151,11 +151,26 @@ class PerturbedTaskMixin:
             "posgen": self._posgen.to_dict(),
         }
         super().__init__(*args, config=config, **kwargs)  # type: ignore[call-arg]
+        # a Python task may build its own config (SQuAD2 ignores the one given): keep ours
+        own = self.config  # type: ignore[attr-defined]
+        own.metadata = {**config["metadata"], **self._metadata()}
         self._wrap_sampler()
 
-    def _eval_split(self) -> str:
+    def _metadata(self) -> dict[str, Any]:
+        """The task config's metadata, with the ``posgen`` record in it."""
         cfg = self.config  # type: ignore[attr-defined]
-        return str(cfg.test_split if cfg.test_split is not None else cfg.validation_split)
+        if not isinstance(cfg.metadata, dict):
+            cfg.metadata = {}
+        cfg.metadata.setdefault("posgen", self._posgen.to_dict())
+        return cfg.metadata
+
+    def _eval_split(self) -> str:
+        """The evaluation split's name (a Python task may leave the config's unset)."""
+        cfg = self.config  # type: ignore[attr-defined]
+        for split in (cfg.test_split, cfg.validation_split):
+            if split is not None:
+                return str(split)
+        return "test" if self.has_test_docs() else "validation"  # type: ignore[attr-defined]
 
     @property
     def eval_docs(self) -> Any:
@@ -164,8 +179,7 @@ class PerturbedTaskMixin:
             docs, perturber = perturb_docs(base, self._posgen, self._eval_split())
             self._posgen_originals = dict(zip(perturber.ids, base, strict=True))
             self._posgen_docs = docs
-            meta = self.config.metadata  # type: ignore[attr-defined]
-            meta["posgen"]["order_stats"] = summarize(perturber)
+            self._metadata()["posgen"]["order_stats"] = summarize(perturber)
         return self._posgen_docs
 
     def fewshot_docs(self) -> Any:
