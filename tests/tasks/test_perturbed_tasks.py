@@ -224,3 +224,28 @@ def test_a_python_task_that_builds_its_own_config_is_perturbed(tmp_path) -> None
     assert Counter(docs[0]["context"].split()) == Counter(["a", "b", "c", "d"])
     meta = task.config.metadata
     assert meta["version"] == 3 and meta["posgen"]["order_stats"]["n_docs"] == 2
+
+
+def test_a_group_with_inline_groups_is_perturbed_member_by_member(tmp_path) -> None:
+    """Like mmlu_generative: ``task:`` lists inline groups around named tasks."""
+    from posgen.tasks.lm_eval_tasks import PosgenTaskManager
+
+    (tmp_path / "suite.yaml").write_text(
+        "group: mysuite\n"
+        "task:\n"
+        "  - group: part_a\n"
+        "    task: [posgen_cloze]\n"
+        "    aggregate_metric_list: [{metric: acc}]\n"
+        "  - posgen_prose\n"
+    )
+    (tmp_path / "inline.yaml").write_text(
+        "group: withtask\ntask:\n  - {task: made_here, dataset_path: json}\n"
+    )
+    tm = PosgenTaskManager(include_path=str(tmp_path), include_defaults=False)
+    loaded = tm.load(["perm_swap_5pct_mysuite"])
+    assert sorted(loaded["tasks"]) == ["perm_swap_5pct_posgen_cloze", "perm_swap_5pct_posgen_prose"]
+    cloze = loaded["tasks"]["perm_swap_5pct_posgen_cloze"]
+    assert cloze.config.metadata["posgen"]["fields"] == [{"name": "context"}]
+    assert "perm_swap_5pct_mysuite::part_a" in loaded["groups"]
+    with pytest.raises(ValueError, match="defines tasks inline"):
+        tm.match_tasks(["perm_swap_5pct_withtask"])

@@ -158,25 +158,56 @@ class PosgenTaskManager(_original_task_manager):  # type: ignore[misc,valid-type
             )
         if base.kind == Kind.GROUP:
             raw = load_yaml(base.yaml_path, resolve_func=True) if base.yaml_path else dict(base.cfg)
-            members = raw.get("task") or []
-            if not all(isinstance(m, str) for m in members):
+            try:
+                members = self._perturbed_members(raw.get("task") or [], child)
+            except TypeError:
                 raise ValueError(
-                    f"{name!r}: group {base.name!r} defines inline tasks; perturb "
+                    f"{name!r}: group {base.name!r} defines tasks inline; perturb "
                     "its tasks one by one instead"
-                )
+                ) from None
             extra = {k: v for k, v in raw.items() if k in _GROUP_KEYS - {"group", "task"}}
-            return self._group(name, [child(m) for m in members], {}, extra)
+            return self._group(name, members, {}, extra)
         cfg = self.perturbed_config(name, parsed, base)
         return self._add(Entry(name=name, kind=Kind.PY_TASK, yaml_path=None, cfg=cfg))
+
+    def _perturbed_members(self, members: Any, child: Any) -> list[Any]:
+        """A group's ``task:`` list with every named member perturbed; an inline group
+        (``{group: stem, task: [...]}``) keeps its keys around its perturbed members.
+        TypeError for a task defined inline (it has no base name to perturb)."""
+        out: list[Any] = []
+        for m in members if isinstance(members, list) else [members]:
+            if isinstance(m, str):
+                out.append(child(m))
+            elif isinstance(m, dict) and m.get("group") in self._index:  # a known group
+                out.append({**m, "group": child(m["group"])})
+            elif isinstance(m, dict) and "group" in m:  # an inline group
+                out.append({**m, "task": self._perturbed_members(m.get("task") or [], child)})
+            elif isinstance(m, dict) and m.get("task") in self._index:  # a task, overridden
+                out.append({**m, "task": child(m["task"])})
+            else:
+                raise TypeError(m)
+        return out
+
+    def _member_names(self, members: list[Any]) -> list[str]:
+        """The names in a perturbed ``task:`` list (as :meth:`_perturbed_members` makes)."""
+        names: list[str] = []
+        for m in members:
+            if isinstance(m, str):
+                names.append(m)
+            elif "group" in m and "task" in m and not isinstance(m["task"], str):
+                names.extend(self._member_names(m["task"]))
+            else:
+                names.append(m["group"] if "group" in m else m["task"])
+        return names
 
     def _group(
         self,
         name: str,
-        members: list[str],
+        members: list[Any],
         meta: dict[str, Any],
         extra: dict[str, Any] | None = None,
     ) -> Entry:
-        for m in members:
+        for m in self._member_names(members):
             self._resolve(m)
         cfg = {
             **(extra or {}),
