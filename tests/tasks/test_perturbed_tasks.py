@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
@@ -140,6 +141,11 @@ def test_suite_docs_carry_their_ids_and_stats(posgen_tm) -> None:
     assert 0.1 < stats["mean_fraction_moved"] <= 0.2
 
 
+def _jsonl(path, rows) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return str(path)
+
+
 GSM8K_DOCS = [
     {
         "question": question,
@@ -166,9 +172,7 @@ GSM8K_DOCS = [
 
 def test_gsm8k_perturbs_its_question_and_keeps_its_answer(posgen_tm, tmp_path) -> None:
     """``perm_swap_5pct_gsm8k`` resolves from posgen's table, without the hub."""
-    from conftest import write_jsonl
-
-    data = write_jsonl(tmp_path / "gsm8k.jsonl", GSM8K_DOCS)
+    data = _jsonl(tmp_path / "gsm8k.jsonl", GSM8K_DOCS)
     local = {
         "dataset_path": "json",
         "dataset_name": None,
@@ -191,11 +195,10 @@ def test_a_python_task_that_builds_its_own_config_is_perturbed(tmp_path) -> None
     """Like lm-eval's SQuAD2: the class ignores the config it is given."""
     from lm_eval.api.task import ConfigurableTask
 
-    from conftest import write_jsonl
     from posgen.tasks.field_spec import FieldSpec
     from posgen.tasks.perturbed_task import perturbed_class
 
-    data = write_jsonl(tmp_path / "own.jsonl", [{"context": t} for t in ("a b c d", "e f g h")])
+    data = _jsonl(tmp_path / "own.jsonl", [{"context": t} for t in ("a b c d", "e f g h")])
 
     class OwnConfig(ConfigurableTask):
         def __init__(self, config=None):
