@@ -86,6 +86,10 @@ def test_a_function_is_inferred_only_when_all_its_reads_are_visible() -> None:
     assert choose_fields("mytask", {**PROMPTED, "doc_to_text": _one}).how == "inferred"
     message = _message({**PROMPTED, "doc_to_text": _opaque})
     assert "reads: none found (and maybe more" in message
+    # the target might read the one field too: not inferred either
+    assert "reads: question." in _message(
+        {**PROMPTED, "doc_to_text": _one, "doc_to_target": _opaque}
+    )
 
 
 def test_the_table_and_the_user_come_first() -> None:

@@ -118,8 +118,8 @@ def choose_fields(
         if name in KNOWN:
             _check_known(task, name, config)
             return FieldChoice(task, KNOWN[name].fields, "known", name)
-    prompt, reads, candidates = _candidates(config)
-    if prompt == "doc_to_text" and reads.complete and len(candidates) == 1:
+    prompt, reads, candidates, visible = _candidates(config)
+    if prompt == "doc_to_text" and visible and len(candidates) == 1:
         return FieldChoice(task, (FieldSpec(candidates[0]),), "inferred", prompt)
     raise UnknownContentFields(_unknown_message(task, prompt, reads, candidates))
 
@@ -134,14 +134,16 @@ def resolve_fields(
     return choose_fields(base_task, config, override=override, ancestors=ancestors).fields
 
 
-def _candidates(config: Mapping[str, Any]) -> tuple[str, Any, list[str]]:
-    """(prompt part, its reads, the fields it reads that no other part reads)."""
+def _candidates(config: Mapping[str, Any]) -> tuple[str, Any, list[str], bool]:
+    """(prompt part, its reads, the fields it reads that no other part reads, whether
+    every part's reads are all visible)."""
     rolling = config.get("output_type") == "loglikelihood_rolling"
     prompt = "doc_to_target" if rolling else "doc_to_text"
     reads = part_reads(config, prompt)
-    others = set() if rolling else set().union(*(part_reads(config, p).fields for p in PARTS[1:]))
-    only = sorted(reads.fields - others)
-    return prompt, reads, only if only or rolling else sorted(reads.fields)
+    others = [] if rolling else [part_reads(config, p) for p in PARTS[1:]]
+    only = sorted(reads.fields - set().union(*(o.fields for o in others)))
+    visible = reads.complete and all(o.complete for o in others)
+    return prompt, reads, only if only or rolling else sorted(reads.fields), visible
 
 
 def _check_known(task: str, key: str, config: Mapping[str, Any]) -> None:
