@@ -15,6 +15,7 @@ from posgen.results.folder.schema import SchemaError
 from posgen.results.folder.store import RunStore, check_cell_record, read_parquet
 from posgen.results.scores.association import cross_model
 from posgen.results.scores.corpus import corpus_table
+from posgen.results.scores.metric_units import primary
 from posgen.results.scores.scoring import (
     GROUP,
     degradation_table,
@@ -151,7 +152,10 @@ def score_tables(
         degr = degr.sort_values([*GROUP, "rate"], kind="stable", ignore_index=True)
     tol = tolerance_table(degr, cfg)
     summary = model_summary(tol, fits, metrics or {})
-    reps = resampled_figures(perdoc, cfg)
+    firsts = {
+        (t, s.metric, s.filter) for t, specs in (metrics or {}).items() if (s := primary(specs))
+    }
+    reps = resampled_figures(perdoc, cfg, only=firsts)
     corr = []
     for group, per_model in summary.items():
         task, kind = group.split("|")

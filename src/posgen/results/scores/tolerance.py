@@ -31,13 +31,22 @@ FIGURES = ("tolerance_interp", "auc")
 KEYS = ["model", "task", "metric", "filter", "kind", "scheme"]
 
 
-def resampled_figures(perdoc, cfg, iters: int = 200) -> dict[tuple, dict[str, np.ndarray]]:
+def resampled_figures(
+    perdoc, cfg, iters: int = 200, only: set[tuple[str, str, str]] | None = None
+) -> dict[tuple, dict[str, np.ndarray]]:
     """``{(model, task, metric, filter, kind, scheme): {"tolerance_interp": [B], "auc": [B]}}``.
 
     ``perdoc`` is the per-document table (several seeds are averaged per document
     first); documents are drawn per task with one count matrix shared by all models.
+    ``only``: the (task, metric, filter) curves wanted (each task's primary metric, whose
+    tolerance enters the cross-model relation); all when None.
     """
-
+    if only is not None:
+        wanted = [
+            (t, m, f) in only
+            for t, m, f in zip(perdoc["task"], perdoc["metric"], perdoc["filter"], strict=True)
+        ]
+        perdoc = perdoc[wanted]
     docs = collapse_seeds(perdoc)
     shapes = value_shapes(perdoc)
     counts = {}
