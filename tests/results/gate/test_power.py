@@ -89,8 +89,8 @@ def test_all_paired_differences_equal_make_no_power_claim_in_table_summary_or_ju
     text = "\n".join(summary(rows, INFO))
     assert "1 of 2 cells: power cannot be estimated" in text
     assert "position/swap@0.05" in text.split("power cannot be estimated", 1)[1]
-    assert "the other 1 cells catch a change of twice their margin" in text
-    assert "every cell catch" not in text
+    assert "the other cell catches a change of twice the margin" in text
+    assert "every cell catches" not in text
     suite = ET.fromstring(junit_xml(rows, INFO))
     case = next(t for t in suite.iter("testcase") if t.get("name").endswith("@0.05"))
     props = {p.get("name"): p.get("value") for p in case.iter("property")}

@@ -137,15 +137,17 @@ def power_lines(rows: list[dict[str, Any]], info: dict[str, Any]) -> list[str]:
     unknown = [r for r in rows if r["power"] == "unknown"]
     if unknown:
         out.append(
-            f"  {len(unknown)} of {m} cells: {NO_POWER} (fewer than 2 documents' paired "
-            "differences differ from the rest: no spread to size a change by): " + _names(unknown)
+            f"  {len(unknown)} of {m} cells: {NO_POWER} (their paired differences do not "
+            "vary: every document changed by the same amount, or all but one): " + _names(unknown)
         )
     weak = [r for r in rows if r["power"] == "underpowered"]
     powered = sum(r["power"] == "powered" for r in rows)
     if not weak:
-        if powered:
-            which = "every cell" if powered == m else f"the other {powered} cells"
-            out.append(f"  {which} catch a change of twice their margin with >= 80% power")
+        if powered == m:
+            out.append("  every cell catches a change of twice its margin with >= 80% power")
+        elif powered:
+            which = "the other cell catches" if powered == 1 else f"the other {powered} cells catch"
+            out.append(f"  {which} a change of twice the margin with >= 80% power")
         return out
     out.append(
         f"  {len(weak)} of {m} cells cannot detect a change of their margin's size "
