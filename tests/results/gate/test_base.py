@@ -52,6 +52,7 @@ def test_more_tolerant_but_worse_at_base_fails_on_the_unperturbed_cell(runs, tmp
     assert "% PPL" in failed[0]
     assert "posgen_prose: more tolerant but worse at base: 8 of 8 perturbed cells" in out
     assert "PPL_pert/PPL_base falls when PPL_base rises" in out
+    assert "8 of them beyond noise, interval below 0" in out
     bad = [
         t for t in ET.parse(xml_path).getroot().iter("testcase") if t.find("failure") is not None
     ]

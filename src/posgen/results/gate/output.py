@@ -105,24 +105,27 @@ def summary(rows: list[dict[str, Any]], info: dict[str, Any]) -> list[str]:
 
 
 def base_notes(rows: list[dict[str, Any]]) -> list[str]:
-    """Per task whose unperturbed cell is shown worse (failed, or its interval above
-    0) while some of its perturbed cells are shown to degrade less (interval below 0)."""
+    """Per task whose unperturbed cell is shown worse (failed, or its interval above 0)
+    while some of its perturbed cells degrade less than the baseline's (change below 0;
+    how many of them are shown so, their interval below 0, is said)."""
     out = []
     for b in (r for r in rows if r["kind"] == "none"):
         if not (b["failed"] or b["ci_lo"] > 0):
             continue
         mine = [r for r in rows if r["task"] == b["task"] and r["kind"] not in ("none", "length")]
-        better = [r for r in mine if r["ci_hi"] < 0]
+        better = [r for r in mine if r["change"] < 0]
         if not better:
             continue
         lo, hi = min(r["change"] for r in better), max(r["change"] for r in better)
+        shown = sum(r["ci_hi"] < 0 for r in better)
         state = "FAIL" if b["failed"] else "within its margin"
         reason = BASE_REASON.get(better[0]["metric_kind"], "its level is relative to a worse base")
         out.append(
             f"  {b['task']}: more tolerant but worse at base: {len(better)} of {len(mine)} "
             f"perturbed cells degrade less than the baseline's ({lo:+.2f} to {hi:+.2f} "
-            f"{better[0]['unit']}), while unperturbed {b['metric']} is {b['change']:+.2f} "
-            f"{b['unit']} worse ({state}); {reason}, so this is no better tolerance"
+            f"{better[0]['unit']}; {shown or 'none'} of them beyond noise, interval below 0), "
+            f"while unperturbed {b['metric']} is {b['change']:+.2f} {b['unit']} worse "
+            f"({state}); {reason}, so this is no better tolerance"
         )
     return out
 
