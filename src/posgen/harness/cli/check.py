@@ -10,6 +10,26 @@ from pathlib import Path
 
 from posgen.results.gate.baseline_file import GateInputError
 
+# per kind of gate cell: the metavar and help of its margin flag
+HELPS = {
+    "perplexity": (
+        "PCT",
+        "perturbed perplexity cells: percent of the perplexity ratio PPL_pert/PPL_base by "
+        "which the candidate's may exceed the baseline's (1.50x -> 1.53x is 2)",
+    ),
+    "accuracy": ("POINTS", "perturbed accuracy cells: accuracy points of extra drop"),
+    "length": (
+        "NATS",
+        "length cells: nats per token of extra NLL excess past the trained context",
+    ),
+    "base_perplexity": (
+        "PCT",
+        "unperturbed perplexity cells: percent by which the candidate's perplexity "
+        "may exceed the baseline's (445.6 -> 450.1 is 1)",
+    ),
+    "base_accuracy": ("POINTS", "unperturbed accuracy cells: accuracy points lost"),
+}
+
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     from posgen.results.gate.margins import FLAGS, Margins
@@ -24,26 +44,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "margins: the regression allowed per cell, in each metric's unit (a cell fails "
         "only when the data show it worse than the baseline by more than its margin)"
     )
-    helps = {
-        "perplexity": (
-            "PCT",
-            "perturbed perplexity cells: percent of the perplexity ratio PPL_pert/PPL_base by "
-            "which the candidate's may exceed the baseline's (1.50x -> 1.53x is 2)",
-        ),
-        "accuracy": ("POINTS", "perturbed accuracy cells: accuracy points of extra drop"),
-        "length": (
-            "NATS",
-            "length cells: nats per token of extra NLL excess past the trained context",
-        ),
-        "base_perplexity": (
-            "PCT",
-            "unperturbed perplexity cells: percent by which the candidate's perplexity "
-            "may exceed the baseline's (445.6 -> 450.1 is 1)",
-        ),
-        "base_accuracy": ("POINTS", "unperturbed accuracy cells: accuracy points lost"),
-    }
     for kind, flag in FLAGS.items():
-        metavar, text = helps[kind]
+        metavar, text = HELPS[kind]
         default = d.of(kind)
         margins.add_argument(
             flag, type=float, default=default, metavar=metavar, help=f"{text}; default {default:g}"
