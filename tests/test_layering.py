@@ -18,6 +18,16 @@ FORBIDDEN = {
     # used by length, run and decompose, never the other way round
     "harness.hf_posgen": ("harness.length", "harness.run", "harness.decomposition", "harness.cli"),
     "harness.decomposition": ("harness.length", "harness.run", "harness.cli"),
+    # the one loader, below every driver that loads a model
+    "harness.loading": (
+        "harness.length",
+        "harness.layers",
+        "harness.run",
+        "harness.cli",
+        "harness.decomposition",
+        "harness.hf_posgen",
+    ),
+    "harness.input_error": ("harness.",),
 }
 
 
