@@ -272,3 +272,10 @@ def test_an_unknown_suite_is_refused_before_the_task_index_is_built(
     monkeypatch.setattr(plan, "shared_task_manager", refuse)
     argv = ["run", "--model", str(models["short"]), "--suite", "hellaswag,nosuch_task_xyz"]
     _refused(argv, "unknown suite or lm-eval task 'nosuch_task_xyz'", capsys, no_loading)
+
+
+def test_run_length_refuses_a_model_length_cannot_measure_before_the_sweep(
+    capped, no_weights, capsys
+):
+    argv = ["run", "--model", str(capped["final"]), "--kinds", "text", "--length", "quick"]
+    _refused(argv, "final_logit_softcapping=30.0", capsys, no_weights)

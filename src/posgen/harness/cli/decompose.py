@@ -63,9 +63,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--length",
         default=None,
-        help="run the model under a length scheme of posgen length: none, scale:F, yarn:F or "
+        help="run the model under one length scheme of posgen length: none, scale:F, yarn:F or "
         "lambda:G,W (C in it stands for the trained context; default: as trained); the table "
-        "then gets r before/past the trained context C. Under lambda:G,W the fit covers "
+        "then gets r before/past the trained context C (needs --tokens > C). Under lambda:G,W "
+        "the fit covers "
         "Lambda's local band (keys at distance < W, fit_mask lambda-band:W), not its G global "
         "keys",
     )
@@ -73,8 +74,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--trained-context",
         type=_positive,
         default=None,
-        help="C for the past-context figures (default: the config's max_position_embeddings); "
-        "they are computed when --tokens > C, --length or --trained-context is given",
+        help="C (>= 2) for the past-context figures (default: the config's "
+        "max_position_embeddings); they are computed when --tokens > C, and --length or "
+        "--trained-context asks for them (then --tokens must be > C)",
     )
     parser.add_argument(
         "--experiments",
@@ -164,25 +166,34 @@ def _length_forward(length):
 
 def _context(args: argparse.Namespace, entry) -> int | None:
     """C for the past-context figures (config only, no weights), or None when not asked
-    for; asked for (``--length``, ``--trained-context``), they need ``--tokens`` > C."""
+    for (``--length``, ``--trained-context``) and ``--tokens`` does not pass it."""
     trained = getattr(loading.load_config(entry), "max_position_embeddings", None)
     c = args.trained_context or trained
-    wanted = [
-        f for f, v in (("--length", args.length), ("--trained-context", args.trained_context)) if v
-    ]
     if c is None:
-        if wanted:
+        if _asked_for_context(args):
             raise InputError(
                 "the model config has no max_position_embeddings; pass --trained-context"
             )
         return None
-    if wanted and args.tokens <= c:
+    return c if _asked_for_context(args) or args.tokens > c else None
+
+
+def _asked_for_context(args: argparse.Namespace) -> list[str]:
+    """The flags that ask for the past-context figures."""
+    flags = (("--length", args.length), ("--trained-context", args.trained_context))
+    return [flag for flag, value in flags if value is not None]
+
+
+def _check_tokens_past(args: argparse.Namespace, context: int | None) -> None:
+    """Asked for, the past-context figures need ``--tokens`` > C (else every past-C
+    column would be empty)."""
+    asked = _asked_for_context(args)
+    if asked and context is not None and args.tokens <= context:
         raise InputError(
-            f"{' and '.join(wanted)}: the past-context figures compare the fit before and "
-            f"past C = {c}: they need --tokens > C, got {args.tokens} (every past-C column "
-            "would be empty)"
+            f"{' and '.join(asked)}: the past-context figures compare the fit before and "
+            f"past C = {context}: they need --tokens > C, got {args.tokens} (every past-C "
+            "column would be empty)"
         )
-    return c if wanted or args.tokens > c else None
 
 
 def _positive(text: str) -> int:
@@ -235,7 +246,9 @@ def check_arguments(args: argparse.Namespace):
     (entry,) = model_entries([args.model], LoadOptions.from_args(args))
     require_rope(entry, "posgen decompose")
     context = _context(args, entry)
-    return entry, device, context, _resolve_length(args, entry, context)
+    length = _resolve_length(args, entry, context)
+    _check_tokens_past(args, context)
+    return entry, device, context, length
 
 
 def main(args: argparse.Namespace) -> int:

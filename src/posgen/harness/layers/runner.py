@@ -99,17 +99,7 @@ def run_cells(
             ll = score_documents(lm, texts)
         timings[cell.name] = time.perf_counter() - start
         cpu = time.process_time() - cpu  # every thread of this process
-        folder.write_cell(
-            cell.name,
-            {
-                "cell": cell.name,
-                "documents": [d["doc_id"] for d in docs],
-                "loglikelihood": ll,
-                "words": [word_count(t) for t in texts],
-                "perturbation": lm.perturbation.to_dict(),
-                **({} if reuse is None else {"prefix_reuse": reuse.note}),
-            },
-        )
+        folder.write_cell(cell.name, _cell_record(cell.name, docs, ll, lm))
         if progress is not None:
             progress(f"{cell.name} ({k}/{len(todo)}) {timings[cell.name]:.1f} s ({cpu:.1f} CPU-s)")
     lm.set_perturbation(None, None, cfg.seed)
@@ -118,6 +108,20 @@ def run_cells(
             progress(f"prefix reuse {reuse.note}")
         reuse.clear()
     return timings
+
+
+def _cell_record(name: str, docs: list[dict], ll: list[float], lm: Any) -> dict[str, Any]:
+    """What a cell file holds: per-document log-likelihoods and word counts, the
+    perturbation as applied, and how the prefix reuse ran."""
+    reuse = lm.prefix_reuse
+    return {
+        "cell": name,
+        "documents": [d["doc_id"] for d in docs],
+        "loglikelihood": ll,
+        "words": [word_count(d["text"]) for d in docs],
+        "perturbation": lm.perturbation.to_dict(),
+        **({} if reuse is None else {"prefix_reuse": reuse.note}),
+    }
 
 
 def decompose(folder: LayersFolder, lm: Any) -> Path:

@@ -197,6 +197,11 @@ def jobs_for_run(
         if entry.random_init:
             continue  # the twin has no trained context to extrapolate from
         model_config = load_config(entry)
+        if getattr(model_config, "max_position_embeddings", None) is None:
+            raise InputError(
+                f"--length: {entry.label}'s config has no max_position_embeddings, so its "
+                "trained context is unknown; run posgen length with --trained-context"
+            )
         config = length_config(
             entry, trained_context(model_config), schemes=QUICK_SCHEMES if quick else schemes
         )
