@@ -30,7 +30,7 @@ from posgen.harness.decomposition.logit_fit import HeadSums, centred_sums, fit_s
 from posgen.harness.decomposition.past_context import COLUMNS as PAST_COLUMNS
 from posgen.harness.decomposition.past_context import past_context_figures
 from posgen.harness.decomposition.qk_pattern import DistanceMap, distance_key_r
-from posgen.harness.decomposition.qk_sums import causal_qk_sums
+from posgen.harness.decomposition.qk_sums import layer_qk_sums
 
 
 class _LayerSums(NamedTuple):
@@ -207,17 +207,15 @@ def _bilinear_sums(cap, layout, split):
     (:mod:`posgen.harness.decomposition.qk_sums`): no [n, n] map at all."""
     import torch
 
-    q = cap.query[0].double() * cap.scaling  # [H, n, d]
+    q = cap.query[0]  # [H, n, d]
     shift = torch.zeros(q.shape[0], dtype=torch.float64, device=q.device)
-    split_sums = None
-    d_map = _distance_axis(cap, layout)
+    split = split if split is not None and 0 < split < layout.n else None
+    d_keys = _distance_axis(cap, layout).keys
     with one_thread():  # O(n d) tensors: on a loaded CPU, thread hand-offs cost 2-5x
-        total = causal_qk_sums(q, cap.key[0], layout)
-        if split is not None and 0 < split < layout.n:
-            past = causal_qk_sums(q, cap.key[0], layout, first_row=split)
-            split_sums = (shift, total - past, past)
-        d_raw = causal_qk_sums(q, d_map.keys, layout, squares=False)
-    return centred_sums(*total, shift, layout), (d_raw.diag, d_raw.cols), split_sums
+        sums = layer_qk_sums(q, cap.key[0], layout, cap.scaling, split, d_keys)
+    total, past = sums.total, sums.past
+    split_sums = None if past is None else (shift, total - past, past)
+    return centred_sums(*total, shift, layout), sums.distance, split_sums
 
 
 def _block_sums(cap, layout, split):
