@@ -23,10 +23,12 @@ consumer asks for it.
 The layer's output, unless the consumer returns one of its own (below), is the model's
 own attention:
 
-- when the model runs sdpa (transformers' default) and the layer has no soft-capping
-  and no attention sinks: transformers' ``sdpa_attention_forward`` with the arguments and
-  the mask the model passed, so the captured forward is bit-identical to the plain sdpa
-  forward (causal layers run torch's fused causal kernel: no [H, n, n] weights);
+- when the layer has no soft-capping and no attention sinks and the model does not run
+  eager attention: transformers' ``sdpa_attention_forward`` with the arguments and the
+  mask the model passed, so a captured sdpa forward (transformers' default) is
+  bit-identical to the plain one (causal layers run torch's fused causal kernel: no
+  [H, n, n] weights); a model loaded with flash or flex attention gets the same attention
+  to float rounding;
 - otherwise (a model loaded with ``eager``, soft-capping, sinks): the model family's own
   eager attention, on blocks of query rows when its [B, H, n, n] float32 weights would
   exceed ``ATTENTION_BLOCK_BYTES`` (attention is row-wise: each output row depends only on
