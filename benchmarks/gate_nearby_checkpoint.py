@@ -57,7 +57,7 @@ def build_nearby(folder: Path, steps: int, lr: float, seed: int, tokens: int = 2
 
     if (folder / "config.json").is_file():
         return folder
-    src = embedded_model_path(progress=False)
+    src = embedded_model_path()
     tok = AutoTokenizer.from_pretrained(src)
     model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
     ids = tok(TEXT.read_text(encoding="utf-8"), return_tensors="pt")["input_ids"][0]

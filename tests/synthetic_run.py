@@ -310,7 +310,7 @@ def add_length(
     rerun noise) and ``drop[scheme]`` past C (a planted regression)."""
     from pathlib import Path
 
-    from posgen.harness.length.runner import LengthRunConfig, prepare_folder
+    from posgen.results.folder.length_config import LengthConfig, prepare_length_folder
     from posgen.results.folder.store import atomic_write_json, slug
     from posgen.results.scores.length import result_path
 
@@ -323,10 +323,10 @@ def add_length(
         "bucket_width": 16,
         **settings,
     }
-    config = LengthRunConfig(**fields)
+    config = LengthConfig(**fields)
     folder = Path(run_root) / "length" / slug(label)
     folder.mkdir(parents=True, exist_ok=True)
-    prepare_folder(folder, config)
+    prepare_length_folder(folder, config)
     n_docs, n_buckets = len(config.documents), config.n_buckets
     c_bucket = config.trained_context // config.bucket_width
     fixed = np.random.default_rng(7)

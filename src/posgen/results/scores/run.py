@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping
-from itertools import product
 from pathlib import Path
 from typing import Any
 
+from posgen.perturbations import PerturbationError
 from posgen.results.folder.config import RunConfig, Scoring
+from posgen.results.folder.plan import plan_cells
 from posgen.results.folder.schema import SchemaError
 from posgen.results.folder.store import RunStore, check_cell_record, read_parquet
 from posgen.results.scores.association import cross_model
@@ -64,31 +65,29 @@ def read_run(run_dir: Path | str) -> tuple[RunStore, list[dict[str, Any]]]:
     return store, cells
 
 
-MODEL_SIDE_KINDS = ("position", "feature")
-
-
 def missing_cells(config: RunConfig, cells: list[dict[str, Any]]) -> list[str]:
-    """The cells of the config's sweep that have no finished record, as
-    ``model: task kind/scheme@rate seed S`` (the plan of ``posgen run``: per model and
-    task the unperturbed cell, then every non-zero value of every scheme per seed; no
-    model-side kinds for a model without RoPE). An ingested run has no plan: none."""
+    """The cells of the config's plan (:func:`posgen.results.folder.plan.plan_cells`, per
+    model) that have no finished record, as ``model: task unperturbed`` or ``model: task
+    kind/scheme@rate seed S``. An ingested run has no plan: none."""
     if config.preset == "ingest":
         return []
-    seeds = [config.seed + k for k in range(config.seeds)]
     have = {(c["model"], *_cell_key(c["cell"])) for c in cells}
-    have_base = {(m, t) for m, t, k, *_ in have if k == "none"}
     out = []
     for model in config.models:
-        for task in config.tasks:
-            if (model.label, task) not in have_base:
-                out.append(f"{model.label}: {task} unperturbed")
-            for kind, axis in config.sweep.items():
-                if not model.rope and kind in MODEL_SIDE_KINDS:
-                    continue
-                for scheme, value, s in product(axis.schemes, axis.values, seeds):
-                    key = (model.label, task, kind, scheme, float(value), s)
-                    if value != 0 and key not in have:
-                        out.append(f"{model.label}: {task} {kind}/{scheme}@{value:g} seed {s}")
+        try:
+            plan = plan_cells(config, model)
+        except PerturbationError as e:
+            raise SchemaError(
+                f"the run's sweep names a perturbation posgen cannot read: {e}"
+            ) from None
+        for cell in plan:
+            if (model.label, *_cell_key(cell.record())) in have:
+                continue
+            if cell.kind == "none":
+                out.append(f"{model.label}: {cell.task} unperturbed")
+            else:
+                what = f"{cell.kind}/{cell.scheme}@{cell.rate:g} seed {cell.seed}"
+                out.append(f"{model.label}: {cell.task} {what}")
     return out
 
 
