@@ -27,6 +27,26 @@ from posgen.results.tables.tidy import perdoc_rows, result_rows
 def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
     """Open a run, rebuild its tidy tables from the cells and score them."""
 
+    store, cells = read_run(run_dir)
+    results, perdoc = result_rows(cells), perdoc_rows(cells)
+    decomps = load_decompositions(store)
+    fits = {m: fit_quality(d) for m, d in decomps.items()}
+    config = store.run_config
+    twins = {m.label for m in config.models if m.random_init}
+    scores = score_tables(perdoc, fits, config.scoring, twins)
+    return store, {
+        **scores,
+        "results": results,
+        "perdoc": perdoc,
+        "decompositions": decomps,
+        "cells": cells,
+    }
+
+
+def read_run(run_dir: Path | str) -> tuple[RunStore, list[dict[str, Any]]]:
+    """Open a run and read its finished cells, each checked and the sweep complete
+    (:class:`SchemaError` naming a corrupt cell file or the missing cells)."""
+
     store = RunStore.open(run_dir)
     cells = store.read_cells()
     if not cells:
@@ -42,19 +62,7 @@ def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
             f"{run_dir} is missing {len(missing)} finished cell(s) of its sweep ({shown}); "
             "finish it with `posgen run` and the same settings (it resumes)"
         )
-    results, perdoc = result_rows(cells), perdoc_rows(cells)
-    decomps = load_decompositions(store)
-    fits = {m: fit_quality(d) for m, d in decomps.items()}
-    config = store.run_config
-    twins = {m.label for m in config.models if m.random_init}
-    scores = score_tables(perdoc, fits, config.scoring, twins)
-    return store, {
-        **scores,
-        "results": results,
-        "perdoc": perdoc,
-        "decompositions": decomps,
-        "cells": cells,
-    }
+    return store, cells
 
 
 def missing_cells(config: RunConfig, cells: list[dict[str, Any]]) -> list[str]:
