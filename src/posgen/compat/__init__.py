@@ -66,7 +66,8 @@ LM_EVAL_INTERNALS: dict[str, str] = {
 }
 TRANSFORMERS_INTERNALS: dict[str, str] = {
     "transformers.modeling_utils:ALL_ATTENTION_FUNCTIONS": (
-        "the attention functions qk noise and Λ attention call through to"
+        "the attention functions qk noise, Λ attention and the capture (its sdpa outputs) "
+        "call through to"
     ),
     "transformers.masking_utils:ALL_MASK_ATTENTION_FUNCTIONS": (
         "the mask function each of posgen's attention functions registers beside it"
