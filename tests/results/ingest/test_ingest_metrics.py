@@ -91,8 +91,17 @@ def test_baseline_and_check_pair_the_ingested_run_with_itself(ingested, tmp_path
     run, _ = ingested
     baseline = tmp_path / "baseline.json"
     assert cli(["baseline", str(run), "-o", str(baseline)]) == 0
-    cells = json.loads(baseline.read_text())["cells"]
-    assert {c["metric"] for c in cells} >= {"exact_match", "acc"}
+    data = json.loads(baseline.read_text())
+    # each task's primary (metric, filter): exact match under its first filter, in points
+    gated = {(c["task"], c["metric"], c["lm_eval_key"], c["scale"]) for c in data["cells"]}
+    assert gated == {
+        (RECALL, "exact_match (strict-match)", "exact_match,strict-match", "accuracy"),
+        (YESNO, "acc", "acc,none", "accuracy"),
+    }
+    base = {e["task"]: e for e in data["base"]}
+    assert base[RECALL]["larger_is_better"] and base[RECALL]["scale"] == "accuracy"
+    assert set(base[RECALL]["docs"]["v"]) <= {0.0, 1.0}
     capsys.readouterr()
     assert cli(["check", str(run), "--baseline", str(baseline)]) == 0
-    assert "exact_match" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"{RECALL}/exact_match (strict-match)/text/swap@0.5" in out
