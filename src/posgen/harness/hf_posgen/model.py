@@ -7,8 +7,9 @@ Usage (any lm-eval task; every ``hf`` model argument is accepted)::
         --tasks TASK
 
 ``pretrained`` may also be posgen's embedded model alias (``embedded``). The perturbation
-enters at one place, :meth:`HFPosgenLM._model_call`, through
-:func:`.perturbed_forward.perturbed_forward`: hooks installed inside a context manager
+enters at two places, :meth:`HFPosgenLM._model_call` through
+:func:`.perturbed_forward.perturbed_forward` and :meth:`HFPosgenLM._model_generate` through
+:func:`.generation.generating`: hooks installed inside a context manager
 and always removed (the pattern of lm-eval's ``hf_steered``). Position values and rope
 noise enter inside the model's rotary embedding (:mod:`.position_hooks`), qk noise
 through a registered attention function (:mod:`.qk_noise`). Both are drawn from each
@@ -21,6 +22,12 @@ every answer choice of a document sees the same perturbed context, and the conti
 keeps its positions in order after it, as text perturbations never touch choices or
 targets. The context is what remains before the continuation after HFLM's truncation
 from the left. ``loglikelihood_rolling`` perturbs each whole window.
+
+``generate_until`` perturbs the context exactly as a ``loglikelihood`` request with the
+same context tokens, and the k-th generated token of a context of n tokens is at position
+n + k, its natural place after the context (``shift``/``scale`` move it with the frame);
+the context's perturbed keys hold at every decode step (:mod:`.generation`). Λ attention
+(``length=lambda``) is refused for generation.
 
 Under a chat template (lm-eval's ``--apply_chat_template``) only the content of the
 context is perturbed: the messages' contents the model rendered, never the template's
@@ -43,7 +50,8 @@ from lm_eval.api.model import CacheHook
 from lm_eval.models.huggingface import HFLM
 
 from posgen.harness.embedded import resolve_pretrained
-from posgen.harness.hf_posgen.chat_content import ChatContents
+from posgen.harness.hf_posgen.chat_content import ChatContentError, ChatContents
+from posgen.harness.hf_posgen.generation import check_generation, generating, plan_generation
 from posgen.harness.hf_posgen.launch import join_launch, launch_accelerator
 from posgen.harness.hf_posgen.layer_hooks import layer_count
 from posgen.harness.hf_posgen.layer_selection import check_heads, check_layers
@@ -81,7 +89,9 @@ class HFPosgenLM(HFLM):
         ``--model_args``, which splits at commas) and ``layers`` (the decoder layers the
         position and feature schemes act in: ``12``, ``0-5``, ``3;7;11``; default all) and
         ``heads`` (query heads within those layers, same forms; default all).
-        Specs are checked before any weights load; rope scalings (``dynamic:F``,
+        Generation perturbs the context as a log-likelihood request does; generated
+        tokens continue at natural positions after it (n + k for the k-th generated
+        token of an n-token context). Specs are checked before any weights load; rope scalings (``dynamic:F``,
         ``yarn:F``) are passed to ``from_pretrained``."""
         perturbation = ModelPerturbation.parse(positions, features, perturb_seed, layers, heads)
         length_scheme = parse_length_arg(length)
@@ -102,6 +112,8 @@ class HFPosgenLM(HFLM):
         # set by posgen layers: layers below the first perturbed one reuse the plain pass
         self.prefix_reuse: PrefixReuse | None = None
         self._chat = ChatContents()
+        # under a chat template: the last batch tok_batch_encode encoded (generation)
+        self._encoded: tuple[list[str], list[list[int]], torch.Tensor] | None = None
         self._perturbation = ModelPerturbation(seed=perturbation.seed)
         self._length = length_scheme
         p = perturbation
@@ -234,11 +246,42 @@ class HFPosgenLM(HFLM):
             return forward()
 
     def generate_until(self, requests: Any, disable_tqdm: bool = False) -> Any:
-        if self._perturbation.is_set:
-            raise NotImplementedError(
-                "hf-posgen does not run generate_until under positions=/features=: "
-                "transformers' generate() continues positions from the last prompt position "
-                "with a KV cache, so the perturbation would not hold step by step. Use "
-                "loglikelihood/perplexity tasks, or drop positions=/features= for generation."
-            )
+        """HFLM's; under a perturbation the context is perturbed as a log-likelihood
+        request's and generated tokens continue at natural positions (:mod:`.generation`)."""
+        if self._perturbation.changes_model:
+            check_generation(self._perturbation, {})
         return super().generate_until(requests, disable_tqdm=disable_tqdm)
+
+    def tok_batch_encode(
+        self,
+        strings: list[str],
+        padding_side: str = "left",
+        left_truncate_len: int | None = None,
+        truncation: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """HFLM's, remembering under a chat template each context's whole tokens (the
+        content of a generation batch is found from them)."""
+        encoded = super().tok_batch_encode(strings, padding_side, left_truncate_len, truncation)
+        self._encoded = None
+        if self._chat.active and self._perturbation.changes_model:
+            whole = [super(HFPosgenLM, self).tok_batch_encode([s])[0][0].tolist() for s in strings]
+            self._encoded = (list(strings), whole, encoded[0])
+        return encoded
+
+    def _model_generate(
+        self, context: torch.Tensor, max_length: int, stop: list[str], **generation_kwargs: Any
+    ) -> torch.Tensor:
+        p = self._perturbation
+        if not p.changes_model:
+            return super()._model_generate(context, max_length, stop, **generation_kwargs)
+        check_generation(p, generation_kwargs)
+        content = encoded = None
+        if self._chat.active:
+            strings, encoded, batch = self._encoded or (None, None, None)
+            if batch is None or not torch.equal(batch.cpu(), context.cpu()):
+                raise ChatContentError("hf-posgen did not see this generation batch encoded")
+            content = self._chat.generation_masks(self.tokenizer, strings, encoded)
+        mask = generation_kwargs.get("attention_mask")
+        plan = plan_generation(p, context, mask, max_length, content, encoded)
+        with generating(self.model, plan):
+            return super()._model_generate(context, max_length, stop, **generation_kwargs)
