@@ -9,6 +9,7 @@ import lm_eval
 import numpy as np
 import pytest
 import torch
+from lm_eval.api.instance import Instance
 from lm_eval.api.model import CachingLM
 from lm_eval.models.huggingface import HFLM
 from lm_eval.tasks import TaskManager
@@ -16,6 +17,7 @@ from lm_eval.tasks import TaskManager
 from generation_requests import PROMPTS, generate, requests, rotary_inputs
 from posgen.harness.hf_posgen.model import HFPosgenLM
 from posgen.harness.hf_posgen.position_hooks import build_plan
+from posgen.harness.run.realised_rows import RowRecorder
 from posgen.lm_eval_plugin import register_all
 from posgen.perturbations import parse
 from tiny_models import save_previous_token_model
@@ -56,6 +58,29 @@ def test_only_the_content_moves_under_a_chat_template(chat_model, monkeypatch):
         assert not torch.equal(got, natural)
         content = np.flatnonzero(mask)
         assert sorted(got[content].tolist()) == content.tolist()
+
+
+def test_the_plan_observer_sees_each_context_as_a_loglikelihood_request(planted):
+    """posgen run's realised amounts: a generation batch is observed as its contexts
+    right-aligned, with their documents, as a log-likelihood batch of them would be."""
+    contexts = [p.rstrip() for p in PROMPTS]
+    lm = HFPosgenLM(pretrained=planted, device="cpu", batch_size=4, positions="swap:0.5")
+
+    def observed(kind: str, args) -> dict:
+        lm.plan_observer = recorder = RowRecorder()
+        reqs = [Instance(kind, None, a, i, ("t", i, 1)) for i, a in enumerate(args)]
+        getattr(lm, kind)(reqs, disable_tqdm=True)
+        return {item["key"]: item for item in recorder.realised()["items"]}
+
+    generated = observed(
+        "generate_until", [(c, {"until": [], "max_gen_toks": 2}) for c in contexts]
+    )
+    scored = observed("loglikelihood", [(c, " x") for c in contexts])
+    assert generated == scored and len(generated) == len(contexts)
+    assert sorted(d for item in generated.values() for d in item["docs"]) == [
+        ["t", i] for i in range(len(contexts))
+    ]
+    assert any(item["fraction_moved"] > 0 for item in generated.values())
 
 
 def test_use_cache_keeps_generations_of_perturbations_apart(planted, tmp_path, monkeypatch):

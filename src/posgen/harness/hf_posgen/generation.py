@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from posgen.harness.hf_posgen.batch_rows import NO_DOCS, PaddedRows
+from posgen.harness.hf_posgen.generation_rows import left_padded_lengths
 from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
 from posgen.harness.hf_posgen.perturbed_forward import enter_perturbation, plan_forward
 from posgen.harness.hf_posgen.position_hooks import BatchPlan
@@ -63,25 +64,6 @@ def check_generation(p: ModelPerturbation, generation_kwargs: dict[str, Any]) ->
             "heads= with positions= keeps perturbed keys per beam, which beam search "
             "reorders; generate with num_beams=1 (greedy or sampling)"
         )
-
-
-def left_padded_lengths(context: torch.Tensor, mask: torch.Tensor | None) -> list[int]:
-    """The number of real tokens of each row of a left-padded batch ``[B, W]``: its
-    attention ``mask`` is 0 on the padding, then 1 to the end of the row."""
-    if mask is None:
-        raise RuntimeError(
-            "hf-posgen generates under a perturbation only with the attention mask of the "
-            "left-padded contexts (lm-eval's HFLM passes it to generate)"
-        )
-    mask = mask.detach().to("cpu", torch.int64).reshape(context.shape)
-    lengths, width = mask.sum(dim=1).tolist(), context.shape[1]
-    for b, n in enumerate(lengths):
-        if n < 1 or bool(mask[b, width - n :].ne(1).any()):
-            raise RuntimeError(
-                f"row {b} of the generation batch is not left-padded (attention mask "
-                f"{mask[b].tolist()}); hf-posgen needs its real tokens last"
-            )
-    return [int(n) for n in lengths]
 
 
 def plan_generation(
@@ -157,6 +139,7 @@ class GenerationPlan:
         total = [n + new_tokens for n in self.lengths]
         rows = PaddedRows(total, list(self.lengths), [NO_DOCS] * batch, self.content)
         base = plan_forward(torch.from_numpy(right), self.p, rows)
+        self._right, self._base = right, base
         columns = width + new_tokens
         natural = torch.zeros((batch, columns), dtype=torch.int64)
         table = None if base.positions is None else natural.to(base.positions.dtype, copy=True)
@@ -171,6 +154,11 @@ class GenerationPlan:
         )
         self._on_device: dict[torch.device, torch.Tensor] = {}
         self._expanded: dict[int, BatchPlan] = {}
+
+    def context_rows(self) -> tuple[torch.Tensor, BatchPlan]:
+        """The contexts right-aligned ``[B, n_max + G]`` (placeholders after each) and
+        their plan: what a log-likelihood batch of these contexts would be planned as."""
+        return torch.from_numpy(self._right), self._base
 
     def follow(self, module: torch.nn.Module, given: torch.Tensor) -> Step:
         """Record the step a rotary call belongs to from the ``position_ids`` transformers

@@ -50,8 +50,9 @@ from lm_eval.api.model import CacheHook
 from lm_eval.models.huggingface import HFLM
 
 from posgen.harness.embedded import resolve_pretrained
-from posgen.harness.hf_posgen.chat_content import ChatContentError, ChatContents
+from posgen.harness.hf_posgen.chat_content import ChatContents
 from posgen.harness.hf_posgen.generation import check_generation, generating, plan_generation
+from posgen.harness.hf_posgen.generation_rows import GenerationRows
 from posgen.harness.hf_posgen.launch import join_launch, launch_accelerator
 from posgen.harness.hf_posgen.layer_hooks import layer_count
 from posgen.harness.hf_posgen.layer_selection import check_heads, check_layers
@@ -106,14 +107,14 @@ class HFPosgenLM(HFLM):
         join_launch(self, launch)
         self._response_cache = ResponseCache()
         self._rows = LoglikelihoodRows()
-        # called as plan_observer(inps, plan, docs) for every padded loglikelihood batch,
-        # docs[b] the documents (task name, lm-eval doc_id) row b belongs to
+        # called as plan_observer(inps, plan, docs) for every padded loglikelihood batch
+        # and every generation batch (its contexts right-aligned), docs[b] the documents
+        # (task name, lm-eval doc_id) row b belongs to
         self.plan_observer: Any = None
         # set by posgen layers: layers below the first perturbed one reuse the plain pass
         self.prefix_reuse: PrefixReuse | None = None
         self._chat = ChatContents()
-        # under a chat template: the last batch tok_batch_encode encoded (generation)
-        self._encoded: tuple[list[str], list[list[int]], torch.Tensor] | None = None
+        self._generation = GenerationRows()
         self._perturbation = ModelPerturbation(seed=perturbation.seed)
         self._length = length_scheme
         p = perturbation
@@ -250,7 +251,8 @@ class HFPosgenLM(HFLM):
         request's and generated tokens continue at natural positions (:mod:`.generation`)."""
         if self._perturbation.changes_model:
             check_generation(self._perturbation, {})
-        return super().generate_until(requests, disable_tqdm=disable_tqdm)
+        with self._generation.running(requests, self.plan_observer is not None):
+            return super().generate_until(requests, disable_tqdm=disable_tqdm)
 
     def tok_batch_encode(
         self,
@@ -259,13 +261,16 @@ class HFPosgenLM(HFLM):
         left_truncate_len: int | None = None,
         truncation: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """HFLM's, remembering under a chat template each context's whole tokens (the
-        content of a generation batch is found from them)."""
+        """HFLM's, remembering the strings of a batch (and under a chat template their
+        whole tokens) for the generation that follows."""
         encoded = super().tok_batch_encode(strings, padding_side, left_truncate_len, truncation)
-        self._encoded = None
-        if self._chat.active and self._perturbation.changes_model:
-            whole = [super(HFPosgenLM, self).tok_batch_encode([s])[0][0].tolist() for s in strings]
-            self._encoded = (list(strings), whole, encoded[0])
+        if self._perturbation.changes_model:
+            whole = None
+            if self._chat.active:
+                whole = [
+                    super(HFPosgenLM, self).tok_batch_encode([s])[0][0].tolist() for s in strings
+                ]
+            self._generation.record(strings, encoded[0], whole)
         return encoded
 
     def _model_generate(
@@ -275,13 +280,14 @@ class HFPosgenLM(HFLM):
         if not p.changes_model:
             return super()._model_generate(context, max_length, stop, **generation_kwargs)
         check_generation(p, generation_kwargs)
-        content = encoded = None
-        if self._chat.active:
-            strings, encoded, batch = self._encoded or (None, None, None)
-            if batch is None or not torch.equal(batch.cpu(), context.cpu()):
-                raise ChatContentError("hf-posgen did not see this generation batch encoded")
-            content = self._chat.generation_masks(self.tokenizer, strings, encoded)
+        observed = self.plan_observer is not None
+        strings, whole = (None, None)
+        if self._chat.active or observed:
+            strings, whole = self._generation.take(context)
+        content = self._chat.generation_masks(self.tokenizer, strings, whole)
         mask = generation_kwargs.get("attention_mask")
-        plan = plan_generation(p, context, mask, max_length, content, encoded)
+        plan = plan_generation(p, context, mask, max_length, content, whole)
+        if observed:
+            self.plan_observer(*plan.context_rows(), self._generation.docs(strings))
         with generating(self.model, plan):
             return super()._model_generate(context, max_length, stop, **generation_kwargs)
