@@ -138,9 +138,16 @@ def _base(task, metric, w, v):
     return {
         "task": task,
         "metric": metric,
+        "lm_eval_key": f"{metric},none",
+        "scale": _scale(metric),
+        "larger_is_better": True,  # v: the loglikelihood per word, or the score
         "value": 0.0,
         "docs": {"keys": keys, "w": list(w), "v": list(v)},
     }
+
+
+def _scale(metric: str) -> str:
+    return "perplexity" if metric.endswith("perplexity") else "accuracy"
 
 
 def _docs(keys, w, g):
@@ -153,6 +160,8 @@ def _cell(task, metric, kind, rate, w, g):
     return {
         "task": task,
         "metric": metric,
+        "lm_eval_key": f"{metric},none",
+        "scale": _scale(metric),
         "kind": kind,
         "scheme": "x",
         "rate": rate,

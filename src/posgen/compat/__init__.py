@@ -59,6 +59,10 @@ LM_EVAL_INTERNALS: dict[str, str] = {
     "lm_eval.loggers:EvaluationTracker": "posgen run writes each cell's output as lm-eval's CLI",
     "lm_eval.loggers:EvaluationTracker.save_results_aggregated": "results_<date>.json",
     "lm_eval.loggers:EvaluationTracker.save_results_samples": "samples_<task>_<date>.jsonl",
+    "lm_eval.api.registry:AGGREGATION_REGISTRY": "an aggregation's name, and its function",
+    "lm_eval.api.registry:METRIC_AGGREGATION_REGISTRY": "a metric's default aggregation",
+    "lm_eval.api.registry:HIGHER_IS_BETTER_REGISTRY": "a metric's default direction",
+    "lm_eval.api.registry:DEFAULT_METRIC_REGISTRY": "the metrics of a task without metric_list",
 }
 TRANSFORMERS_INTERNALS: dict[str, str] = {
     "transformers.modeling_utils:ALL_ATTENTION_FUNCTIONS": (

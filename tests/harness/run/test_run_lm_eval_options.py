@@ -201,6 +201,7 @@ def test_a_position_cell_under_a_chat_template_moves_the_content_only(chat_model
     }
     perdoc = pd.read_parquet(out / "perdoc.parquet")
     cell = perdoc[(perdoc["kind"] == "position") & (perdoc["rate"] == 0.5)]
+    cell = cell[cell["metric"] == "acc"]
     assert len(cell) == 3
     for doc, n in zip(cell["doc_key"], cell["realised_n"], strict=True):
         ctx, own = contexts[doc]

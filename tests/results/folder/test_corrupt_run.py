@@ -51,9 +51,9 @@ def test_a_truncated_decomposition_parquet(good, tmp_path, capsys):
 @pytest.mark.parametrize(
     "edit,why",
     [
-        (lambda d: d["docs"]["word_perplexity"]["num"].__setitem__(3, None), "num[3] is None"),
-        (lambda d: d["docs"]["word_perplexity"]["den"].__setitem__(0, 0), "den[0] is 0"),
-        (lambda d: d["docs"]["word_perplexity"]["num"].pop(), "of one length"),
+        (lambda d: d["docs"]["word_perplexity,none"]["num"].__setitem__(3, None), "num[3] is None"),
+        (lambda d: d["docs"]["word_perplexity,none"]["den"].__setitem__(0, 0), "den[0] is 0"),
+        (lambda d: d["docs"]["word_perplexity,none"]["num"].pop(), "of one length"),
         (lambda d: d.pop("docs"), "'docs' is missing"),
     ],
 )
@@ -90,24 +90,31 @@ def test_an_unreadable_length_scores_file_is_named(good, tmp_path, capsys):
 
 
 def test_an_empty_document_logged_as_one_word_is_left_out_of_word_perplexity():
-    from posgen.results.tables.tidy import cell_metrics, extract_docs
+    from posgen.results.folder.metrics import MetricSpec
+    from posgen.results.tables.documents import cell_metrics, extract_docs
 
     def sample(i, text, ll):
         words, nbytes = max(1, len(text.split())), len(text.encode())
         return {
             "doc_id": i,
             "doc": {"doc_id": f"d{i}", "text": text},
+            "filter": "none",
             "word_perplexity": [ll, words],  # lm-eval: len(re.split(r"\s+", "")) == 1
             "byte_perplexity": [ll, nbytes],
         }
 
     samples = [sample(0, "one two three", -6.0), sample(1, "", 0.0), sample(2, "four five", -5.0)]
-    docs = extract_docs(samples)
-    assert docs["word_perplexity"]["keys"] == ["d0", "d2"]
-    assert docs["word_perplexity"]["excluded"] == ["d1"]
-    assert docs["byte_perplexity"]["excluded"] == ["d1"]
+    specs = [
+        MetricSpec(m, "none", "weighted_perplexity", False)
+        for m in ("word_perplexity", "byte_perplexity")
+    ]
+    docs, _ = extract_docs(samples, specs)
+    assert docs["word_perplexity,none"]["keys"] == ["d0", "d2"]
+    assert docs["word_perplexity,none"]["excluded"] == ["d1"]
+    assert docs["byte_perplexity,none"]["excluded"] == ["d1"]
     # lm-eval's own value counted the empty document as a word of loglikelihood 0
     reported = {"word_perplexity,none": float(__import__("math").exp(11.0 / 6))}
-    metrics = cell_metrics(docs, reported)
-    assert metrics["word_perplexity"]["value"] == pytest.approx(__import__("math").exp(11.0 / 5))
-    assert metrics["word_perplexity"]["n"] == 2 and metrics["word_perplexity"]["excluded"] == 1
+    metrics = cell_metrics(docs, specs, reported)
+    word = metrics["word_perplexity,none"]
+    assert word["value"] == pytest.approx(__import__("math").exp(11.0 / 5))
+    assert word["n"] == 2 and word["excluded"] == 1

@@ -86,7 +86,8 @@ def test_the_unperturbed_cells_come_first_and_are_in_the_holm_family(runs, capsy
         (lambda d: d["base"].append(dict(d["base"][0])), "a (task, metric) repeats"),
         (lambda d: d["base"].pop(), "do not cover the same unperturbed cells"),
         (lambda d: d["base"][1]["docs"]["keys"].__setitem__(0, "x"), "other documents"),
-        (lambda d: d["base"][0].__setitem__("metric", "bleu"), "no margin for metric 'bleu'"),
+        (lambda d: d["base"][0].__setitem__("scale", "bleu"), "scale 'bleu' is not one of"),
+        (lambda d: d["base"][0].pop("larger_is_better"), "missing key 'larger_is_better'"),
     ],
 )
 def test_a_malformed_or_unpaired_base_section_exits_2(runs, tmp_path, capsys, edit, message):

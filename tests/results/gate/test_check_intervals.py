@@ -22,6 +22,8 @@ def _payload(g: np.ndarray, w: np.ndarray) -> dict:
             {
                 "task": "posgen_prose",
                 "metric": "word_perplexity",
+                "lm_eval_key": "word_perplexity,none",
+                "scale": "perplexity",
                 "kind": "position",
                 "scheme": "swap",
                 "rate": round(0.01 * (i + 1), 2),

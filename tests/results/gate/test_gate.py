@@ -23,7 +23,7 @@ def baseline(tmp_path_factory):
 
 def test_baseline_file_holds_per_document_values_of_the_primary_metrics(baseline):
     data = json.loads(baseline.read_text())
-    assert data["kind"] == "posgen-baseline" and data["baseline_version"] == 5
+    assert data["kind"] == "posgen-baseline" and data["baseline_version"] == 6
     assert data["model"] == "embedded" and data["pairing"]["limits"]
     assert data["pairing"]["seed"] == 1 and data["pairing"]["seeds"] == 1
     assert data["pairing"]["num_fewshot"] is None
@@ -34,6 +34,11 @@ def test_baseline_file_holds_per_document_values_of_the_primary_metrics(baseline
         "text/swap": 1,
     }
     assert {c["metric"] for c in data["cells"]} == {"word_perplexity", "acc"}  # one per task
+    assert {(c["metric"], c["lm_eval_key"], c["scale"]) for c in data["cells"]} == {
+        ("word_perplexity", "word_perplexity,none", "perplexity"),
+        ("acc", "acc,none", "accuracy"),
+    }
+    assert data["not_gated"] == []
     c = next(c for c in data["cells"] if c["metric"] == "word_perplexity")
     assert {"task", "kind", "scheme", "rate", "degradation", "ci_lo", "ci_hi", "n"} <= set(c)
     assert len(c["docs"]["keys"]) == len(c["docs"]["w"]) == len(c["docs"]["g"]) == 30
@@ -126,12 +131,12 @@ def _set(path: str, value):
         (None, "baseline not found"),
         ("{oops", "not valid JSON"),
         ("[1, 2]", "JSON object"),
-        ('{"kind": "posgen-baseline", "baseline_version": 5, "model": NaN}', "should be str"),
+        ('{"kind": "posgen-baseline", "baseline_version": 6, "model": NaN}', "should be str"),
         ('{"kind": "something-else"}', "not a posgen baseline"),
         ('{"kind": "posgen-baseline", "baseline_version": 1, "entries": []}', "regenerate"),
         ('{"kind": "posgen-baseline", "baseline_version": 3}', "regenerate it with"),
         ('{"kind": "posgen-baseline", "baseline_version": 4}', "unperturbed per-document"),
-        ('{"kind": "posgen-baseline", "baseline_version": 5}', "missing key 'model'"),
+        ('{"kind": "posgen-baseline", "baseline_version": 6}', "missing key 'model'"),
         (b"\xff\xfe\x00", "baseline"),
     ],
 )

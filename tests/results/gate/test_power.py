@@ -31,6 +31,8 @@ def _cell(rate: float, g, w=None, task="posgen_prose", metric="word_perplexity")
     return {
         "task": task,
         "metric": metric,
+        "lm_eval_key": f"{metric},none",
+        "scale": "perplexity" if metric.endswith("perplexity") else "accuracy",
         "kind": "position",
         "scheme": "swap",
         "rate": rate,

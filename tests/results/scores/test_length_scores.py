@@ -9,6 +9,7 @@ import pytest
 from scipy import stats
 
 from posgen.results.folder.length_config import LengthConfig
+from posgen.results.folder.schema import SCHEMA_VERSION
 from posgen.results.report.length import curves_figure, markdown
 from posgen.results.scores.length import (
     crossing,
@@ -158,7 +159,7 @@ def test_length_tables_hold_effective_lengths_and_curves_and_compare_reads_them(
     assert eff.loc["none", "censored"] and eff.loc["none", "effective_length"] == 128
     assert eff.loc["scale:2", "effective_length"] == 64  # bucket 4 crosses: 4 × 16
     assert not eff.loc["scale:2", "censored"]
-    assert (eff["trained_context"] == 64).all() and (eff["schema_version"] == 2).all()
+    assert (eff["trained_context"] == 64).all() and (eff["schema_version"] == SCHEMA_VERSION).all()
     curves = tables["length_curves"]
     assert len(curves) == 2 * 8
     got = curves[curves["scheme"] == "scale:2"].sort_values("bucket")["nll"].tolist()

@@ -121,6 +121,15 @@ def test_tolerance_needs_a_perturbed_rate():
         tolerance([0.0], [0.0], 0.1)
 
 
+PPL = {
+    "metric": "word_perplexity",
+    "filter": "none",
+    "aggregation": "weighted_perplexity",
+    "higher_is_better": False,
+}
+ACC = {"metric": "acc", "filter": "none", "aggregation": "mean", "higher_is_better": True}
+
+
 def test_degradation_and_tolerance_tables_from_perdoc_rows():
     rng = np.random.default_rng(2)
     rows = []
@@ -132,7 +141,7 @@ def test_degradation_and_tolerance_tables_from_perdoc_rows():
                 {
                     "model": "m",
                     "task": "t",
-                    "metric": "word_perplexity",
+                    **PPL,
                     "kind": "position",
                     "scheme": "swap",
                     "seed": 1,
@@ -209,6 +218,7 @@ def test_cross_model_excludes_twins():
 def test_an_accuracy_curve_from_a_zero_accuracy_baseline_is_not_measurable():
     import pandas as pd
 
+    from posgen.results.folder.metrics import MetricSpec
     from posgen.results.scores.scoring import model_summary, tolerance_table
 
     rows = []
@@ -218,7 +228,8 @@ def test_an_accuracy_curve_from_a_zero_accuracy_baseline_is_not_measurable():
                 dict(
                     model=model,
                     task="t",
-                    metric="acc",
+                    **ACC,
+                    unit="fraction",
                     kind="text",
                     scheme="swap",
                     seed=1,
@@ -235,7 +246,7 @@ def test_an_accuracy_curve_from_a_zero_accuracy_baseline_is_not_measurable():
     assert bool(tol.loc["trained", "measurable"]) and tol.loc["trained", "tolerance"] == 0.05
     # a model that scores 0 cannot drop: its flat curve says nothing about tolerance
     assert not bool(tol.loc["chance-free", "measurable"])
-    summary = model_summary(tol.reset_index(), {})
+    summary = model_summary(tol.reset_index(), {}, {"t": [MetricSpec("acc")]})
     assert set(summary["t|text"]) == {"trained"}
 
 
@@ -252,7 +263,7 @@ def _perdoc(rng, n_docs, seeds, metric="word_perplexity"):
                 {
                     "model": "m",
                     "task": "t",
-                    "metric": metric,
+                    **(ACC if metric == "acc" else PPL),
                     "kind": "position",
                     "scheme": "swap",
                     "rate": 0.1,
@@ -278,7 +289,7 @@ def test_degradation_table_averages_seeds_per_document_then_takes_the_doc_interv
     want = ratio_interval(
         *(g[c].to_numpy() for c in g.columns),
         iters=500,
-        key="m|t|word_perplexity|position|swap|7|0.1",
+        key="m|t|word_perplexity|none|position|swap|7|0.1",
     )
     assert math.isclose(row["ci_lo"], want["ci_lo"]) and math.isclose(row["ci_hi"], want["ci_hi"])
     boot_t = scoring.degradation_table(perdoc, Scoring(interval="boot-t")).iloc[0]

@@ -53,6 +53,8 @@ def _payload(rng, base_nll, words, effect, draw_sd):
             {
                 "task": "posgen_prose",
                 "metric": "word_perplexity",
+                "lm_eval_key": "word_perplexity,none",
+                "scale": "perplexity",
                 "kind": "position",
                 "scheme": "swap",
                 "rate": float(c + 1),
@@ -116,6 +118,8 @@ def _payload_from(g, words):
     cell = {
         "task": "posgen_prose",
         "metric": "word_perplexity",
+        "lm_eval_key": "word_perplexity,none",
+        "scale": "perplexity",
         "kind": "position",
         "scheme": "swap",
         "rate": 0.1,

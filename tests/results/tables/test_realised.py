@@ -125,7 +125,7 @@ def test_a_version_1_run_folder_is_refused_clearly(run, tmp_path):
     old.mkdir()
     data = json.loads((run / "config.json").read_text())
     (old / "config.json").write_text(json.dumps({**data, "schema_version": 1}))
-    with pytest.raises(SchemaError, match=r"schema_version 1.*regenerate"):
+    with pytest.raises(SchemaError, match=r"schema_version 1.*rerun `posgen run`"):
         RunStore.open(old)
 
 

@@ -38,11 +38,11 @@ def _record(kind: str, rate: float, nll: np.ndarray, words: np.ndarray) -> dict:
 def test_an_empty_document_is_excluded_from_the_ratio_and_counted() -> None:
     nll, words = np.array([2.0, 3.0, 2.5]), np.array([10, 0, 30])  # doc 1: lm-eval's [0, 0]
     base = _record("none", 0.0, nll, words)
-    m = base["metrics"]["word_perplexity"]
+    m = base["metrics"]["word_perplexity,none"]
     assert m["n"] == 2 and m["excluded"] == 1
     assert m["value"] == pytest.approx(math.exp((nll * words).sum() / words.sum()))
-    assert base["docs"]["word_perplexity"]["excluded"] == ["src-001"]
-    assert base["docs"]["byte_perplexity"]["excluded"] == ["src-001"]
+    assert base["docs"]["word_perplexity,none"]["excluded"] == ["src-001"]
+    assert base["docs"]["byte_perplexity,none"]["excluded"] == ["src-001"]
     pert = _record("text", 0.5, nll + 0.5, words)
     pairs = tidy.perdoc_rows([base, pert])
     assert set(pairs["doc_key"]) == {"src-000", "src-002"} and np.isfinite(pairs["delta"]).all()

@@ -37,4 +37,6 @@ def main(args: argparse.Namespace) -> int:
         f"{len(payload['base'])} unperturbed{extra} of {payload['model']} "
         f"written to {args.output}"
     )
+    for n in payload["not_gated"]:
+        print(f"posgen baseline: not gated: {n['task']} / {n['metric']}: {n['reason']}")
     return 0

@@ -129,6 +129,7 @@ def main(args: argparse.Namespace) -> int:
             "statistic": args.statistic,
             "draw": draw,
             "seeds": current["pairing"]["seeds"],
+            "not_gated": current["not_gated"],
         }
         if args.junit_xml:
             atomic_write_text(args.junit_xml, junit_xml(rows, info))

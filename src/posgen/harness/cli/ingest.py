@@ -43,5 +43,9 @@ def main(args: argparse.Namespace) -> int:
     except (SchemaError, RunConflictError) as e:
         print(f"posgen ingest: {e}", file=sys.stderr)
         return 2
+    from posgen.results.report.build import not_scored_notes
+
+    for note in not_scored_notes(args.out):
+        print(f"posgen ingest: note: {note}", file=sys.stderr)
     print(f"posgen ingest: report in {paths['html']} (and {paths['md'].name})")
     return 0

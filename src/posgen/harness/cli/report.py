@@ -19,12 +19,14 @@ def main(args: argparse.Namespace) -> int:
     for run in args.runs:
         try:
             RunStore.open(run)  # a bad folder is refused before the report's libraries load
-            from posgen.results.report.build import regenerate
+            from posgen.results.report.build import not_scored_notes, regenerate
 
             paths = regenerate(run)
         except SchemaError as e:
             print(f"posgen report: {e}", file=sys.stderr)
             status = 2
             continue
+        for note in not_scored_notes(run):
+            print(f"posgen report: note: {note}", file=sys.stderr)
         print(f"posgen report: {paths['html']}")
     return status

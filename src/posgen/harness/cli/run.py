@@ -139,6 +139,10 @@ def main(args: argparse.Namespace) -> int:
     finally:
         launch.finish()
     if launch.is_main and paths is not None:
+        from posgen.results.report.build import not_scored_notes
+
+        for note in not_scored_notes(out):
+            print(f"posgen run: note: {note}", file=sys.stderr)
         print(f"posgen run: report in {paths['html']} (and {paths['md'].name})")
     return 0
 

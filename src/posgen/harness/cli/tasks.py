@@ -108,14 +108,15 @@ def _perturbation(args: argparse.Namespace) -> Any:
 
 
 def _list() -> int:
-    from posgen.results.scores.scoring import primary_metric
+    from posgen.results.folder.metrics import MetricSpec
+    from posgen.results.scores.metric_units import primary
     from posgen.tasks import family, naming, offline
     from posgen.tasks.content_fields_table import KNOWN
 
     print("Offline suite (primary metric):")
     for task in offline.SUITE_TASKS:
-        metrics = [m["metric"] for m in family.BASE_TASKS[task]["metric_list"]]
-        print(f"  {task:<14} {primary_metric(metrics)}")
+        specs = [MetricSpec.from_dict(m) for m in family.BASE_TASKS[task]["metric_list"]]
+        print(f"  {task:<14} {primary(specs).label}")
     print("\nShipped groups (each over the offline suite):")
     for p in family.shipped_perturbations():
         print(f"  {naming.format_name(p, None):<26} {p.spec.to_string()}")

@@ -26,6 +26,7 @@ from posgen.harness.run.realised_rows import RowRecorder
 from posgen.lm_eval_plugin import register_all
 from posgen.results.folder.config import Cell, ModelEntry, RunConfig
 from posgen.results.folder.store import RunStore, atomic_write_parquet, slug
+from posgen.results.tables.metric_list import Aggregations
 from posgen.results.tables.tidy import cell_record
 
 _ENV_INFO: dict[str, Any] = {}
@@ -266,6 +267,9 @@ class ModelSession:
             model_side=None
             if recorder is None
             else {"realised": recorder.realised(), "rows": recorder.examples(self.lm.tokenizer)},
+            configs=out["configs"],
+            higher_is_better=out["higher_is_better"],
+            aggregations=Aggregations(task_manager=self.task_manager),
         )
         return self.store.write_cell(
             self.model.label,

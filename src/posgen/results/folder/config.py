@@ -17,8 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from posgen.results.folder.schema import METRIC_RULES
-
 
 @dataclass(frozen=True)
 class ModelEntry:
@@ -124,15 +122,15 @@ class Scoring:
     """Tolerance thresholds, the bootstrap and the perplexity interval of
     ``posgen.results.scores.scoring`` (all recorded in scores.json)."""
 
-    threshold_ppl: float = 0.10  # tolerance: relative perplexity increase allowed
-    threshold_acc: float = 0.05  # tolerance: absolute accuracy drop allowed
+    # tolerance thresholds (posgen.results.scores.metric_units.threshold): the relative
+    # perplexity increase allowed (also bits per byte's, and 10 % of a corpus figure),
+    # and the drop allowed on a [0, 1] score such as accuracy
+    threshold_ppl: float = 0.10
+    threshold_acc: float = 0.05
     iters: int = 2000  # bootstrap replicates
     seed: int = 0  # bootstrap seed
     confidence: float = 0.95
     interval: str = "log-t"  # perplexity CI method (posgen.results.stats.intervals.METHODS)
-
-    def threshold(self, metric: str) -> float:
-        return self.threshold_ppl if METRIC_RULES[metric] == "perplexity" else self.threshold_acc
 
     def to_dict(self) -> dict[str, Any]:
         # the interval only when not the default, so existing config hashes hold

@@ -21,7 +21,9 @@ from typing import Any
 
 import numpy as np
 
-SCHEMA_VERSION = 2  # 2: realised amounts per cell and document (swap rates v2)
+# 2: realised amounts per cell and document (swap rates v2); 3: any lm-eval metric, each
+# (metric, filter) its own row, described by its aggregation and direction
+SCHEMA_VERSION = 3
 CELL_KINDS = ("none", "text", "position", "feature")
 PERTURBED_KINDS = ("text", "position", "feature")
 
@@ -40,6 +42,9 @@ RESULT_COLUMNS: dict[str, str] = {
     "rate": "float64",  # the rate (text, position) or sigma (feature); 0 for the baseline
     "seed": "int64",  # perturbation seed
     "metric": "string",  # lm-eval metric name without the filter, e.g. word_perplexity
+    "filter": "string",  # lm-eval's filter of its per-document values ("none" without one)
+    "aggregation": "string",  # lm-eval's aggregation (mean, weighted_perplexity, bleu, ...)
+    "higher_is_better": "bool",  # lm-eval's direction of the metric
     "value": "float64",
     "stderr": "float64",  # NaN when not available
     "n": "int64",  # documents scored
@@ -58,9 +63,11 @@ RESULT_COLUMNS: dict[str, str] = {
     "realised_idc": "float64",
 }
 
-# perdoc.parquet: one row per (model, task, perturbed cell, metric, document), paired
-# with the same document in the baseline cell. ``num``/``den`` are what lm-eval
-# aggregates: (loglikelihood, words or bytes) for perplexities, (score, 1) for means.
+# perdoc.parquet: one row per (model, task, perturbed cell, metric, filter, document) of a
+# metric scored per document, paired with the same document in the baseline cell.
+# ``num``/``den`` are what lm-eval aggregates: (loglikelihood, words or bytes) for
+# perplexities and bits per byte, (loglikelihood, 1) for ``perplexity``, (score, 1) for
+# means. Corpus metrics (bleu, mcc, ...) have no per-document number and no rows here.
 PERDOC_COLUMNS: dict[str, str] = {
     "schema_version": "int64",
     "model": "string",
@@ -70,12 +77,17 @@ PERDOC_COLUMNS: dict[str, str] = {
     "rate": "float64",
     "seed": "int64",
     "metric": "string",
+    "filter": "string",
+    "aggregation": "string",
+    "higher_is_better": "bool",
     "doc_key": "string",
     "base_num": "float64",
     "base_den": "float64",
     "num": "float64",
     "den": "float64",
-    "delta": "float64",  # base_num/base_den - num/den: > 0 is worse (NLL rise, score drop)
+    # ±(base_num/base_den - num/den), signed so that > 0 is worse (the NLL rise for the log
+    # rules; for means the move in the metric's worse direction, by higher_is_better)
+    "delta": "float64",
     # the document's worst delta over the perturbation seeds of its cell (``--seeds K``;
     # equal to delta with one seed): HELM's worst case
     "delta_worst": "float64",
@@ -121,19 +133,6 @@ LENGTH_CURVE_COLUMNS: dict[str, str] = {
     "n_documents": "int64",
 }
 
-# Metrics and how degradation is measured on them.
-#   "perplexity": lm-eval aggregates (loglikelihood, weight) pairs with
-#                 weighted_perplexity = exp(-sum(ll) / sum(weight)); degradation is the
-#                 relative increase ppl_perturbed / ppl_base - 1.
-#   "mean":       per-document scores averaged; degradation is the drop base - perturbed.
-METRIC_RULES: dict[str, str] = {
-    "word_perplexity": "perplexity",
-    "byte_perplexity": "perplexity",
-    "acc": "mean",
-    "acc_norm": "mean",
-}
-PRIMARY_METRICS = ("word_perplexity", "acc")
-
 
 class SchemaError(ValueError):
     """A file does not match the schema this posgen reads; the message says why."""
@@ -162,12 +161,21 @@ def _json_default(obj: Any) -> Any:
 
 
 def check_version(found: Any, where: str) -> None:
-    """Refuse a file written with another schema version."""
-    if found != SCHEMA_VERSION:
+    """Refuse a file written with another schema version (an older one: say how to get
+    its results again with this posgen)."""
+    if found == SCHEMA_VERSION:
+        return
+    if isinstance(found, int) and found < SCHEMA_VERSION:
         raise SchemaError(
-            f"{where} has schema_version {found!r}, but this posgen reads version "
-            f"{SCHEMA_VERSION}; regenerate it with this posgen version (posgen run)"
+            f"{where} was written by an earlier posgen (schema_version {found}; this posgen "
+            f"reads {SCHEMA_VERSION}, which scores every lm-eval metric per filter); rerun "
+            "`posgen run` into a new folder, or rebuild its scores from the lm-eval output "
+            "it holds with `posgen ingest RUN/raw --out NEW`"
         )
+    raise SchemaError(
+        f"{where} has schema_version {found!r}, but this posgen reads version "
+        f"{SCHEMA_VERSION}; regenerate it with this posgen version (posgen run)"
+    )
 
 
 def rate_label(rate: float) -> str:

@@ -284,7 +284,13 @@ def read_parquet(path: Path):
         raise SchemaError(f"{path} is unreadable ({type(e).__name__}: {e!s:.120})") from None
 
 
-CELL_SECTIONS = {"cell": Mapping, "model_info": Mapping, "metrics": Mapping, "docs": Mapping}
+CELL_SECTIONS = {
+    "cell": Mapping,
+    "model_info": Mapping,
+    "metric_list": list,
+    "metrics": Mapping,
+    "docs": Mapping,
+}
 CELL_FIELDS = ("task", "lm_eval_task", "kind", "scheme", "rate", "seed")
 
 
@@ -305,6 +311,11 @@ def check_cell_record(data: Mapping[str, Any], path: Path) -> None:
     if missing or "model" not in data:
         raise bad(f"missing {missing or ['model']}")
     for metric, slot in data["docs"].items():
+        if isinstance(slot, Mapping) and "items" in slot:  # a corpus metric's logged items
+            lists = [slot.get("keys"), slot["items"]]
+            if not all(isinstance(x, list) for x in lists) or len({len(x) for x in lists}) != 1:
+                raise bad(f"docs.{metric} needs lists keys and items of one length")
+            continue
         lists = [slot.get(k) if isinstance(slot, Mapping) else None for k in ("keys", "num", "den")]
         if not all(isinstance(x, list) for x in lists) or len({len(x) for x in lists}) != 1:
             raise bad(f"docs.{metric} needs lists keys, num and den of one length")

@@ -9,14 +9,17 @@ candidate vs baseline, paired by document, one-sided, fail when worse by more th
 
 The baseline's ``base`` section, one entry per task::
 
-    {"task": T, "metric": M, "value": lm-eval's aggregate (PPL or accuracy),
+    {"task": T, "metric": M (with its filter), "lm_eval_key": "<metric>,<filter>",
+     "scale": "perplexity" | "accuracy", "larger_is_better": bool,
+     "value": lm-eval's aggregate (PPL or the score),
      "docs": {"keys": [...], "w": [...], "v": [...]}}
 
 ``v``: each document's value as lm-eval logs it (``num / den``: the loglikelihood per
-word or byte of a perplexity metric, the 0/1 score of accuracy), ``w``: its words or
-bytes (1 for accuracy). For the test, ``g = -v`` when the metric is better when higher
-(:data:`posgen.results.gate.margins.METRICS`), else ``v``: the NLL per word, minus the
-score; ``δ_d = g_cand,d - g_base,d > 0`` means the candidate is worse on document ``d``.
+word or byte of a perplexity metric, the score of a [0, 1] metric), ``w``: its words or
+bytes (1 for a score). For the test, ``g = -v`` when a larger value is better
+(``larger_is_better``: the loglikelihood, a score lm-eval records as higher is better),
+else ``v``: the NLL per word, minus the score; ``δ_d = g_cand,d - g_base,d > 0`` means
+the candidate is worse on document ``d``. The scale: :func:`posgen.results.gate.margins.gate_scale`.
 """
 
 from __future__ import annotations
@@ -25,41 +28,53 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from posgen.results.gate.baseline_file import GateInputError, check_docs, check_typed
-from posgen.results.gate.margins import higher_is_better
+from posgen.results.gate.margins import SCALES, gate_scale
 
 KIND = SCHEME = "none"
 RATE = 0.0
-ENTRY = {"task": str, "metric": str, "value": float, "docs": dict}
+ENTRY = {
+    "task": str,
+    "metric": str,
+    "lm_eval_key": str,
+    "scale": str,
+    "larger_is_better": bool,
+    "value": float,
+    "docs": dict,
+}
 
 
 def base_section(cells: Iterable[Mapping[str, Any]], model: str) -> list[dict[str, Any]]:
     """Per task of ``model``: its unperturbed cell's per-document values on the task's
-    primary metric (a task whose unperturbed cell has none is left out)."""
+    primary metric (a task whose primary metric cannot be gated is left out: the
+    perturbed cells' ``not_gated`` says why)."""
     import numpy as np
 
-    from posgen.results.folder.schema import METRIC_RULES
-    from posgen.results.scores.scoring import primary_metric
-    from posgen.results.tables.tidy import aggregate
+    from posgen.results.scores.metric_units import primary
+    from posgen.results.tables.documents import aggregate
+    from posgen.results.tables.tidy import specs_of
 
     bases = {
         c["cell"]["task"]: c for c in cells if c["model"] == model and c["cell"]["kind"] == KIND
     }
     out = []
     for task in sorted(bases):
-        docs = bases[task]["docs"]
-        metric = primary_metric(sorted(docs))
-        if metric is None:
+        spec = primary(specs_of(bases[task]))
+        slot = bases[task]["docs"].get(spec.key) if spec is not None else None
+        if slot is None or not spec.per_document:
             continue
-        higher_is_better(metric)  # refuses a metric the gate has no row for
-        slot = docs[metric]
         num, den = np.asarray(slot["num"], float), np.asarray(slot["den"], float)
-        rule = METRIC_RULES[metric]
-        w = den if rule == "perplexity" else np.ones_like(den)
+        scale, _ = gate_scale(spec, num / den)
+        if scale is None:
+            continue
+        w = den if scale == "perplexity" else np.ones_like(den)
         out.append(
             {
                 "task": task,
-                "metric": metric,
-                "value": float(aggregate(rule, num, den)),
+                "metric": spec.label,
+                "lm_eval_key": spec.key,
+                "scale": scale,
+                "larger_is_better": spec.ratio_sign() > 0,
+                "value": float(aggregate(spec.rule, num, den)),
                 "docs": {
                     "keys": [str(k) for k in slot["keys"]],
                     "w": [float(x) for x in w],
@@ -87,9 +102,12 @@ def base_pairs(
 
 
 def _as_g(entry: dict[str, Any]) -> dict[str, Any]:
-    sign = -1.0 if higher_is_better(entry["metric"]) else 1.0
+    sign = -1.0 if entry["larger_is_better"] else 1.0
     docs = entry["docs"]
-    return {"docs": {"keys": docs["keys"], "w": docs["w"], "g": [sign * v for v in docs["v"]]}}
+    return {
+        "scale": entry["scale"],
+        "docs": {"keys": docs["keys"], "w": docs["w"], "g": [sign * v for v in docs["v"]]},
+    }
 
 
 def validate_base(section: Any, where: str) -> None:
@@ -103,7 +121,8 @@ def validate_base(section: Any, where: str) -> None:
             raise GateInputError(f"{at} is not an object")
         check_typed(entry, ENTRY, at)
         check_docs(entry["docs"], f"{at}.docs", ("v",))
-        higher_is_better(entry["metric"])  # a metric the gate has no row for: refused
+        if entry["scale"] not in SCALES:
+            raise GateInputError(f"{at}: scale {entry['scale']!r} is not one of {SCALES}")
         seen.add((entry["task"], entry["metric"]))
     if len(seen) != len(section):
         raise GateInputError(f"{where} is corrupt: a (task, metric) repeats in 'base'")

@@ -1,22 +1,27 @@
 """The gate's baseline file: what it stores per document, and its validation.
 
-A baseline (``posgen baseline``, ``baseline_version`` 5) holds, for one model and every
+A baseline (``posgen baseline``, ``baseline_version`` 6) holds, for one model and every
 (task, primary metric, kind, scheme, rate) perturbed cell, the per-document degradation
 ``g_d`` (nats per word or byte for perplexities, the score drop for accuracy; averaged
 over perturbation seeds when the run has several), its worst value over those seeds
 ``g_worst`` (equal to ``g`` with one seed) and its weight ``w_d`` (words or bytes; 1 for
 accuracy), keyed by document. Its ``base`` section holds each task's unperturbed
 per-document values (:mod:`posgen.results.gate.base`). ``posgen check`` pairs the
-candidate's documents with these. Only each task's primary metric is stored (word
-perplexity, else accuracy): byte perplexity would repeat the word-perplexity test on the
-same documents. Its ``pairing`` section records what same-seed pairing rests on
+candidate's documents with these. Only each task's primary metric is stored (its first
+scorable (metric, filter) in lm-eval's order: word perplexity, accuracy, exact match):
+byte perplexity would repeat the word-perplexity test on the same documents. Each cell
+records its metric with its filter (``exact_match (strict-match)``), lm-eval's key of it
+and the scale it is gated on (:func:`posgen.results.gate.margins.gate_scale`); a task
+whose primary metric cannot be gated (a corpus figure, a mean of unbounded values) is
+named in ``not_gated`` with the reason. Its ``pairing`` section records what same-seed pairing rests on
 (:mod:`posgen.results.gate.pairing`); its ``length`` section (null when the run has no
 ``posgen run --length`` folder for the model) holds the per-document NLL excess past C
 per length scheme and the length settings (:mod:`posgen.results.gate.length`).
 
 Older versions are refused with how to regenerate them: 2 and 3 lack the seed and
 prompt settings of the baseline run (a check could not say whether its documents saw
-the same perturbations), 4 lacks the unperturbed per-document values the gate tests.
+the same perturbations), 4 lacks the unperturbed per-document values the gate tests,
+5 lacks each cell's metric filter and gated scale.
 
 Anything unreadable, partial or wrongly typed is refused with :class:`GateInputError`
 (exit status 2) and the reason.
@@ -29,15 +34,31 @@ from pathlib import Path
 from typing import Any
 
 BASELINE_KIND = "posgen-baseline"
-BASELINE_VERSION = 5  # 5: the unperturbed per-document values (``base``)
+BASELINE_VERSION = 6  # 6: each cell's metric with its filter and gated scale
 OLD_VERSIONS = {  # refused, with what they lack
     2: "does not record the seed and prompt settings that pairing rests on",
     3: "does not record the seed and prompt settings that pairing rests on",
     4: "does not store the unperturbed per-document values the gate now tests",
+    5: "does not record each cell's metric filter and the scale it is gated on",
 }
 KEY = ("task", "metric", "kind", "scheme", "rate")
-TOP = {"kind": str, "model": str, "pairing": dict, "cells": list, "base": list}
-CELL = {"task": str, "metric": str, "kind": str, "scheme": str, "rate": float}
+TOP = {
+    "kind": str,
+    "model": str,
+    "pairing": dict,
+    "cells": list,
+    "base": list,
+    "not_gated": list,
+}
+CELL = {
+    "task": str,
+    "metric": str,
+    "lm_eval_key": str,
+    "scale": str,
+    "kind": str,
+    "scheme": str,
+    "rate": float,
+}
 CELL_NUM = ("degradation",)
 
 
@@ -74,6 +95,8 @@ def validate(data: Any, path: Path) -> dict[str, Any]:
             raise GateInputError(f"{where} is not an object")
         check_typed(cell, CELL | dict.fromkeys(CELL_NUM, float) | {"docs": dict}, where)
         check_docs(cell["docs"], f"{where}.docs", ("g", "g_worst"))
+        if cell["scale"] not in ("perplexity", "accuracy"):
+            raise GateInputError(f"{where} is corrupt: scale {cell['scale']!r} is not gated")
     keys = [tuple(c[k] for k in KEY) for c in data["cells"]]
     if len(set(keys)) != len(keys):
         raise GateInputError(f"{path} is corrupt: a (task, metric, kind, scheme, rate) repeats")

@@ -94,10 +94,21 @@ def gate_payload(run_dir: Path, model: str | None = None) -> dict[str, Any]:
 
 
 def _payload(store, cells: list[dict[str, Any]], perdoc, model: str) -> dict[str, Any]:
+    from posgen.results.tables.tidy import task_metrics
+
+    mine = [c for c in cells if c["model"] == model]
+    gated, not_gated = gate_cells(perdoc[perdoc["model"] == model], task_metrics(mine))
+    if not gated:
+        raise GateInputError(
+            f"{store.root}: no cell of {model} can be gated ("
+            + "; ".join(f"{n['task']} / {n['metric']}: {n['reason']}" for n in not_gated)
+            + "); the gate needs a task whose primary metric is a perplexity or a [0, 1] score"
+        )
     return {
         "model": model,
         "pairing": pairing_record(store.run_config, cells, model),
-        "cells": gate_cells(perdoc[perdoc["model"] == model]),
+        "cells": gated,
+        "not_gated": not_gated,
         "base": base_section(cells, model),
         "length": length_section(store.root, model),
     }
@@ -221,7 +232,12 @@ def _paired_row(
         raise GateInputError(f"{where}: document lengths differ from the baseline's")
     gb, gc = np.array([bd[k][1] for k in keys]), np.array([cd[k][1] for k in keys])
     level_b, level_c = float((w * gb).sum() / w.sum()), float((w * gc).sum() / w.sum())
-    kind = metric_kind(key[1], base=key[2] == "none")
+    if "scale" in b and b["scale"] != c["scale"]:
+        raise GateInputError(
+            f"{where}: gated on {b['scale']} in the baseline, {c['scale']} in the run; "
+            "make a new baseline"
+        )
+    kind = metric_kind(b.get("scale", key[1]), base=key[2] == "none")
     margin = margin_on_test_scale(kind, margins.of(kind))
     test = weighted_paired_t(gc - gb, w, margin)
     return {

@@ -4,11 +4,12 @@ The per-cell test runs on the per-document scale of :mod:`posgen.results.stats.p
 (``Δ = Σ w δ / Σ w``, ``δ_d = g_cand,d - g_base,d``, ``g`` larger = worse); a margin is
 given, and every figure printed, in the unit a team reads. One row of :data:`KINDS` per
 kind of cell (its unit, its ``posgen check`` flag, how ``Δ`` and a level are shown), one
-field of :class:`Margins` per kind (its default), one row of :data:`METRICS` per metric
-the gate reads (the kind of its perturbed cells, and whether lm-eval's per-document value
-is better when higher): a new metric or kind is a row in each, nothing else.
+field of :class:`Margins` per kind (its default); which scale a task's primary metric is
+gated on follows from lm-eval's aggregation and the values it took (:func:`gate_scale`),
+its direction from lm-eval's ``higher_is_better``: a new kind is a row and a field.
 
-- ``perplexity`` (perturbed cells of word or byte perplexity): ``g`` is the per-document
+- ``perplexity`` (perturbed cells of a log-likelihood metric: word or byte perplexity,
+  bits per byte): ``g`` is the per-document
   degradation in nats per word or byte; a cell's level is its perplexity ratio
   ``R = PPL_pert / PPL_base = exp(L)``, ``L = Σ w g / Σ w``, shown as ``R×``; the change
   and its margin are percent of that ratio, ``100 (R_cand / R_base - 1) = 100 (exp(Δ) -
@@ -17,14 +18,15 @@ is better when higher): a new metric or kind is a row in each, nothing else.
   and a heavily perturbed cell; percentage points of ``R - 1`` would not (at ``R = 7`` a
   point is a seventh of what it is at ``R = 1``: measured on the embedded model,
   ``benchmarks/gate_nearby_checkpoint.py``).
-- ``accuracy`` (perturbed accuracy cells): ``g`` is the per-document score drop (0 or ±1);
-  change and margin in accuracy points, ``100 Δ``; the level is the drop in points.
+- ``accuracy`` (perturbed cells of a [0, 1] score: accuracy, exact match under any filter,
+  per-question F1): ``g`` is the per-document score drop; change and margin in points of
+  the score, ``100 Δ``; the level is the drop in points.
 - ``length``: the NLL excess past the trained context, in nats per token (``Δ`` as is).
 - ``base_perplexity`` (a task's unperturbed cell, perplexity metric): ``g`` is the
   document's NLL per word or byte, so ``Δ = log(PPL_base,cand / PPL_base,base)``; change
   and margin are percent of the unperturbed perplexity, ``100 (exp(Δ) - 1)``, the level
   that perplexity.
-- ``base_accuracy`` (unperturbed accuracy): ``g`` is minus the document's score, so
+- ``base_accuracy`` (unperturbed [0, 1] score): ``g`` is minus the document's score, so
   ``100 Δ`` is the accuracy lost, in points; the level is the accuracy in points.
 
 The unperturbed cells matter because a perturbed cell's ratio ``PPL_pert / PPL_base``
@@ -63,16 +65,10 @@ KINDS = {
 }
 UNITS = {kind: k.unit for kind, k in KINDS.items()}
 FLAGS = {kind: k.flag for kind, k in KINDS.items()}
-# per metric: the kind of its perturbed cells (its unperturbed cell's is ``base_`` + it)
-# and whether lm-eval's per-document value is better when higher (perplexities: the
-# loglikelihood per word or byte; acc, acc_norm: the 0/1 score)
-METRICS = {
-    "word_perplexity": ("perplexity", True),
-    "byte_perplexity": ("perplexity", True),
-    "acc": ("accuracy", True),
-    "acc_norm": ("accuracy", True),
-}
 LENGTH_METRIC = "nll_excess"
+# the scales a task's primary metric can be gated on: its perturbed cells' kind (its
+# unperturbed cell's is ``base_`` + it)
+SCALES = ("perplexity", "accuracy")
 
 
 @dataclass(frozen=True)
@@ -95,22 +91,48 @@ class Margins:
         return float(getattr(self, kind))
 
 
-def metric_kind(metric: str, base: bool = False) -> str:
-    """The kind of a gate row on ``metric`` (its unperturbed cell when ``base``)."""
-    if metric == LENGTH_METRIC:
-        return "length"
-    if metric not in METRICS:
-        raise GateInputError(
-            f"the gate has no margin for metric {metric!r}; it gates {sorted(METRICS)}"
+def gate_scale(spec, values) -> tuple[str | None, str]:
+    """The scale a task's primary metric ``spec`` (a
+    :class:`~posgen.results.folder.metrics.MetricSpec`) is gated on, given every
+    per-document value it took (``num / den``, baseline and perturbed), or ``(None, why
+    not)``, from lm-eval's aggregation, never the metric's name:
+
+    - ``perplexity``: a log-likelihood rule (word or byte perplexity, bits per byte,
+      lm-eval's ``perplexity``): the per-document value is a log-likelihood per word,
+      byte or document, and the margin a percent of the perplexity ratio;
+    - ``accuracy``: a mean whose per-document values all lie in [0, 1] (accuracy, exact
+      match under any filter, per-question F1): the margin is in points of that score;
+    - not gated: a corpus figure (BLEU, chrF, MCC, a task's own aggregation function: no
+      per-document values to pair), a mean of unbounded values (no margin in its units),
+      or a metric posgen cannot score (its reason).
+    """
+    import numpy as np
+
+    if spec.rule is None:
+        return None, spec.reason
+    if spec.log_scale:
+        return "perplexity", ""
+    if spec.rule == "corpus":
+        return None, (
+            f"a corpus figure ({spec.aggregation}): no per-document values to pair, so the "
+            "gate cannot test it (the report shows it with its bootstrap interval)"
         )
-    kind = METRICS[metric][0]
-    return f"base_{kind}" if base else kind
+    v = np.asarray(values, float)
+    if v.size and ((v >= 0) & (v <= 1)).all():
+        return "accuracy", ""
+    return None, (
+        "a mean of per-document values outside [0, 1]: the gate has no margin in its units"
+    )
 
 
-def higher_is_better(metric: str) -> bool:
-    """Whether lm-eval's per-document value of ``metric`` is better when higher."""
-    metric_kind(metric)  # refuses a metric the gate has no row for
-    return METRICS[metric][1]
+def metric_kind(scale: str, base: bool = False) -> str:
+    """The kind of a gate row: ``length`` for the length metric, else the cell's
+    ``scale`` (:data:`SCALES`), ``base_`` + it for an unperturbed cell."""
+    if scale == LENGTH_METRIC:
+        return "length"
+    if scale not in SCALES:
+        raise GateInputError(f"the gate has no margin for scale {scale!r}; it gates {SCALES}")
+    return f"base_{scale}" if base else scale
 
 
 def to_user(kind: str, delta: float) -> float:

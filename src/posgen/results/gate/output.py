@@ -74,7 +74,8 @@ def summary(rows: list[dict[str, Any]], info: dict[str, Any]) -> list[str]:
     and which cells lack power or a power estimate.
 
     ``info``: model, baseline_model, alpha, statistic, draw (the draw settings that
-    differ, allowed by --allow-other-seed), seeds."""
+    differ, allowed by --allow-other-seed), seeds, not_gated (the candidate's tasks whose
+    primary metric the gate cannot test, with why)."""
     m, failed = len(rows), sum(r["failed"] for r in rows)
     alpha = info["alpha"]
     out = [
@@ -91,6 +92,10 @@ def summary(rows: list[dict[str, Any]], info: dict[str, Any]) -> list[str]:
     else:
         out.append("  same seed and settings: both runs saw identical perturbations")
     out += base_notes(rows)
+    out += [
+        f"  not gated: {n['task']} / {n['metric']}: {n['reason']}"
+        for n in info.get("not_gated", ())
+    ]
     out.append(
         f"  intervals: Holm-adjusted, each cell's two-sided 1 - 2*alpha/k interval (k its "
         f"Holm factor, 1 to {m}): a cell fails exactly when its lower end is above its "

@@ -35,6 +35,7 @@ from posgen.results.ingest.lm_eval_output import (
     text_side,
 )
 from posgen.results.report.build import regenerate
+from posgen.results.tables.metric_list import Aggregations
 from posgen.results.tables.tidy import cell_record, perdoc_rows
 
 RAW_KEYS = ("results", "configs", "versions", "n-shot", "higher_is_better", "n-samples", "config")
@@ -146,6 +147,7 @@ def records(
     """posgen cell records (as ``posgen run`` writes them); refuses documents that
     differ between a cell and its baseline."""
     out = []
+    aggregations = Aggregations()  # one task manager for every cell's task functions
     for label, cell, ev in items:
         info = {
             "model_path": label,
@@ -161,6 +163,9 @@ def records(
             {ev.lm_eval_task: ev.samples},
             __version__,
             seed=cell["seed"],
+            configs=ev.results.get("configs"),
+            higher_is_better=ev.results.get("higher_is_better"),
+            aggregations=aggregations,
         )
         out.append(({**rec, "model": label, "cell_id": cell["cell_id"]}, ev))
     try:
@@ -195,7 +200,11 @@ def ingest_config(
                 revision=str(rev),
                 dtype=model_dtype(ev),
             )
-    limits = {t: max(len(ev.samples) for _, c, ev in items if c["task"] == t) for t in tasks}
+    # documents per task: lm-eval logs one sample per document and filter
+    limits = {
+        t: max(len({s.get("doc_id") for s in ev.samples}) for _, c, ev in items if c["task"] == t)
+        for t in tasks
+    }
     versions = sorted({str(ev.results.get("lm_eval_version", "?")) for _, _, ev in items})
     return RunConfig(
         posgen_version=__version__,

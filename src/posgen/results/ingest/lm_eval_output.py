@@ -8,8 +8,9 @@ beside it (the same ``<time>``). A task is recognised as a posgen cell from
 - its name: ``perm_<scheme>_<level>[_seed<S>]_<task>`` is a text cell of ``<task>``
   (:mod:`posgen.tasks.naming`), any other name is unperturbed text;
 - the ``hf-posgen`` model record in the results (``config.posgen``: position and
-  feature specs and ``perturb_seed``); any other model (``hf``, ``vllm``, an API model)
-  perturbs nothing inside the model.
+  feature specs and ``perturb_seed``; ``posgen run`` keeps it in each cell's raw output
+  too); any other model (``hf``, ``vllm``, an API model) perturbs nothing inside the
+  model.
 """
 
 from __future__ import annotations
@@ -126,9 +127,11 @@ def model_side(ev: EvaluatedTask) -> tuple[str, Perturbation, int] | None:
     """The position or feature perturbation ``hf-posgen`` ran under: (kind, perturbation,
     seed), or None. Refuses both at once (one perturbation per cell)."""
     cfg = ev.config
-    if cfg.get("model") != "hf-posgen":
-        return None
     record = cfg.get("posgen")
+    # hf-posgen's record: under `lm_eval --model hf-posgen`, and in posgen run's own raw
+    # output (lm-eval names the model there by its path)
+    if cfg.get("model") != "hf-posgen" and not isinstance(record, Mapping):
+        return None
     if not isinstance(record, Mapping):
         raise SchemaError(
             f"{ev.where}: an hf-posgen run without its 'posgen' record in the results; "

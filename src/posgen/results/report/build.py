@@ -15,7 +15,7 @@ from typing import Any
 
 from posgen.atomic import atomic_write_bytes, atomic_write_text
 from posgen.results.folder.config import ModelEntry, RunConfig
-from posgen.results.folder.schema import METRIC_RULES
+from posgen.results.folder.metrics import MetricSpec
 from posgen.results.report import plots
 from posgen.results.report.examples import examples_section
 from posgen.results.report.length import run_blocks as length_run_blocks
@@ -23,8 +23,9 @@ from posgen.results.report.realised_plots import common_axis_blocks
 from posgen.results.report.render import Block, render_html, render_markdown
 from posgen.results.report.worst_case import worst_case_blocks
 from posgen.results.scores.association import RULE
+from posgen.results.scores.metric_units import primary, shown, threshold_text
 from posgen.results.scores.run import json_records, load_scores
-from posgen.results.scores.scoring import FIT_COLUMNS, primary_metric
+from posgen.results.scores.scoring import FIT_COLUMNS
 from posgen.results.tables.realised import realised_text
 from posgen.results.tables.tidy import length_tables
 
@@ -54,6 +55,15 @@ def regenerate(run_dir: Path | str) -> dict[str, Path]:
     return paths
 
 
+def not_scored_notes(run_dir: Path | str) -> list[str]:
+    """``<model> / <task> / <metric> not scored: <reason>`` for every metric of a reported
+    run posgen could not score (read from its scores.json), for the commands to print."""
+    from posgen.results.folder.store import RunStore
+
+    rows = RunStore.open(run_dir).read_json("scores.json").get("unscorable", [])
+    return [f"{r['model']} / {r['task']} / {r['metric']} not scored: {r['reason']}" for r in rows]
+
+
 def scores_json(store, scores: dict[str, Any]) -> dict[str, Any]:
 
     return {
@@ -61,8 +71,16 @@ def scores_json(store, scores: dict[str, Any]) -> dict[str, Any]:
         "scoring": store.run_config.scoring.to_dict(),
         "interval_method": {
             "perplexity": store.run_config.scoring.interval,
+            "bits_per_byte": store.run_config.scoring.interval,
             "accuracy": "agresti-min",
+            "mean": "paired-t",
+            "corpus": "bootstrap-percentile",
         },
+        "metrics": {
+            task: [{**s.to_dict(), "rule": s.rule, "reason": s.reason} for s in specs]
+            for task, specs in scores["metrics"].items()
+        },
+        "unscorable": scores["unscorable"],
         "degradation": json_records(scores["degradation"]),
         "tolerance": json_records(scores["tolerance"]),
         "fit": scores["fit"],
@@ -75,9 +93,10 @@ def excluded_blocks(cells: list[dict[str, Any]]) -> list[Block]:
     most of any cell per model, task and metric; nothing when there are none."""
     counts: dict[tuple[str, str, str], int] = {}
     for c in cells:
-        for metric, slot in c.get("docs", {}).items():
-            key = (c["model"], c["cell"]["task"], metric)
-            counts[key] = max(counts.get(key, 0), len(slot.get("excluded", [])))
+        for key, slot in c.get("docs", {}).items():
+            label = MetricSpec(*key.rsplit(",", 1)).label if "," in key else key
+            k = (c["model"], c["cell"]["task"], label)
+            counts[k] = max(counts.get(k, 0), len(slot.get("excluded", [])))
     found = [f"{m} / {t} / {metric}: {n}" for (m, t, metric), n in sorted(counts.items()) if n]
     if not found:
         return []
@@ -87,6 +106,26 @@ def excluded_blocks(cells: list[dict[str, Any]]) -> list[Block]:
             "Documents with no words or no bytes (lm-eval logs [0, 0]) have no perplexity "
             "ratio and are left out of it: " + "; ".join(found) + ".",
         )
+    ]
+
+
+def unscorable_blocks(rows: list[dict[str, Any]]) -> list[Block]:
+    """The metrics posgen could not score, each with its reason (nothing when none)."""
+    if not rows:
+        return []
+    items = [
+        f"{r['model']} / {r['task']} / {r['metric']}: {r['reason']} ({r['cells']} cell(s))"
+        for r in rows
+    ]
+    return [
+        ("h", 2, "Metrics not scored"),
+        (
+            "p",
+            "lm-eval reported these metrics, but posgen cannot score them; they have no "
+            "degradation, tolerance or gate cell. Their figures are in lm-eval's own "
+            "results (raw/).",
+        ),
+        ("ul", items),
     ]
 
 
@@ -108,7 +147,8 @@ def build_blocks(store, scores: dict[str, Any]) -> list[Block]:
         )
     ]
     blocks.append(("table", *summary_table(scores)))
-    blocks += excluded_blocks(store.read_cells())
+    blocks += excluded_blocks(scores["cells"])
+    blocks += unscorable_blocks(scores["unscorable"])
     blocks += [("h", 2, "Models side by side: fit quality and tolerance")]
     blocks += [
         (
@@ -121,22 +161,24 @@ def build_blocks(store, scores: dict[str, Any]) -> list[Block]:
     blocks.append(("table", *models_table(cfg, scores)))
     blocks += [("h", 2, "Fit quality vs tolerance across models")]
     blocks += correlation_blocks(scores)
-    metrics = {
-        t: m
-        for t, g in scores["degradation"].groupby("task")
-        if (m := primary_metric(sorted(set(g["metric"])))) is not None
-    }
+    scored = set(zip(scores["degradation"]["task"], scores["degradation"]["metric"], strict=True))
+    panels = [
+        (task, spec)
+        for task, specs in sorted(scores["metrics"].items())
+        for spec in shown(specs)
+        if (task, spec.metric) in scored
+    ]
     blocks += [("h", 2, "Figures")]
-    thresholds = {m: cfg.scoring.threshold(m) for m in metrics.values()}
-    for m in cfg_models(cfg) if metrics else []:
+    for m in cfg_models(cfg) if panels else []:
         blocks.append(
             (
                 "img",
                 f"Degradation curves: {m}",
-                plots.degradation_curves(scores["degradation"], m, metrics, thresholds),
+                plots.degradation_curves(scores["degradation"], scores["tolerance"], m, panels),
             )
         )
-    blocks += common_axis_blocks(cfg_models(cfg), scores, metrics)
+    firsts = {task: spec for task, spec in panels if spec == primary(scores["metrics"][task])}
+    blocks += common_axis_blocks(cfg_models(cfg), scores, firsts)
     for m, d in scores["decompositions"].items():
         blocks.append(("img", f"Fit quality per head: {m}", plots.fit_heatmap(d, m)))
     if scores["summary"]:
@@ -144,7 +186,7 @@ def build_blocks(store, scores: dict[str, Any]) -> list[Block]:
             ("img", "Degradation vs fit quality", plots.fit_vs_tolerance(scores["summary"]))
         )
     blocks += [("h", 2, "Degradation at each rate")]
-    blocks += [("p", REALISED_TEXT)]
+    blocks += [("p", REALISED_TEXT), ("p", UNITS_TEXT)]
     blocks.append(("table", *detail_table(scores)))
     blocks += worst_case_blocks(cfg, scores)  # posgen run --seeds K > 1
     blocks += length_run_blocks(store.root)  # posgen run --length: RUN/length/<model>/
@@ -152,6 +194,16 @@ def build_blocks(store, scores: dict[str, Any]) -> list[Block]:
     blocks += not_shown_blocks(cfg, scores)
     return blocks
 
+
+UNITS_TEXT = (
+    "Degradation > 0 is worse (the direction is lm-eval's higher_is_better for the "
+    "metric), in the unit beside it: relative (perplexity ratio - 1), bits/byte, [0, 1] "
+    "(a score on [0, 1]: x 100 = points) or own (the metric's own units: BLEU or chrF "
+    "points, MCC, ...). The interval's method follows the CI: log-t or boot-t "
+    "(perplexities), agresti-min (0/1 scores), paired-t (other scores averaged over "
+    "documents), bootstrap-percentile (corpus figures such as BLEU or MCC, recomputed "
+    "with lm-eval's own aggregation on resampled documents)."
+)
 
 REALISED_TEXT = (
     "Realised = what the perturbation really did in the cell, beside the nominal rate: "
@@ -207,28 +259,30 @@ def sweep_text(cfg: RunConfig) -> str:
 
 
 def summary_table(scores: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-
+    """Per model and task, each plotted metric (the task's primary first): its
+    unperturbed figure and, per perturbation, the tolerance on its threshold."""
     res, tol = scores["results"], scores["tolerance"]
-    base = res[res["kind"] == "none"].set_index(["model", "task", "metric"])["value"]
+    base = res[res["kind"] == "none"].set_index(["model", "task", "metric", "filter"])["value"]
     rows = []
     for (model, task), g in tol.groupby(["model", "task"], sort=False):
-        metric = primary_metric(sorted(set(g["metric"])))
-        for r in g[g["metric"] == metric].itertuples(index=False):
-            rows.append(
-                [
-                    model,
-                    task,
-                    metric,
-                    _fmt(base.get((model, task, metric))),
-                    f"{r.kind} {r.scheme}",
-                    _thr(metric, r.threshold),
-                    f"{r.tolerance:g} [{r.tolerance_lo:g}, {r.tolerance_hi:g}]"
-                    if getattr(r, "measurable", True)
-                    else "not measurable: baseline at or below the threshold",
-                    "none on grid" if _missing(r.crossing) else f"{r.crossing:.3g}",
-                    _fmt(r.auc),
-                ]
-            )
+        for spec in shown(scores["metrics"].get(task, ())):
+            mine = g[(g["metric"] == spec.metric) & (g["filter"] == spec.filter)]
+            for r in mine.itertuples(index=False):
+                rows.append(
+                    [
+                        model,
+                        task,
+                        spec.label,
+                        _fmt(base.get((model, task, spec.metric, spec.filter))),
+                        f"{r.kind} {r.scheme}",
+                        threshold_text(r.unit, r.threshold, spec.label, bool(r.higher_is_better)),
+                        f"{r.tolerance:g} [{r.tolerance_lo:g}, {r.tolerance_hi:g}]"
+                        if getattr(r, "measurable", True)
+                        else "not measurable: baseline at or beyond the threshold",
+                        "none on grid" if _missing(r.crossing) else f"{r.crossing:.3g}",
+                        _fmt(r.auc),
+                    ]
+                )
     return (
         [
             "model",
@@ -243,10 +297,6 @@ def summary_table(scores: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         ],
         rows,
     )
-
-
-def _thr(metric: str, thr: float) -> str:
-    return f"+{thr:.0%} PPL" if METRIC_RULES[metric] == "perplexity" else f"-{thr:g} acc"
 
 
 def _missing(x: Any) -> bool:
@@ -335,6 +385,9 @@ def correlation_blocks(scores: dict[str, Any]) -> list[Block]:
     return [("p", f"Rule: {RULE} p is two-sided."), ("table", head, rows)]
 
 
+UNIT_TEXT = {"relative": "relative", "bits": "bits/byte", "fraction": "[0, 1]", "metric": "own"}
+
+
 def detail_table(scores: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
     res = scores["results"]
@@ -348,12 +401,12 @@ def detail_table(scores: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             [
                 r.model,
                 r.task,
-                r.metric,
+                MetricSpec(r.metric, r.filter).label,
                 f"{r.kind} {r.scheme}",
                 f"{r.rate:g}",
                 realised_text(realised.loc[key]) if key in realised.index else "not recorded",
-                f"{r.degradation:+.4f}",
-                f"[{r.ci_lo:+.4f}, {r.ci_hi:+.4f}]",
+                f"{r.degradation:+.4f} ({UNIT_TEXT.get(r.unit, r.unit)})",
+                f"[{r.ci_lo:+.4f}, {r.ci_hi:+.4f}] {r.interval}",
                 str(r.n),
                 _consistency(r),
             ]

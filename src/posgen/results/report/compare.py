@@ -1,7 +1,7 @@
 """How two runs differ (``posgen compare``).
 
-Prints the config keys that differ, then every (model, task, metric, kind, scheme,
-rate) degradation present in either run with both values, the difference B - A and
+Prints the config keys that differ, then every (model, task, metric, filter, kind,
+scheme, rate) degradation present in either run with both values, the difference B - A and
 whether the 95% CIs overlap, then the tolerance and fit-quality differences. Cells
 present in only one run are listed as such, never dropped silently.
 """
@@ -12,10 +12,11 @@ import math
 from pathlib import Path
 from typing import Any
 
+from posgen.results.folder.metrics import MetricSpec
 from posgen.results.report.length import compare_lines
 from posgen.results.scores.run import load_scores
 
-KEY = ["model", "task", "metric", "kind", "scheme", "rate"]
+KEY = ["model", "task", "metric", "filter", "kind", "scheme", "rate"]
 
 
 def compare_runs(run_a: Path, run_b: Path) -> str:
@@ -53,7 +54,7 @@ def degradation_diff(da, db) -> list[str]:
     lines = []
     for r in merged.sort_values(KEY).to_dict(orient="records"):
         label = (
-            f"  {r['model']:<24} {r['task']:<16} {r['metric']:<16} "
+            f"  {r['model']:<24} {r['task']:<16} {_metric(r):<16} "
             f"{r['kind'] + ' ' + r['scheme']:<20} {r['rate']:>6g}"
         )
         if r["_merge"] != "both":
@@ -68,11 +69,11 @@ def degradation_diff(da, db) -> list[str]:
 
 
 def tolerance_diff(ta, tb) -> list[str]:
-    key = ["model", "task", "metric", "kind", "scheme"]
+    key = ["model", "task", "metric", "filter", "kind", "scheme"]
     merged = ta.merge(tb, on=key, how="outer", suffixes=("_a", "_b"), indicator=True)
     lines = []
     for r in merged.sort_values(key).to_dict(orient="records"):
-        label = f"  {r['model']:<24} {r['task']:<16} {r['metric']:<16} {r['kind']:<9}"
+        label = f"  {r['model']:<24} {r['task']:<16} {_metric(r):<16} {r['kind']:<9}"
         if r["_merge"] != "both":
             lines.append(f"{label}  only in {'A' if r['_merge'] == 'left_only' else 'B'}")
             continue
@@ -81,3 +82,8 @@ def tolerance_diff(ta, tb) -> list[str]:
             f"AUC A {r['auc_a']:.4f}  B {r['auc_b']:.4f}"
         )
     return lines
+
+
+def _metric(row: dict[str, Any]) -> str:
+    """``exact_match (strict-match)``; the bare name under lm-eval's ``none`` filter."""
+    return MetricSpec(row["metric"], row["filter"]).label

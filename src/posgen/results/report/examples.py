@@ -4,8 +4,10 @@ For one model (perturbations do not depend on the model's weights, only on its
 tokenizer), every task and every perturbed cell: the document pairs (text cells, words
 that moved marked) and the model rows (position cells, tokens whose position changed
 marked with the position they were given; feature cells, the first position offsets).
-The same documents and rows are shown at every rate (the smallest keys), so the
-nesting across rates is visible.
+A generative task's cells also show, per example document, the prompt the model got
+(text cells: its moved words marked) and the unperturbed and perturbed generations side
+by side, with what each filter extracted and the target. The same documents and rows are
+shown at every rate (the smallest keys), so the nesting across rates is visible.
 """
 
 from __future__ import annotations
@@ -34,17 +36,18 @@ def example_blocks(cells: Iterable[Mapping[str, Any]], model: str) -> list[Block
         if not perturbed:
             continue
         out.append(("h", 3, f"{task}"))
-        originals = base[task]["examples"]["docs"]
         for c in perturbed:
-            out += _cell_examples(c, originals)
+            out += _cell_examples(c, base[task]["examples"])
     return out
 
 
-def _cell_examples(c: Mapping[str, Any], originals: Mapping[str, Any]) -> list[Block]:
+def _cell_examples(c: Mapping[str, Any], base: Mapping[str, Any]) -> list[Block]:
+    originals = base["docs"]
     cell = c["cell"]
     title = f"{cell['kind']} {cell['scheme']} at {cell['rate']:g}"
     blocks: list[Block] = []
-    if cell["kind"] == "text":
+    generations = c["examples"].get("generations", {})
+    if cell["kind"] == "text" and not generations:  # a generative cell shows its prompt
         for key, fields in c["examples"]["docs"].items():
             for name, new in fields.items():
                 old = originals.get(key, {}).get(name)
@@ -53,9 +56,41 @@ def _cell_examples(c: Mapping[str, Any], originals: Mapping[str, Any]) -> list[B
     else:
         for row in c["examples"].get("rows", []):
             blocks += _row_example(f"{title}, row {row['key'][:8]} ({row['n']} tokens)", row)
+    for key, gen in generations.items():
+        before = base.get("generations", {}).get(key)
+        blocks += generation_blocks(f"{title}, document {key}", before, gen, cell["kind"])
     if not blocks:
         blocks.append(("p", f"{title}: no example recorded."))
     return blocks
+
+
+GENERATION_CHARS = 240  # characters of a generation shown
+
+
+def generation_blocks(
+    title: str, base: Mapping[str, Any] | None, gen: Mapping[str, Any], kind: str
+) -> list[Block]:
+    """The perturbed prompt (text cells: moved words marked) and a table of the
+    unperturbed and perturbed generations, each filter's extraction and the target."""
+    if base is None:
+        return [("p", f"{title}: the unperturbed cell recorded no generation of it.")]
+    out: list[Block] = []
+    if kind == "text":
+        out += _text_pair(f"{title}, prompt", base["prompt"], gen["prompt"])
+    else:
+        out.append(("p", f"{title}: the same prompt, its positions perturbed inside the model."))
+    rows = [["generation", _short(base["generation"]), _short(gen["generation"])]]
+    for name, text in gen.get("filtered", {}).items():
+        rows.append(
+            [f"{name} extracts", _short(base.get("filtered", {}).get(name, "")), _short(text)]
+        )
+    rows.append(["target", _short(base["target"]), _short(gen["target"])])
+    return [*out, ("table", ["", "unperturbed", "perturbed"], rows)]
+
+
+def _short(text: str) -> str:
+    text = str(text).replace("\n", "⏎ ")
+    return text if len(text) <= GENERATION_CHARS else text[: GENERATION_CHARS - 1] + "…"
 
 
 def _text_pair(title: str, old: str, new: str) -> list[Block]:

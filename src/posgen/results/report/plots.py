@@ -7,10 +7,12 @@ touches pyplot's global state or switches the user's backend.
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from posgen.results.scores.metric_units import axis_text
 
 KIND_STYLE = {
     "text": ("tab:blue", "o"),
@@ -52,21 +54,25 @@ def r_heatmap(table, column: str = "r_3axis", title: str = ""):
     return fig
 
 
-def degradation_curves(
-    degr, model: str, metrics: Mapping[str, str], thresholds: Mapping[str, float]
-) -> bytes:
-    """One row per task (its primary metric), two panels: rate (text vs position schemes)
-    and σ (feature schemes). Lines: degradation; bands: the bootstrap CI; the dotted line
-    is the tolerance threshold."""
-    tasks = sorted(metrics)
-    fig, axes = new_figure(len(tasks), 2, figsize=(10, 3.2 * len(tasks)))
+def degradation_curves(degr, tol, model: str, panels: Sequence[tuple[str, Any]]) -> bytes:
+    """One row per (task, metric) panel (``panels``: ``(task, MetricSpec)``), two columns:
+    rate (text vs position schemes) and σ (feature schemes). Lines: degradation in the
+    metric's unit; bands: the 95% CI; the dotted line is the tolerance threshold."""
+    fig, axes = new_figure(len(panels), 2, figsize=(10, 3.2 * len(panels)))
     sub = degr[degr["model"] == model]
-    for row, task in enumerate(tasks):
-        metric = metrics[task]
-        g = sub[(sub["task"] == task) & (sub["metric"] == metric)]
+    thr = tol[tol["model"] == model]
+    for row, (task, spec) in enumerate(panels):
+        sel = (
+            (sub["task"] == task) & (sub["metric"] == spec.metric) & (sub["filter"] == spec.filter)
+        )
+        g = sub[sel]
+        t = thr[
+            (thr["task"] == task) & (thr["metric"] == spec.metric) & (thr["filter"] == spec.filter)
+        ]
         for col, kinds in enumerate((("text", "position"), ("feature",))):
             ax = axes[row][col]
-            for (kind, scheme), h in g[g["kind"].isin(kinds)].groupby(["kind", "scheme"]):
+            curves = g[g["kind"].isin(kinds)].groupby(["kind", "scheme"])
+            for (kind, scheme), h in curves:
                 h = h.sort_values("rate")
                 x = np.concatenate([[0.0], h["rate"]])
                 color, marker = KIND_STYLE[kind]
@@ -85,21 +91,26 @@ def degradation_curves(
                     alpha=0.2,
                 )
             ax.axhline(0.0, color="grey", lw=0.6)
-            ax.axhline(thresholds[metric], color="black", lw=0.8, ls=":", label="threshold")
+            if len(t) and np.isfinite(t["threshold"].iloc[0]):
+                ax.axhline(t["threshold"].iloc[0], color="black", lw=0.8, ls=":", label="threshold")
             ax.set_xlabel("rate (fraction moved)" if col == 0 else "σ (positions)")
-            ax.set_ylabel(_ylabel(metric))
-            ax.set_title(f"{task}: {'text vs position' if col == 0 else 'feature'}", fontsize=10)
-            if len(ax.lines) > 2:
+            ax.set_ylabel(_ylabel(g, spec))
+            ax.set_title(
+                f"{task} / {spec.label}: {'text vs position' if col == 0 else 'feature'}",
+                fontsize=10,
+            )
+            if len(curves):
                 ax.legend(fontsize=8)
             else:
                 ax.text(0.5, 0.5, "not run", ha="center", va="center", transform=ax.transAxes)
-    fig.suptitle(f"Degradation with 95% bootstrap CI: {model}", fontsize=11)
+    fig.suptitle(f"Degradation with 95% CI: {model}", fontsize=11)
     fig.tight_layout()
     return _png(fig)
 
 
-def _ylabel(metric: str) -> str:
-    return f"{metric}: relative increase" if "perplexity" in metric else f"{metric}: drop"
+def _ylabel(g, spec) -> str:
+    unit = str(g["unit"].iloc[0]) if len(g) else "metric"
+    return axis_text(unit, spec.label, bool(spec.higher_is_better))
 
 
 def fit_heatmap(decomp, model: str, column: str = "r_3axis") -> bytes:

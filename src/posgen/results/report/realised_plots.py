@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from posgen.results.report.plots import KIND_STYLE, new_figure, png_bytes
+from posgen.results.scores.metric_units import axis_text
 
-KEYS = ["model", "task", "metric", "kind", "scheme", "rate"]
+KEYS = ["model", "task", "metric", "filter", "kind", "scheme", "rate"]
 
 
 def realised_frame(results, degr):
@@ -32,15 +33,20 @@ def realised_frame(results, degr):
     return degr.merge(results[cols], on=KEYS, how="left")
 
 
-def common_axis(results, degr, model: str, metrics: Mapping[str, str]) -> bytes:
-    """One panel per task (its primary metric): degradation with its 95% CI against the
+def common_axis(results, degr, model: str, metrics: Mapping[str, Any]) -> bytes:
+    """One panel per task (``metrics``: its primary MetricSpec): degradation with its 95% CI against the
     realised mean |Δposition| per item, a line per (kind, scheme)."""
     tasks = sorted(metrics)
     fig, axes = new_figure(1, len(tasks), figsize=(5.2 * len(tasks), 3.8))
     joined = realised_frame(results, degr)
     joined = joined[joined["model"] == model]
     for ax, task in zip(axes[0], tasks, strict=True):
-        g = joined[(joined["task"] == task) & (joined["metric"] == metrics[task])]
+        spec = metrics[task]
+        g = joined[
+            (joined["task"] == task)
+            & (joined["metric"] == spec.metric)
+            & (joined["filter"] == spec.filter)
+        ]
         absent = []
         for (kind, scheme), h in g.groupby(["kind", "scheme"]):
             h = h.sort_values("rate")
@@ -66,10 +72,8 @@ def common_axis(results, degr, model: str, metrics: Mapping[str, str]) -> bytes:
         ax.set_xlabel(
             "realised mean |Δposition| per item\n(text: words; position, feature: tokens)"
         )
-        ax.set_ylabel(
-            f"{metrics[task]}: "
-            + ("relative increase" if "perplexity" in metrics[task] else "drop")
-        )
+        unit = str(g["unit"].iloc[0]) if len(g) else "metric"
+        ax.set_ylabel(axis_text(unit, spec.label, bool(spec.higher_is_better)))
         ax.set_title(f"{task}", fontsize=10)
         if absent:
             ax.text(

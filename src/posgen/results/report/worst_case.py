@@ -2,11 +2,12 @@
 degradation of each document's mean over its K perturbation draws beside that of its
 worst draw (HELM's worst case; perdoc.parquet's ``delta_worst``).
 
-Per cell on a task's primary metric, with ``g_d`` the document's degradation (nats per
-word for perplexities, the score drop for accuracy) and ``w_d`` its words (1 for
-accuracy): ``mean = Σ w ḡ / Σ w`` over the draws' mean ``ḡ_d``, ``worst = Σ w max_k g_dk
-/ Σ w``; perplexities are shown as the relative degradation ``exp(·) - 1``, as in the
-rest of the report.
+Per cell on a task's primary metric scored per document, with ``g_d`` the document's
+degradation (nats per word or byte for perplexities, the score's move toward worse for
+means) and ``w_d`` its words or bytes (1 for means): ``mean = Σ w ḡ / Σ w`` over the
+draws' mean ``ḡ_d``, ``worst = Σ w max_k g_dk / Σ w``; perplexities are shown as the
+relative degradation ``exp(·) - 1`` (bits per byte as ``· / ln 2``), as in the rest of
+the report. A corpus figure (BLEU, MCC) has no per-document degradation: not shown.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import math
 from typing import Any
 
 from posgen.results.folder.config import RunConfig
-from posgen.results.folder.schema import METRIC_RULES
 from posgen.results.report.render import Block
-from posgen.results.scores.scoring import collapse_seeds, primary_metric
+from posgen.results.scores.metric_units import primary
+from posgen.results.scores.scoring import collapse_seeds
 
 
 def worst_case_blocks(cfg: RunConfig, scores: dict[str, Any]) -> list[Block]:
@@ -42,14 +43,24 @@ def worst_case_blocks(cfg: RunConfig, scores: dict[str, Any]) -> list[Block]:
 def worst_case_rows(scores: dict[str, Any]) -> list[list[str]]:
     docs = collapse_seeds(scores["perdoc"])
     rows = []
-    keys = ["model", "task", "metric", "kind", "scheme", "rate"]
-    for (model, task, metric, kind, scheme, rate), g in docs.groupby(keys, sort=True):
-        if metric != primary_metric(sorted(set(docs[docs["task"] == task]["metric"]))):
+    keys = ["model", "task", "kind", "scheme", "rate"]
+    for task, specs in sorted(scores["metrics"].items()):
+        spec = primary(specs)
+        if spec is None or not spec.per_document:
             continue
-        ppl = METRIC_RULES[metric] == "perplexity"
-        w = g["base_den"] if ppl else 1.0 + 0 * g["base_den"]
-        mean = g["base_num"] / g["base_den"] - g["num"] / g["den"]
-        values = [float((w * v).sum() / w.sum()) for v in (mean, g["delta_worst"])]
-        shown = [f"{math.expm1(v):+.4f}" if ppl else f"{v:+.4f}" for v in values]
-        rows.append([model, task, metric, f"{kind} {scheme}", f"{rate:g}", *shown])
+        mine = docs[(docs["task"] == task) & (docs["metric"] == spec.metric)]
+        mine = mine[mine["filter"] == spec.filter]
+        for (model, _, kind, scheme, rate), g in mine.groupby(keys, sort=True):
+            w = g["base_den"] if spec.log_scale else 1.0 + 0 * g["base_den"]
+            mean = spec.ratio_sign() * (g["base_num"] / g["base_den"] - g["num"] / g["den"])
+            values = [float((w * v).sum() / w.sum()) for v in (mean, g["delta_worst"])]
+            shown = [_as_reported(spec.rule, v) for v in values]
+            rows.append([model, task, spec.label, f"{kind} {scheme}", f"{rate:g}", *shown])
     return rows
+
+
+def _as_reported(rule: str | None, v: float) -> str:
+    """A per-document mean degradation as the report shows the rule's degradation."""
+    if rule == "perplexity":
+        return f"{math.expm1(v):+.4f}"
+    return f"{v / math.log(2):+.4f}" if rule == "bits_per_byte" else f"{v:+.4f}"

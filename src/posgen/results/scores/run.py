@@ -4,24 +4,35 @@ gate and ``posgen compare``)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from posgen.perturbations import PerturbationError
 from posgen.results.folder.config import RunConfig, Scoring
+from posgen.results.folder.metrics import MetricSpec
 from posgen.results.folder.plan import plan_cells
 from posgen.results.folder.schema import SchemaError
 from posgen.results.folder.store import RunStore, check_cell_record, read_parquet
 from posgen.results.scores.association import cross_model
+from posgen.results.scores.corpus import corpus_table
+from posgen.results.scores.metric_units import primary
 from posgen.results.scores.scoring import (
+    GROUP,
     degradation_table,
     fit_quality,
     model_summary,
     tolerance_table,
 )
 from posgen.results.scores.tolerance import band, resampled_figures
-from posgen.results.tables.tidy import perdoc_rows, result_rows
+from posgen.results.tables.metric_list import Aggregations
+from posgen.results.tables.tidy import (
+    corpus_pairs,
+    perdoc_rows,
+    result_rows,
+    task_metrics,
+    unscorable_rows,
+)
 
 
 def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
@@ -33,13 +44,18 @@ def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
     fits = {m: fit_quality(d) for m, d in decomps.items()}
     config = store.run_config
     twins = {m.label for m in config.models if m.random_init}
-    scores = score_tables(perdoc, fits, config.scoring, twins)
+    metrics = task_metrics(cells)
+    aggregations = Aggregations(getattr(config, "include_path", ()))
+    corpus = corpus_pairs(cells)
+    scores = score_tables(perdoc, fits, config.scoring, twins, metrics, corpus, aggregations)
     return store, {
         **scores,
         "results": results,
         "perdoc": perdoc,
         "decompositions": decomps,
         "cells": cells,
+        "metrics": metrics,
+        "unscorable": unscorable_rows(cells) + scores.pop("unloaded"),
     }
 
 
@@ -122,23 +138,38 @@ def score_tables(
     fits: Mapping[str, Mapping[str, float]],
     cfg: Scoring | None = None,
     twins: Collection[str] = (),
+    metrics: Mapping[str, Sequence[MetricSpec]] | None = None,
+    corpus: Sequence[Mapping[str, Any]] = (),
+    aggregations: Aggregations | None = None,
 ) -> dict[str, Any]:
-    """Every score of a run: degradation and tolerance tables, fit quality per model, and
-    the cross-model correlations (fit quality r_3axis vs the interpolated tolerance and
-    vs AUC, per task and kind; ``twins`` are the random-init models, not counted)."""
+    """Every score of a run: degradation (per-document metrics from ``perdoc``, corpus
+    metrics from ``corpus``: :func:`posgen.results.tables.tidy.corpus_pairs`) and
+    tolerance tables, fit quality per model, and the cross-model correlations (fit
+    quality r_3axis vs the interpolated tolerance and vs AUC, per task and kind, on each
+    task's primary metric among ``metrics``; ``twins`` are the random-init models, not
+    counted). ``aggregations`` loads corpus metrics' functions; ``unloaded`` lists those
+    it could not load now."""
+    import pandas as pd
 
     cfg = cfg or Scoring()
     degr = degradation_table(perdoc, cfg)
+    corp, unloaded = corpus_table(corpus, cfg, aggregations)
+    if len(corp):
+        degr = pd.concat([degr, corp], ignore_index=True) if len(degr) else corp
+        degr = degr.sort_values([*GROUP, "rate"], kind="stable", ignore_index=True)
     tol = tolerance_table(degr, cfg)
-    summary = model_summary(tol, fits)
-    reps = resampled_figures(perdoc, cfg)
+    summary = model_summary(tol, fits, metrics or {})
+    firsts = {
+        (t, s.metric, s.filter) for t, specs in (metrics or {}).items() if (s := primary(specs))
+    }
+    reps = resampled_figures(perdoc, cfg, only=firsts)
     corr = []
     for group, per_model in summary.items():
         task, kind = group.split("|")
         for y in ("tolerance_interp", "auc"):
             draws = {}
             for model, v in per_model.items():
-                r = reps.get((model, task, v["metric"], kind, v["scheme"]))
+                r = reps.get((model, task, v["metric"], v["filter"], kind, v["scheme"]))
                 if r is not None:
                     draws[model] = r[y]
                     v[f"{y}_lo"], v[f"{y}_hi"] = band(r[y], cfg.confidence)
@@ -150,4 +181,5 @@ def score_tables(
         "fit": dict(fits),
         "summary": summary,
         "cross_model": corr,
+        "unloaded": unloaded,
     }

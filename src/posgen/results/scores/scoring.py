@@ -2,18 +2,23 @@
 the cross-model correlation between them.
 
 Degradation of a perturbed cell against its model's unperturbed baseline, on the same
-documents ``d = 1..n``:
+documents ``d = 1..n``, ``> 0`` for worse (direction from lm-eval's ``higher_is_better``),
+in the unit of :mod:`posgen.results.scores.metric_units`:
 
-- perplexity metrics (lm-eval's ``weighted_perplexity``):
-  ``PPL = exp(-Σ_d ll_d / Σ_d w_d)`` and degradation ``D = PPL_pert / PPL_base - 1``
-  (relative increase; 0.10 = 10 % higher perplexity);
-- mean metrics (``acc``): ``D = mean_d(s_base) - mean_d(s_pert)`` (the drop).
+- perplexity rule (lm-eval's ``weighted_perplexity``, ``perplexity``):
+  ``PPL = exp(-Σ_d ll_d / Σ_d w_d)`` and ``D = PPL_pert / PPL_base - 1`` (relative
+  increase; 0.10 = 10 % higher perplexity);
+- bits_per_byte: ``D = bpb_pert - bpb_base = log2(PPL_pert / PPL_base)`` on bytes;
+- mean rule (``acc``, ``exact_match``, any score averaged over documents):
+  ``D = mean_d(s_base) - mean_d(s_pert)`` (the drop), or its negative when lower is better;
+- corpus metrics (bleu, mcc, ...): :mod:`posgen.results.scores.corpus`.
 
-Intervals (:mod:`posgen.results.stats.intervals`, method recorded as ``interval`` in the
-scoring config): perplexities get a t interval on ``log(1 + D)`` with its delta-method
-standard error (``log-t``, default, or the bootstrap-t ``boot-t``), accuracies the paired Agresti–Min interval. The percentile paired
-bootstrap (:func:`paired_bootstrap`) is kept for comparison only: at 12 documents it
-covers 85–89 % at nominal 95 %.
+Intervals (:mod:`posgen.results.stats.intervals`; each row names its ``interval``):
+perplexities get a t interval on ``log(1 + D)`` with its delta-method standard error
+(``log-t``, default, or the bootstrap-t ``boot-t``; bits per byte the same, in bits),
+0/1 scores the paired Agresti–Min interval, other means a paired t interval. The
+percentile paired bootstrap (:func:`paired_bootstrap`) is kept for comparison only: at
+12 documents it covers 85–89 % at nominal 95 %.
 
 Several perturbation seeds per cell (``posgen run --seeds K``): the K draws of one
 document are replicates of the same unit, so each document's sums are averaged over the
@@ -32,20 +37,34 @@ from typing import Any
 import numpy as np
 
 from posgen.results.folder.config import Scoring
-from posgen.results.folder.schema import METRIC_RULES, PRIMARY_METRICS
-from posgen.results.stats.intervals import agresti_min, ratio_interval, wilson
+from posgen.results.folder.metrics import MetricSpec
+from posgen.results.scores.metric_units import measurable, primary, threshold, unit_of
+from posgen.results.stats.intervals import agresti_min, paired_t, ratio_interval, wilson
 from posgen.results.stats.resampling import resample_counts
-from posgen.results.tables.tidy import aggregate
+from posgen.results.tables.documents import aggregate
 
-GROUP = ["model", "task", "metric", "kind", "scheme", "seed"]
+GROUP = ["model", "task", "metric", "filter", "kind", "scheme", "seed"]
+SPEC = ["aggregation", "higher_is_better"]  # carried with every row of a (metric, filter)
 
 
 def degradation(
-    rule: str, base_num: np.ndarray, base_den: np.ndarray, num: np.ndarray, den: np.ndarray
+    rule: str,
+    base_num: np.ndarray,
+    base_den: np.ndarray,
+    num: np.ndarray,
+    den: np.ndarray,
+    higher_is_better: bool | None = None,
 ) -> np.ndarray:
-    """``D`` over the last axis (documents); inputs ``[..., n]`` -> ``[...]``."""
+    """``D`` over the last axis (documents); inputs ``[..., n]`` -> ``[...]``.
+
+    ``higher_is_better`` None: the rule's usual direction (lower perplexity, higher mean).
+    """
+    if higher_is_better is None:
+        higher_is_better = rule == "mean"
     base, pert = aggregate(rule, base_num, base_den), aggregate(rule, num, den)
-    return pert / base - 1.0 if rule == "perplexity" else base - pert
+    if rule == "perplexity":
+        return base / pert - 1.0 if higher_is_better else pert / base - 1.0
+    return base - pert if higher_is_better else pert - base
 
 
 def paired_bootstrap(
@@ -59,15 +78,16 @@ def paired_bootstrap(
     confidence: float = 0.95,
     seed: int = 0,
     key: str = "",
+    higher_is_better: bool | None = None,
 ) -> dict[str, float]:
     """Point estimate, percentile CI and bootstrap stderr of ``D`` on paired documents."""
     arrays = [np.asarray(a, dtype=np.float64) for a in (base_num, base_den, num, den)]
     n = len(arrays[0])
     if any(len(a) != n for a in arrays):
         raise ValueError("paired arrays must have the same length")
-    point = float(degradation(rule, *arrays))
+    point = float(degradation(rule, *arrays, higher_is_better))
     counts = resample_counts(n, iters, seed, key)  # [iters, n]
-    reps = degradation(rule, *(counts * a for a in arrays))  # [iters]
+    reps = degradation(rule, *(counts * a for a in arrays), higher_is_better)  # [iters]
     alpha = (1.0 - confidence) / 2.0
     lo, hi = np.quantile(reps, [alpha, 1.0 - alpha])
     return {
@@ -82,11 +102,11 @@ def paired_bootstrap(
 def collapse_seeds(perdoc):
     """Average each document's sums over the perturbation seeds of its cell.
 
-    ``[model, task, metric, kind, scheme, rate, doc_key]`` keys one output row; ``seed``
-    becomes the smallest seed and ``n_seeds`` counts the draws averaged. With one seed
-    per cell the table is unchanged (plus ``n_seeds = 1``).
+    ``[model, task, metric, filter, kind, scheme, rate, doc_key]`` keys one output row;
+    ``seed`` becomes the smallest seed and ``n_seeds`` counts the draws averaged. With one
+    seed per cell the table is unchanged (plus ``n_seeds = 1``).
     """
-    keys = [c for c in GROUP if c != "seed"] + ["rate", "doc_key"]
+    keys = [c for c in GROUP if c != "seed"] + ["rate", "doc_key", *SPEC]
     cols = ["base_num", "base_den", "num", "den"]
     agg: dict[str, Any] = {c: "mean" for c in cols} | {"seed": "min"}
     if "delta_worst" in perdoc.columns:  # the same on every seed's row of a document
@@ -101,51 +121,97 @@ def collapse_seeds(perdoc):
     return out.reset_index()
 
 
-def cell_interval(rule: str, g, cfg: Scoring, key: str) -> dict[str, Any]:
-    """Degradation, interval, stderr and n of one cell's per-document rows ``g``."""
+def value_shapes(perdoc) -> dict[tuple[str, str, str], tuple[bool, bool]]:
+    """Per (task, metric, filter): whether every per-document value (baseline and
+    perturbed, every model and seed) lies in [0, 1], and whether each is 0 or 1."""
+    out = {}
+    for key, g in perdoc.groupby(["task", "metric", "filter"], sort=True):
+        v = np.concatenate(
+            [(g["base_num"] / g["base_den"]).to_numpy(), (g["num"] / g["den"]).to_numpy()]
+        )
+        out[key] = (bool(((v >= 0) & (v <= 1)).all()), bool(np.isin(v, (0.0, 1.0)).all()))
+    return out
 
+
+def cell_interval(spec: MetricSpec, unit: str, binary: bool, g, cfg: Scoring, key: str) -> dict:
+    """Degradation, interval (and its name), stderr and n of one cell's per-document rows
+    ``g`` of a metric scored per document (module doc)."""
     cols = [g[c].to_numpy(np.float64) for c in ("base_num", "base_den", "num", "den")]
-    if rule == "perplexity":
-        return ratio_interval(
-            *cols,
+    if spec.log_scale:
+        worse_first = cols if not spec.higher_is_better else [*cols[2:], *cols[:2]]
+        r = ratio_interval(
+            *worse_first,
             method=cfg.interval,
             confidence=cfg.confidence,
             iters=cfg.iters,
             seed=cfg.seed,
             key=key,
         )
-    return agresti_min(cols[0] / cols[1], cols[2] / cols[3], cfg.confidence)
+        if spec.rule == "bits_per_byte":  # log2 of the byte-perplexity ratio
+            r = {
+                **r,
+                **{k: math.log2(1.0 + r[k]) for k in ("degradation", "ci_lo", "ci_hi")},
+                "stderr": r["stderr"] / (1.0 + r["degradation"]) / math.log(2),
+            }
+        return {**r, "interval": cfg.interval}
+    base, pert = cols[0] / cols[1], cols[2] / cols[3]
+    if not spec.higher_is_better:  # the worse direction is up: measure the rise
+        base, pert = (1.0 - base, 1.0 - pert) if unit == "fraction" else (-base, -pert)
+    if unit == "fraction" and binary:
+        return {**agresti_min(base, pert, cfg.confidence), "interval": "agresti-min"}
+    return {**paired_t(base - pert, cfg.confidence), "interval": "paired-t"}
+
+
+CONSISTENCY = ("consistency", "consistency_lo", "consistency_hi")
+DEGRADATION_COLUMNS = [
+    *GROUP,
+    "rate",
+    *SPEC,
+    "unit",
+    "interval",
+    "degradation",
+    "ci_lo",
+    "ci_hi",
+    "stderr",
+    "n",
+    "baseline",
+    "n_seeds",
+    *CONSISTENCY,
+]
 
 
 def degradation_table(perdoc, cfg: Scoring | None = None):
-    """One row per perturbed cell and metric: degradation, CI, stderr, n, n_seeds."""
+    """One row per perturbed cell and per-document metric: degradation in its unit, CI,
+    stderr, n, the unperturbed figure, n_seeds and the consistency rate."""
     cfg = cfg or Scoring()
     import pandas as pd
 
     rows = []
+    shapes = value_shapes(perdoc)
     docs = collapse_seeds(perdoc)
-    keys_ = [c for c in GROUP if c != "seed"] + ["rate"]
+    keys_ = [c for c in GROUP if c != "seed"] + ["rate", *SPEC]
     for keys, g in docs.groupby(keys_, sort=True):
         rec = dict(zip(keys_, keys, strict=True))
         rec["seed"] = int(g["seed"].min())
         key = "|".join(str(rec[k]) for k in [*GROUP, "rate"])
-        rule = METRIC_RULES[rec["metric"]]
-        stats = cell_interval(rule, g, cfg, key)
-        base = aggregate(rule, g["base_num"].to_numpy(float), g["base_den"].to_numpy(float))
+        spec = MetricSpec(
+            rec["metric"], rec["filter"], rec["aggregation"], bool(rec["higher_is_better"])
+        )
+        in_unit, binary = shapes[(rec["task"], rec["metric"], rec["filter"])]
+        unit = unit_of(spec.rule or "", in_unit)
+        stats = cell_interval(spec, unit, binary, g, cfg, key)
+        base = aggregate(spec.rule, g["base_num"].to_numpy(float), g["base_den"].to_numpy(float))
         rows.append(
             {
                 **rec,
                 **stats,
+                "unit": unit,
                 "baseline": float(base),
                 "n_seeds": int(g["n_seeds"].max()),
                 **consistency(g, cfg.confidence),
             }
         )
-    cols = [*GROUP, "rate", "degradation", "ci_lo", "ci_hi", "stderr", "n", "baseline"]
-    return pd.DataFrame(rows, columns=[*cols, "n_seeds", *CONSISTENCY])
-
-
-CONSISTENCY = ("consistency", "consistency_lo", "consistency_hi")
+    return pd.DataFrame(rows, columns=DEGRADATION_COLUMNS)
 
 
 def consistency(g, confidence: float = 0.95) -> dict[str, float]:
@@ -186,24 +252,35 @@ def tolerance(rates: Sequence[float], values: Sequence[float], threshold: float)
     return {"tolerance": tol, "crossing": crossing, "auc": auc, "max_rate": float(r[-1])}
 
 
-def measurable(metric: str, baseline: float, threshold: float) -> bool:
-    """Whether a degradation beyond ``threshold`` is possible at all: an accuracy drop
-    cannot exceed the baseline accuracy, so a model at (or near) zero accuracy shows
-    no degradation whatever the perturbation does; its tolerance would be meaningless."""
-    return METRIC_RULES[metric] == "perplexity" or baseline > threshold
+TOLERANCE_COLUMNS = [
+    *GROUP,
+    *SPEC,
+    "unit",
+    "threshold",
+    "tolerance",
+    "tolerance_lo",
+    "tolerance_hi",
+    "crossing",
+    "auc",
+    "max_rate",
+    "baseline",
+    "measurable",
+]
 
 
 def tolerance_table(degr, cfg: Scoring | None = None):
-    """Per (model, task, metric, kind, scheme, seed): tolerance, its range over the CI
-    (``tolerance_lo`` from the upper CI bound, ``tolerance_hi`` from the lower), crossing
-    and AUC, the baseline value, and ``measurable`` (see :func:`measurable`)."""
+    """Per (model, task, metric, filter, kind, scheme, seed): tolerance, its range over
+    the CI (``tolerance_lo`` from the upper CI bound, ``tolerance_hi`` from the lower),
+    crossing and AUC, the threshold in the curve's unit, the baseline value, and
+    ``measurable`` (:func:`posgen.results.scores.metric_units.measurable`)."""
     import pandas as pd
 
     cfg = cfg or Scoring()
     rows = []
-    for keys, g in degr.groupby(GROUP, sort=True):
-        rec = dict(zip(GROUP, keys, strict=True))
-        thr = cfg.threshold(rec["metric"])
+    for keys, g in degr.groupby([*GROUP, *SPEC, "unit"], sort=True):
+        rec = dict(zip([*GROUP, *SPEC, "unit"], keys, strict=True))
+        base = float(g["baseline"].iloc[0])
+        thr = threshold(cfg, rec["unit"], base)
         main = tolerance(g["rate"], g["degradation"], thr)
         rows.append(
             {
@@ -212,23 +289,11 @@ def tolerance_table(degr, cfg: Scoring | None = None):
                 "threshold": thr,
                 "tolerance_lo": tolerance(g["rate"], g["ci_hi"], thr)["tolerance"],
                 "tolerance_hi": tolerance(g["rate"], g["ci_lo"], thr)["tolerance"],
-                "baseline": float(g["baseline"].iloc[0]),
-                "measurable": measurable(rec["metric"], float(g["baseline"].iloc[0]), thr),
+                "baseline": base,
+                "measurable": measurable(rec["unit"], bool(rec["higher_is_better"]), base, thr),
             }
         )
-    cols = [
-        *GROUP,
-        "threshold",
-        "tolerance",
-        "tolerance_lo",
-        "tolerance_hi",
-        "crossing",
-        "auc",
-        "max_rate",
-        "baseline",
-        "measurable",
-    ]
-    return pd.DataFrame(rows, columns=cols)
+    return pd.DataFrame(rows, columns=TOLERANCE_COLUMNS)
 
 
 FIT_COLUMNS = ("r_3axis", "r_2axis", "r_distance_key")
@@ -252,25 +317,21 @@ def fit_quality(decomp) -> dict[str, float]:
     return {**out, "n_heads": len(per_head)}
 
 
-def primary_metric(metrics: Sequence[str]) -> str | None:
-    """The metric a task's tolerance is quoted on: word_perplexity, else acc."""
-    for m in PRIMARY_METRICS:
-        if m in metrics:
-            return m
-    return None
-
-
-def model_summary(tol, fits: Mapping[str, Mapping[str, float]]) -> dict[str, dict]:
+def model_summary(
+    tol, fits: Mapping[str, Mapping[str, float]], metrics: Mapping[str, Sequence[MetricSpec]]
+) -> dict[str, dict]:
     """Per (task, kind): ``{model: {r_3axis, ..., tolerance, tolerance_interp, auc}}`` on
-    each task's primary metric; ``tolerance_interp`` is the crossing, or the largest rate
-    when the curve never crosses (censored)."""
+    each task's primary metric (``metrics``: each task's (metric, filter) descriptions);
+    ``tolerance_interp`` is the crossing, or the largest rate when the curve never crosses
+    (censored)."""
     out: dict[str, dict] = {}
     for (task, kind), g in tol.groupby(["task", "kind"], sort=True):
-        metric = primary_metric(sorted(set(g["metric"])))
-        if metric is None:
+        spec = primary(metrics.get(task, ()))
+        if spec is None:
             continue
         per_model = {}
-        for row in g[g["metric"] == metric].itertuples(index=False):
+        rows = g[(g["metric"] == spec.metric) & (g["filter"] == spec.filter)]
+        for row in rows.itertuples(index=False):
             if not row.measurable:  # no tolerance to relate to fit quality (see measurable)
                 continue
             interp = (
@@ -284,7 +345,8 @@ def model_summary(tol, fits: Mapping[str, Mapping[str, float]]) -> dict[str, dic
                     "tolerance_interp": float(interp),
                     "auc": row.auc,
                     "scheme": row.scheme,
-                    "metric": metric,
+                    "metric": spec.metric,
+                    "filter": spec.filter,
                     **dict(fits.get(row.model, {})),
                 }
             )

@@ -10,7 +10,9 @@ gives ``B`` replicates of each model's curve, hence of its figures.
 Used two ways: a percentile band of each model's figure (descriptive: how far it moves
 when the documents are redrawn), and the spread of the cross-model correlation over the
 same replicates, which carries every model's tolerance uncertainty into the relation.
-Shapes: per (model, task, metric, kind, scheme) arrays ``[B]`` per figure.
+Shapes: per (model, task, metric, filter, kind, scheme) arrays ``[B]`` per figure. Metrics
+scored per document only: a corpus figure (bleu, mcc) would need lm-eval's aggregation
+recomputed for every rate of every replicate, and has no band.
 """
 
 from __future__ import annotations
@@ -19,38 +21,52 @@ from typing import Any
 
 import numpy as np
 
-from posgen.results.folder.schema import METRIC_RULES
-from posgen.results.scores.scoring import collapse_seeds, degradation, tolerance
+from posgen.results.folder.metrics import MetricSpec
+from posgen.results.scores.metric_units import threshold, unit_of
+from posgen.results.scores.scoring import SPEC, collapse_seeds, degradation, tolerance, value_shapes
 from posgen.results.stats.resampling import resample_counts
+from posgen.results.tables.documents import aggregate
 
 FIGURES = ("tolerance_interp", "auc")
-KEYS = ["model", "task", "metric", "kind", "scheme"]
+KEYS = ["model", "task", "metric", "filter", "kind", "scheme"]
 
 
-def resampled_figures(perdoc, cfg, iters: int = 200) -> dict[tuple, dict[str, np.ndarray]]:
-    """``{(model, task, metric, kind, scheme): {"tolerance_interp": [B], "auc": [B]}}``.
+def resampled_figures(
+    perdoc, cfg, iters: int = 200, only: set[tuple[str, str, str]] | None = None
+) -> dict[tuple, dict[str, np.ndarray]]:
+    """``{(model, task, metric, filter, kind, scheme): {"tolerance_interp": [B], "auc": [B]}}``.
 
     ``perdoc`` is the per-document table (several seeds are averaged per document
     first); documents are drawn per task with one count matrix shared by all models.
+    ``only``: the (task, metric, filter) curves wanted (each task's primary metric, whose
+    tolerance enters the cross-model relation); all when None.
     """
-
+    if only is not None:
+        wanted = [
+            (t, m, f) in only
+            for t, m, f in zip(perdoc["task"], perdoc["metric"], perdoc["filter"], strict=True)
+        ]
+        perdoc = perdoc[wanted]
     docs = collapse_seeds(perdoc)
+    shapes = value_shapes(perdoc)
     counts = {}
     for task, g in docs.groupby("task", sort=True):
         keys = sorted(set(g["doc_key"]))
         counts[task] = (keys, resample_counts(len(keys), iters, cfg.seed, f"relation|{task}"))
     out: dict[tuple, dict[str, np.ndarray]] = {}
-    for key, g in docs.groupby(KEYS, sort=True):
+    for key, g in docs.groupby([*KEYS, *SPEC], sort=True):
         keys, c = counts[key[1]]
         arr = _curve_arrays(g, keys)
         if arr is None:
             continue  # documents differ between rates: no joint resample
         rates, sums = arr  # [R], 4 x [R, n]
-        rule = METRIC_RULES[key[2]]
-        d = degradation(rule, *(c[:, None, :] * s[None] for s in sums))  # [B, R]
-        thr = cfg.threshold(key[2])
+        spec = MetricSpec(key[2], key[3], key[6], bool(key[7]))
+        d = degradation(spec.rule, *(c[:, None, :] * s[None] for s in sums), spec.higher_is_better)
+        base = float(aggregate(spec.rule, sums[0][0], sums[1][0]))  # the unperturbed figure
+        unit = unit_of(spec.rule, shapes[(key[1], key[2], key[3])][0])
+        thr = threshold(cfg, unit, base)
         figs = [tolerance(rates, row, thr) for row in d]
-        out[key] = {
+        out[key[:6]] = {
             "tolerance_interp": np.array(
                 [f["max_rate"] if f["crossing"] is None else f["crossing"] for f in figs]
             ),

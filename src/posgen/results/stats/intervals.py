@@ -25,7 +25,8 @@ skewed ones (lognormal, CV 1), where the percentile bootstrap gives .897 and .87
 n = 6 a bootstrap-t resample made of near-identical documents has a tiny ``se*`` and
 an extreme ``t*``; on the embedded model that gave an upper bound of D = 96.
 
-Accuracy (0/1 per document, paired): :func:`agresti_min`. Proportions: :func:`wilson`.
+Accuracy (0/1 per document, paired): :func:`agresti_min`; other scores averaged over
+documents: :func:`paired_t`. Proportions: :func:`wilson`.
 Assumption throughout: documents are independent draws from the task's population.
 """
 
@@ -141,6 +142,30 @@ def agresti_min(
         "stderr": raw_se,
         "n": n,
     }
+
+
+def paired_t(delta: Sequence[float], confidence: float = 0.95) -> dict[str, float]:
+    """Mean paired difference ``D = mean(δ)`` with its t interval ``D ± t_{n-1} sd(δ)/√n``.
+
+    For scores averaged over documents that are not 0/1 (F1 per question, a per-document
+    BLEU): ``δ_d`` is the document's move toward worse, ``[n]``. ``n < 2``: NaN bounds; a
+    zero standard error (every document moved alike) gives ``[D, D]``.
+    """
+    d = np.asarray(delta, dtype=np.float64)
+    if d.ndim != 1 or d.size == 0:
+        raise ValueError("need a non-empty 1-D array of paired differences")
+    n, mean = d.size, float(d.mean())
+    if n < 2:
+        return {
+            "degradation": mean,
+            "ci_lo": math.nan,
+            "ci_hi": math.nan,
+            "stderr": math.nan,
+            "n": n,
+        }
+    se = float(d.std(ddof=1) / math.sqrt(n))
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * se
+    return {"degradation": mean, "ci_lo": mean - half, "ci_hi": mean + half, "stderr": se, "n": n}
 
 
 def wilson(k: float, n: int, confidence: float = 0.95) -> tuple[float, float]:

@@ -156,6 +156,48 @@ def doc_examples(
     }
 
 
+def generation_examples(
+    by_filter: Mapping[str, list[Mapping[str, Any]]], keys: list[str], k: int = EXAMPLE_DOCS
+) -> dict[str, dict[str, Any]]:
+    """What a generative cell's model was asked and answered, for the ``k`` documents with
+    the smallest keys: ``prompt`` (the context it generated from), ``generation`` (its raw
+    text), ``target`` and ``filtered`` (the answer each filter extracted).
+
+    ``by_filter``: the logged samples per filter (one per document each, in the order of
+    ``keys``). Arguments are read as lm-eval holds them in memory (a list of
+    ``(context, gen_kwargs)``) or as its samples file writes them (``gen_args_0.arg_0``)."""
+    filters = list(by_filter)
+    if not filters:
+        return {}
+    first = by_filter[filters[0]]
+    order = sorted(range(len(keys)), key=lambda i: keys[i])[:k]
+    out = {}
+    for i in order:
+        sample = first[i]
+        out[keys[i]] = {
+            "prompt": _context(sample.get("arguments")),
+            "generation": _first_text(sample.get("resps")),
+            "target": str(sample.get("target", "")),
+            "filtered": {f: _first_text(by_filter[f][i].get("filtered_resps")) for f in filters},
+        }
+    return out
+
+
+def _context(arguments: Any) -> str:
+    if isinstance(arguments, Mapping):  # lm-eval's samples file: {"gen_args_0": {"arg_0": ...}}
+        arguments = [list(a.values()) for a in arguments.values() if isinstance(a, Mapping)]
+    try:
+        return str(arguments[0][0])
+    except (TypeError, IndexError, KeyError):
+        return ""
+
+
+def _first_text(value: Any) -> str:
+    while isinstance(value, (list, tuple)) and value:
+        value = value[0]
+    return "" if isinstance(value, (list, tuple)) else str(value)
+
+
 NOTHING_MOVED = "NOTHING MOVED"
 
 

@@ -1,12 +1,14 @@
 """From lm-eval's output to posgen's tidy rows and per-document pairs.
 
 lm-eval's ``simple_evaluate`` returns ``results[task]["<metric>,<filter>"]`` (and
-``"<metric>_stderr,<filter>"``) and, with ``log_samples``, ``samples[task]``: one dict
-per document holding the per-document metric values. For a perplexity metric that value
-is the pair ``(loglikelihood, weight)`` (weight = words or bytes) that lm-eval's
-``weighted_perplexity`` aggregates as ``exp(-sum(ll) / sum(weight))``; for ``acc`` it is
-a 0/1 score that lm-eval averages. posgen keeps those pairs as ``(num, den)`` per
-document so scores can be recomputed exactly on bootstrap resamples.
+``"<metric>_stderr,<filter>"``), ``configs[task]`` (the task's config, its
+``metric_list`` among it), ``higher_is_better[task]`` and, with ``log_samples``,
+``samples[task]``: one dict per (document, filter) holding the per-document metric
+values. A cell record keeps the task's metrics as lm-eval ran them (``metric_list``: one
+:class:`~posgen.results.folder.metrics.MetricSpec` per (metric, filter), those posgen
+cannot score with their reason), each scorable metric's figure (``metrics``) and its
+per-document values (``docs``: ``(num, den)`` pairs, or the items of a corpus metric), so
+scores can be recomputed exactly on bootstrap resamples (:mod:`.documents`).
 """
 
 from __future__ import annotations
@@ -16,176 +18,48 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from posgen.results.folder.metrics import MetricSpec
 from posgen.results.folder.schema import (
     LENGTH_CURVE_COLUMNS,
     LENGTH_EFFECTIVE_COLUMNS,
-    METRIC_RULES,
     PERDOC_COLUMNS,
     RESULT_COLUMNS,
     SchemaError,
     frame,
 )
 from posgen.results.folder.store import read_json
-from posgen.results.stats.resampling import resample_counts
-from posgen.results.tables.realised import STATS, doc_examples, document_items, summary, text_items
-from posgen.tasks.doc_ids import DOC_ID, source_ids
-
-# How a logged document is paired across cells: perturbed tasks add DOC_ID (the source
-# id of the document they perturbed); an unperturbed document gets the same id by the
-# same rule (posgen.tasks.doc_ids).
-PERTURBED_ID = DOC_ID
-STDERR_BOOTSTRAP = 500
-
-
-def doc_keys(samples: list[Mapping[str, Any]], split: str) -> list[str]:
-    """The pairing key of every logged sample of one cell (:mod:`posgen.tasks.doc_ids`)."""
-    docs = [s.get("doc") if isinstance(s.get("doc"), Mapping) else {} for s in samples]
-    if docs and all(d.get(PERTURBED_ID) is not None for d in docs):
-        return [str(d[PERTURBED_ID]) for d in docs]
-    ids = source_ids(docs, split)
-    if ids is not None:
-        return ids
-    if any("doc_id" not in s for s in samples):
-        raise SchemaError("a logged sample has neither a source doc id nor lm-eval's doc_id")
-    return [f"{split}:{s['doc_id']}" for s in samples]
+from posgen.results.tables.documents import by_filter, cell_metrics, doc_keys, extract_docs
+from posgen.results.tables.metric_list import Aggregations, metric_specs
+from posgen.results.tables.realised import (
+    STATS,
+    doc_examples,
+    document_items,
+    generation_examples,
+    summary,
+    text_items,
+)
 
 
-def extract_docs(samples: Iterable[Mapping[str, Any]], split: str = "test") -> dict[str, dict]:
-    """Per metric: ``{"keys": [...], "num": [...], "den": [...], "excluded": [...]}`` from
-    logged samples; ``split`` is the split lm-eval evaluated (for documents without an id
-    field). A document with no words or no bytes (lm-eval logs ``[0, 0]``) has no
-    perplexity ratio: it is left out of ``keys``/``num``/``den`` and its key listed in
-    ``excluded`` (it adds nothing to lm-eval's sums either). So is an empty document in
-    word perplexity, which lm-eval counts as one word (``len(re.split(r"\\s+", ""))`` is 1)
-    of loglikelihood 0: no bytes, or a ``[0.0, 1]`` pair; ``excluded_sum`` keeps what
-    lm-eval summed for the excluded documents, so its reported value is still checked."""
-    samples = list(samples)
-    keys = doc_keys(samples, split)
-    out: dict[str, dict[str, list]] = {}
-    for key, sample in zip(keys, samples, strict=True):
-        for metric, rule in METRIC_RULES.items():
-            if metric not in sample:
-                continue
-            num, den = _num_den(sample[metric], rule, metric)
-            slot = out.setdefault(metric, {"keys": [], "num": [], "den": [], "excluded": []})
-            if rule == "perplexity" and (den == 0 or _empty_words(sample, metric, num, den)):
-                slot["excluded"].append(key)
-                # what lm-eval summed for it anyway, to check its reported value
-                ex = slot.setdefault("excluded_sum", [0.0, 0.0])
-                ex[0], ex[1] = ex[0] + num, ex[1] + den
-                continue
-            slot["keys"].append(key)
-            slot["num"].append(num)
-            slot["den"].append(den)
-            if metric == "acc":  # the predicted choice, for the consistency rate
-                slot.setdefault("choice", []).append(predicted_choice(sample))
-    if len(set(keys)) != len(keys):
-        raise SchemaError(
-            "duplicate document keys in the logged samples; documents cannot be paired"
-        )
-    return out
+def specs_of(record: Mapping[str, Any]) -> list[MetricSpec]:
+    """The (metric, filter) descriptions of a cell record, in the task's order."""
+    return [MetricSpec.from_dict(d) for d in record.get("metric_list", [])]
 
 
-def _empty_words(sample: Mapping[str, Any], metric: str, num: float, den: float) -> bool:
-    """An empty document lm-eval logged as one word: no bytes, or loglikelihood 0."""
-    if metric != "word_perplexity" or den != 1:
-        return False
-    nbytes = sample.get("byte_perplexity")
-    if isinstance(nbytes, (list, tuple)) and len(nbytes) == 2:
-        return float(nbytes[1]) == 0
-    return num == 0
-
-
-def predicted_choice(sample: Mapping[str, Any]) -> int:
-    """The choice lm-eval's ``acc`` picked: the argmax of the per-choice loglikelihoods
-    in ``filtered_resps`` (``[(ll, is_greedy), ...]``); -1 when they are not logged, or
-    when there is one continuation only (a cloze ``acc`` is ``is_greedy`` of the target:
-    there is no choice to keep, and its argmax would always be 0)."""
-    resps = sample.get("filtered_resps")
-    try:
-        lls = [float(r[0]) for r in resps]  # type: ignore[union-attr]
-    except (TypeError, ValueError, IndexError, KeyError):
-        return -1
-    return int(np.argmax(lls)) if len(lls) > 1 else -1
-
-
-def _num_den(value: Any, rule: str, metric: str) -> tuple[float, float]:
-    if rule == "perplexity":
-        if not isinstance(value, (list, tuple)) or len(value) != 2:
-            raise SchemaError(
-                f"{metric}: expected a (loglikelihood, weight) pair per document, got {value!r}"
-            )
-        return float(value[0]), float(value[1])
-    return float(value), 1.0
-
-
-def aggregate(rule: str, num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    """lm-eval's aggregation over the last axis.
-
-    perplexity: ``exp(-sum(num) / sum(den))`` (lm_eval.api.metrics.weighted_perplexity);
-    mean: ``sum(num) / sum(den)`` (den = 1 per document). Shapes: ``[..., n_docs]`` ->
-    ``[...]``.
-    """
-    ratio = num.sum(axis=-1) / den.sum(axis=-1)
-    return np.exp(-ratio) if rule == "perplexity" else ratio
-
-
-def metric_stderr(rule: str, num: np.ndarray, den: np.ndarray, seed: int = 0) -> float:
-    """Standard error of the aggregate: closed form for means (as lm-eval's
-    ``mean_stderr``), a seeded bootstrap over documents for perplexities."""
-    n = len(num)
-    if n < 2:
-        return math.nan
-    if rule == "mean":
-        return float(np.std(num / den, ddof=1) / math.sqrt(n))
-
-    counts = resample_counts(n, STDERR_BOOTSTRAP, seed, "metric-stderr")
-    return float(np.std(aggregate(rule, counts * num, counts * den), ddof=1))
-
-
-def cell_metrics(
-    docs: Mapping[str, Mapping[str, list]], reported: Mapping[str, Any], seed: int = 0
-) -> dict[str, dict[str, float]]:
-    """Per metric: value (recomputed from the documents and checked against lm-eval's),
-    stderr and n."""
-    out = {}
-    for metric, slot in docs.items():
-        rule = METRIC_RULES[metric]
-        num, den = np.asarray(slot["num"]), np.asarray(slot["den"])
-        if len(num) == 0:  # every document excluded: nothing to score
-            continue
-        value = float(aggregate(rule, num, den))
-        lm_value = reported.get(f"{metric},none")
-        ex_num, ex_den = slot.get("excluded_sum", (0.0, 0.0))  # what lm-eval also summed
-        as_lm_eval = float(aggregate(rule, np.append(num, ex_num), np.append(den, ex_den)))
-        if isinstance(lm_value, (int, float)) and not math.isclose(
-            as_lm_eval, lm_value, rel_tol=1e-6, abs_tol=1e-9
-        ):
-            raise SchemaError(
-                f"{metric}: lm-eval reported {lm_value}, the logged documents "
-                f"give {as_lm_eval}; the samples do not match the results"
-            )
-        lm_se = reported.get(f"{metric}_stderr,none")
-        stderr = (
-            float(lm_se) if isinstance(lm_se, (int, float)) else metric_stderr(rule, num, den, seed)
-        )
-        out[metric] = {
-            "value": value,
-            "stderr": stderr,
-            "n": len(num),
-            "excluded": len(slot.get("excluded", [])),
-        }
-    return out
+def unscorable_text(specs: Iterable[MetricSpec]) -> str:
+    """``bypass (none): lm-eval's bypass ...; ...`` for the specs posgen cannot score."""
+    return "; ".join(f"{s.label}: {s.reason}" for s in specs if s.reason)
 
 
 def result_rows(cells: Iterable[Mapping[str, Any]]):
-    """The tidy ``results.parquet`` table of a list of cell records."""
+    """The tidy ``results.parquet`` table of a list of cell records: one row per scored
+    (metric, filter) of every cell."""
     rows = []
     for c in cells:
         info, cell = c["model_info"], c["cell"]
-        for metric, m in sorted(c["metrics"].items()):
+        for spec in specs_of(c):
+            m = c["metrics"].get(spec.key)
+            if m is None:
+                continue  # not scorable in this cell: listed by unscorable_rows
             rows.append(
                 {
                     **_cell_keys(c),
@@ -194,7 +68,7 @@ def result_rows(cells: Iterable[Mapping[str, Any]]):
                     "dtype": info["dtype"],
                     "random_init": bool(info["random_init"]),
                     "lm_eval_task": cell["lm_eval_task"],
-                    "metric": metric,
+                    **_spec_columns(spec),
                     "value": m["value"],
                     "stderr": math.nan if m["stderr"] is None else m["stderr"],
                     "n": int(m["n"]),
@@ -205,6 +79,15 @@ def result_rows(cells: Iterable[Mapping[str, Any]]):
                 }
             )
     return frame(rows, RESULT_COLUMNS)
+
+
+def _spec_columns(spec: MetricSpec) -> dict[str, Any]:
+    return {
+        "metric": spec.metric,
+        "filter": spec.filter,
+        "aggregation": spec.aggregation,
+        "higher_is_better": bool(spec.higher_is_better),
+    }
 
 
 def _cell_keys(c: Mapping[str, Any]) -> dict[str, Any]:
@@ -219,43 +102,107 @@ def _cell_keys(c: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def perdoc_rows(cells: Iterable[Mapping[str, Any]]):
-    """Per-document pairs of every perturbed cell with its model's baseline cell."""
-    cells = list(cells)
+def baselines(cells: list[Mapping[str, Any]]) -> dict[tuple[str, str], Mapping[str, Any]]:
+    """Each (model, task)'s baseline cell; a perturbed cell without one is refused."""
     base = {(c["model"], c["cell"]["task"]): c for c in cells if c["cell"]["kind"] == "none"}
-    rows = []
     for c in cells:
-        cell = c["cell"]
-        if cell["kind"] == "none":
-            continue
-        b = base.get((c["model"], cell["task"]))
-        if b is None:
+        if (c["model"], c["cell"]["task"]) not in base:
             raise SchemaError(
-                f"{c['model']} / {cell['task']}: no baseline (rate 0) cell to "
+                f"{c['model']} / {c['cell']['task']}: no baseline (rate 0) cell to "
                 "pair with; rerun `posgen run` to finish the run"
             )
-        for metric, slot in c["docs"].items():
-            rows.extend(_pair_rows(c, b["docs"].get(metric), slot, metric))
+    return base
+
+
+def paired_metrics(cells: list[Mapping[str, Any]]):
+    """``(cell, spec, its slot, the baseline's slot)`` of every metric scorable in both a
+    perturbed cell and its model's baseline cell."""
+    base = baselines(cells)
+    for c in cells:
+        if c["cell"]["kind"] != "none":
+            b = base[(c["model"], c["cell"]["task"])]
+            for spec, slot, base_slot in _paired_specs(c, b):
+                yield c, spec, slot, base_slot
+
+
+def _paired_specs(c: Mapping[str, Any], b: Mapping[str, Any]):
+    """``(spec, perturbed slot, baseline slot)`` of every metric scorable in both a
+    perturbed cell and its baseline; refuses a metric described differently in the two."""
+    base = {s.key: s for s in specs_of(b)}
+    where = f"{c['model']} / {c['cell']['lm_eval_task']}"
+    for spec in specs_of(c):
+        other = base.get(spec.key)
+        if other is None and spec.rule is not None:
+            raise SchemaError(f"{where} / {spec.label}: the baseline cell has no such metric")
+        if other is None or spec.rule is None or other.rule is None:
+            continue  # unscorable on one side: listed by unscorable_rows
+        if (other.aggregation, other.higher_is_better) != (spec.aggregation, spec.higher_is_better):
+            raise SchemaError(
+                f"{where} / {spec.label}: aggregated as {spec.aggregation} "
+                f"(higher_is_better {spec.higher_is_better}), the baseline as "
+                f"{other.aggregation} ({other.higher_is_better}); they cannot be compared"
+            )
+        if spec.key in c["docs"] and spec.key in b["docs"]:
+            yield spec, c["docs"][spec.key], b["docs"][spec.key]
+
+
+def perdoc_rows(cells: Iterable[Mapping[str, Any]]):
+    """Per-document pairs of every perturbed cell with its model's baseline cell, for
+    every metric scored per document (corpus metrics: :func:`corpus_pairs`)."""
+    rows = []
+    for c, spec, slot, base_slot in paired_metrics(list(cells)):
+        if spec.per_document:
+            rows.extend(_pair_rows(c, base_slot, slot, spec))
     worst: dict[tuple, float] = {}  # per document, the largest delta over the cell's seeds
+    keys = ("model", "task", "kind", "scheme", "rate", "metric", "filter", "doc_key")
     for r in rows:
-        key = (r["model"], r["task"], r["kind"], r["scheme"], r["rate"], r["metric"], r["doc_key"])
+        key = tuple(r[k] for k in keys)
         worst[key] = max(worst.get(key, -math.inf), r["delta"])
     for r in rows:
-        key = (r["model"], r["task"], r["kind"], r["scheme"], r["rate"], r["metric"], r["doc_key"])
-        r["delta_worst"] = worst[key]
+        r["delta_worst"] = worst[tuple(r[k] for k in keys)]
     return frame(rows, PERDOC_COLUMNS)
+
+
+def corpus_pairs(cells: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Every perturbed cell's corpus metric with its baseline's, on the documents of both
+    in key order: the cell's keys, the spec, ``keys``, ``base_items`` and ``items``."""
+    out = []
+    for c, spec, slot, base_slot in paired_metrics(list(cells)):
+        if spec.rule != "corpus":
+            continue
+        mine = dict(zip(slot["keys"], slot["items"], strict=True))
+        theirs = dict(zip(base_slot["keys"], base_slot["items"], strict=True))
+        _same_documents(f"{c['model']} / {c['cell']['lm_eval_task']} / {spec.label}", theirs, mine)
+        keys = sorted(mine)
+        out.append(
+            {
+                **_cell_keys(c),
+                "spec": spec,
+                "keys": keys,
+                "base_items": [theirs[k] for k in keys],
+                "items": [mine[k] for k in keys],
+            }
+        )
+    return out
+
+
+def _same_documents(where: str, base: Iterable[str], mine: Iterable[str]) -> None:
+    base, mine = set(base), set(mine)
+    if base != mine:
+        missing = sorted(base ^ mine)[:5]
+        raise SchemaError(
+            f"{where}: documents differ from the baseline's (e.g. {missing}); "
+            "perturbed and baseline cells must score the same documents"
+        )
 
 
 def _pair_rows(
     c: Mapping[str, Any],
-    base_slot: Mapping[str, list] | None,
+    base_slot: Mapping[str, list],
     slot: Mapping[str, list],
-    metric: str,
+    spec: MetricSpec,
 ) -> list[dict[str, Any]]:
-    cell = c["cell"]
-    where = f"{c['model']} / {cell['lm_eval_task']} / {metric}"
-    if base_slot is None:
-        raise SchemaError(f"{where}: the baseline cell has no such metric")
+    where = f"{c['model']} / {c['cell']['lm_eval_task']} / {spec.label}"
     base = {
         k: (n, d)
         for k, n, d in zip(base_slot["keys"], base_slot["num"], base_slot["den"], strict=True)
@@ -268,12 +215,7 @@ def _pair_rows(
     no_choice = [-1] * len(base_slot["keys"])
     base_choice = dict(zip(base_slot["keys"], base_slot.get("choice", no_choice), strict=True))
     choices = slot.get("choice", [-1] * len(slot["keys"]))
-    if set(base) != set(slot["keys"]):
-        missing = sorted(set(base) ^ set(slot["keys"]))[:5]
-        raise SchemaError(
-            f"{where}: documents differ from the baseline's (e.g. {missing}); "
-            "perturbed and baseline cells must score the same documents"
-        )
+    _same_documents(where, base, slot["keys"])
     realised = c["realised"]
     per_doc = {
         i["key"]: i
@@ -281,23 +223,23 @@ def _pair_rows(
             realised["items"] if realised["unit"] == "document" else realised.get("documents", [])
         )
     }
+    sign = spec.ratio_sign()
     rows = []
     for key, num, den, choice in zip(slot["keys"], slot["num"], slot["den"], choices, strict=True):
         bn, bd = base[key]
         item = per_doc.get(key, {})
-        # > 0 means worse: for perplexities num/den = -NLL per word (byte), so this is the
-        # NLL increase; for scores it is the drop
-        delta = bn / bd - num / den
         rows.append(
             {
                 **_cell_keys(c),
-                "metric": metric,
+                **_spec_columns(spec),
                 "doc_key": key,
                 "base_num": bn,
                 "base_den": bd,
                 "num": num,
                 "den": den,
-                "delta": delta,
+                # > 0 is worse: the NLL rise per word, byte or document for the log
+                # rules, the score's move in its worse direction for means
+                "delta": sign * (bn / bd - num / den),
                 "base_choice": int(base_choice[key]),
                 "choice": int(choice),
                 "realised_n": float(item.get("n", math.nan)),
@@ -305,6 +247,38 @@ def _pair_rows(
             }
         )
     return rows
+
+
+def unscorable_rows(cells: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Every (model, task, metric, filter) posgen could not score in some cell, with the
+    reason and how many cells it was unscorable in (the report and the commands list them)."""
+    found: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for c in cells:
+        for spec in specs_of(c):
+            if spec.reason:
+                key = (c["model"], c["cell"]["task"], spec.label)
+                row = found.setdefault(
+                    key,
+                    {
+                        "model": key[0],
+                        "task": key[1],
+                        "metric": key[2],
+                        "reason": spec.reason,
+                        "cells": 0,
+                    },
+                )
+                row["cells"] += 1
+    return [found[k] for k in sorted(found)]
+
+
+def task_metrics(cells: Iterable[Mapping[str, Any]]) -> dict[str, list[MetricSpec]]:
+    """Each task's (metric, filter) descriptions in its own order, from its first
+    baseline cell (every model runs the same task config)."""
+    out: dict[str, list[MetricSpec]] = {}
+    for c in cells:
+        if c["cell"]["kind"] == "none":
+            out.setdefault(c["cell"]["task"], specs_of(c))
+    return out
 
 
 def cell_record(
@@ -315,14 +289,20 @@ def cell_record(
     posgen_version: str,
     seed: int = 0,
     model_side: Mapping[str, Any] | None = None,
+    configs: Mapping[str, Any] | None = None,
+    higher_is_better: Mapping[str, Any] | None = None,
+    aggregations: Aggregations | None = None,
 ) -> dict[str, Any]:
     """The record of one finished cell from lm-eval's output for its single task.
 
     ``cell`` holds task, lm_eval_task, kind, scheme, rate, seed, perturbation_spec and
-    perturbation_version; ``results``/``samples`` are ``simple_evaluate``'s
-    ``["results"]`` and ``["samples"]``. ``model_side`` (position and feature cells):
-    ``{"realised": ..., "rows": [...]}`` as measured in the model
-    (posgen.harness.run.realised_rows); text cells take theirs from the logged docs.
+    perturbation_version; ``results``, ``samples``, ``configs`` and ``higher_is_better``
+    are those of ``simple_evaluate``'s output (or an lm-eval results file; without
+    ``configs`` lm-eval's registry defaults describe the metrics). ``model_side``
+    (position and feature cells): ``{"realised": ..., "rows": [...]}`` as measured in the
+    model (posgen.harness.run.realised_rows); text cells take theirs from the logged docs.
+    ``aggregations`` loads a corpus metric's function (a task's own from its config).
+    Refuses a task none of whose metrics posgen can score.
     """
     name = cell["lm_eval_task"]
     if name not in results or name not in samples:
@@ -331,20 +311,56 @@ def cell_record(
             f"(got {sorted(results)}); was log_samples on?"
         )
     split = cell.get("split") or "test"
-    docs = extract_docs(samples[name], split)
-    if not docs:
+    config = (configs or {}).get(name)
+    specs = metric_specs(results[name], samples[name], config, (higher_is_better or {}).get(name))
+    docs, specs = extract_docs(samples[name], specs, split)
+    specs, functions = corpus_functions(cell["task"], specs, aggregations or Aggregations())
+    docs = {k: v for k, v in docs.items() if k in functions or not v.get("items")}
+    metrics = cell_metrics(docs, specs, results[name], seed, functions)
+    if not metrics:
         raise SchemaError(
-            f"{name}: the logged samples carry none of the metrics posgen "
-            f"scores ({sorted(METRIC_RULES)})"
+            f"{name}: posgen can score none of its metrics ({unscorable_text(specs) or 'none logged'})"
         )
+    record = realised_record(cell["kind"], name, samples[name], split, model_side)
+    if _generative(config, samples[name]):
+        groups = by_filter(samples[name])
+        first = next(iter(groups.values()))
+        record["examples"]["generations"] = generation_examples(groups, doc_keys(first, split))
     return {
         "cell": dict(cell),
         "model_info": dict(model_info),
         "posgen_version": posgen_version,
-        "metrics": cell_metrics(docs, results[name], seed),
+        "metric_list": [s.to_dict() for s in specs],
+        "metrics": metrics,
         "docs": docs,
-        **realised_record(cell["kind"], name, samples[name], split, model_side),
+        **record,
     }
+
+
+def corpus_functions(
+    task: str, specs: list[MetricSpec], aggregations: Aggregations
+) -> tuple[list[MetricSpec], dict[str, Any]]:
+    """Each scorable corpus metric's aggregation function, by key; a metric whose function
+    cannot be loaded becomes unscorable, saying why."""
+    out, functions = [], {}
+    for spec in specs:
+        if spec.rule == "corpus":
+            fn = aggregations.function(task, spec)
+            if fn is None:
+                spec = spec.with_problem(aggregations.why(task, spec))
+            else:
+                functions[spec.key] = fn
+        out.append(spec)
+    return out, functions
+
+
+def _generative(config: Mapping[str, Any] | None, samples: list[Mapping[str, Any]]) -> bool:
+    """A generate_until task: said by its config, else by its requests' arguments
+    (a context and its generation settings)."""
+    if config and config.get("output_type"):
+        return config["output_type"] == "generate_until"
+    args = samples[0].get("arguments") if samples else None
+    return isinstance(args, list) and bool(args) and isinstance(args[0][-1], Mapping)
 
 
 def realised_record(
@@ -355,9 +371,11 @@ def realised_record(
     model_side: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     """A record's ``realised`` amount and ``examples`` (see posgen.results.tables.realised);
-    ``task``: the lm-eval task the ``samples`` were logged under. A model-side cell's rows
-    are traced to their documents (lm-eval's ``doc_id``) and summed up per document."""
+    ``task``: the lm-eval task the ``samples`` were logged under (one filter's samples are
+    read: the documents are the same under every filter). A model-side cell's rows are
+    traced to their documents (lm-eval's ``doc_id``) and summed up per document."""
 
+    samples = next(iter(by_filter(samples).values()), [])
     keys = doc_keys(samples, split)
     examples: dict[str, Any] = {"docs": doc_examples(samples, keys)}
     realised: dict[str, Any] = {"unit": "", "items": []}
