@@ -1,9 +1,10 @@
 """The names lm-eval's task manager knows, kept on disk so that checking ``--suite``
 takes milliseconds instead of the half-minute lm-eval spends indexing every task YAML.
 
-The index is keyed by the posgen and lm-eval releases and by the modification time of
-lm-eval's task folder, so an upgrade or an edited editable install rebuilds it; a name
-missing from a current index is unknown to lm-eval too.
+The index is keyed by the posgen and lm-eval releases, by the modification time of
+lm-eval's task folder and by the names of posgen's shipped task files, so an upgrade, an
+edited editable install or a task added to posgen rebuilds it; a name missing from a
+current index is unknown to lm-eval too.
 """
 
 from __future__ import annotations
@@ -19,12 +20,16 @@ from posgen import __version__
 from posgen.atomic import atomic_write_text
 from posgen.harness.embedded import cache_dir
 
+# posgen's shipped task YAML (posgen.tasks.family.YAML_DIR, not imported: it loads lm-eval)
+POSGEN_YAML = Path(__file__).resolve().parents[2] / "tasks" / "lm_eval_yaml"
+
 
 def index_key() -> str:
     spec = importlib.util.find_spec("lm_eval")
     tasks = Path(next(iter(spec.submodule_search_locations))) / "tasks" if spec else Path()
     stamp = tasks.stat().st_mtime_ns if tasks.exists() else 0
-    text = f"{__version__}|{importlib.metadata.version('lm_eval')}|{tasks}|{stamp}"
+    shipped = ",".join(sorted(p.name for p in POSGEN_YAML.glob("*.yaml")))
+    text = f"{__version__}|{importlib.metadata.version('lm_eval')}|{tasks}|{stamp}|{shipped}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
