@@ -48,6 +48,7 @@ def _fields(*names: str) -> tuple[FieldSpec, ...]:
 KNOWN_FIELDS: dict[str, tuple[FieldSpec, ...]] = {
     "posgen_prose": _fields("text"),
     "posgen_cloze": _fields("context"),
+    "posgen_recall": _fields("passage"),
     "hellaswag": (FieldSpec("query", after=": "),),
     "arc_easy": _fields("question"),
     "arc_challenge": _fields("question"),

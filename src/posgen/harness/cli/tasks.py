@@ -78,6 +78,12 @@ def _list() -> int:
     for task in offline.SUITE_TASKS:
         metrics = [m["metric"] for m in family.BASE_TASKS[task]["metric_list"]]
         print(f"  {task:<14} {primary_metric(metrics)}")
+    others = [t for t in offline.TASKS if t not in offline.SUITE_TASKS]
+    if others:
+        print("Other offline tasks (metrics; not in the default suite or its groups):")
+    for task in others:
+        metrics = [m["metric"] for m in family.BASE_TASKS[task]["metric_list"]]
+        print(f"  {task:<14} {', '.join(metrics)}")
     print("\nShipped groups (each over the offline suite):")
     for p in family.shipped_perturbations():
         print(f"  {naming.format_name(p, None):<26} {p.spec.to_string()}")
