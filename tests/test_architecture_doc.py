@@ -1,9 +1,13 @@
-"""docs/architecture.md names only files, folders and names that exist."""
+"""docs/architecture.md names only files, folders and names that exist, describes each
+module it names, and names every top-level module, every part of harness/ and every file
+of hf_posgen/."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
@@ -15,7 +19,8 @@ PKG = ROOT / "src" / "posgen"
 def _exists(name: str) -> bool:
     name = name.rstrip("/")
     candidates = [ROOT / name] + [
-        PKG / part / name for part in ("", "results", "harness", "perturbations")
+        PKG / part / name
+        for part in ("", "results", "harness", "perturbations", "harness/hf_posgen")
     ]
     return any(p.exists() for p in candidates)
 
@@ -41,3 +46,66 @@ def test_every_results_subpackage_and_compat_name_it_mentions_exists():
 def test_the_checker_sees_a_missing_module():
     assert not _exists("results/nowhere.py") and _exists("results/gate/check.py")
     assert "Before and after" in TEXT and "Before and after" not in DOC
+
+
+def _units(text: str) -> list[str]:
+    """What a description is judged on: each line of a table or a code block (one entry
+    each), each other paragraph whole."""
+    units, fenced = [], False
+    for block in re.split(r"\n\s*\n", text):
+        lines = block.splitlines()
+        fences = sum(ln.startswith("```") for ln in lines)
+        if fenced or fences or all(ln.startswith("|") for ln in lines):
+            units += lines
+        else:
+            units.append(" ".join(lines))
+        fenced = fenced != (fences % 2 == 1)
+    return units
+
+
+UNITS = _units(DOC)
+
+
+def _described(name: str) -> bool:
+    """An entry of the page (a table row, a line of a code block, a paragraph) names
+    ``name`` (alone or after folders, in backticks or in the tree) beside at least three
+    words of prose: code spans and other file and folder names left out. A path is also
+    found by its last folder and file (``hf_posgen/qk_noise.py``)."""
+    parts = name.rstrip("/").split("/")
+    tails = {"/".join(parts[i:]) + ("/" if name.endswith("/") else "") for i in range(len(parts))}
+    tails = {t for t in tails if "/" in t.rstrip("/") or t == name}
+    for tail in tails:
+        naming = re.compile(rf"(?<![\w.])(?:\w+/)*{re.escape(tail)}(?![\w])")
+        for unit in UNITS:
+            if naming.search(unit):
+                prose = re.sub(r"`[^`]*`|[\w./]+\.py\b|\b\w+/", " ", unit)
+                if len(re.findall(r"[A-Za-z]{2,}", prose)) >= 3:
+                    return True
+    return False
+
+
+def test_every_module_the_page_names_is_described():
+    named = set(re.findall(r"`([A-Za-z_][\w/]*(?:\.py|/))`", DOC))
+    bare = sorted(n for n in named if not _described(n))
+    assert not bare, f"docs/architecture.md names these without describing them: {bare}"
+
+
+def _entries(folder: Path) -> list[str]:
+    """The modules (``x.py``) and subpackages (``x/``) of ``folder``."""
+    return sorted(
+        p.name if p.suffix == ".py" else f"{p.name}/"
+        for p in folder.iterdir()
+        if p.suffix == ".py" or (p / "__init__.py").exists()
+    )
+
+
+@pytest.mark.parametrize("folder", ["", "harness", "harness/hf_posgen"])
+def test_every_module_of_the_package_harness_and_hf_posgen_is_described(folder):
+    entries = [e for e in _entries(PKG / folder) if not (folder and e == "__init__.py")]
+    missing = [e for e in entries if not _described(e)]
+    assert not missing, f"docs/architecture.md does not describe {folder or 'posgen'}: {missing}"
+
+
+def test_the_description_checker_needs_prose_beside_the_name():
+    assert _described("perturbed_forward.py") and _described("compat/")
+    assert not _described("nowhere.py")

@@ -92,10 +92,12 @@ def test_replace_task_manager_takes_only_a_class_the_replacement_derives_from():
         pass
 
     home = types.SimpleNamespace(TaskManager=TaskManager)
-    compat.replace_task_manager(home, Posgen)
+    restore = compat.replace_task_manager(home, Posgen)
     assert home.TaskManager is Posgen
+    restore()
+    assert home.TaskManager is TaskManager
     other = types.SimpleNamespace(TaskManager=dict)
-    compat.replace_task_manager(other, Posgen)
+    compat.replace_task_manager(other, Posgen)()
     assert other.TaskManager is dict
 
 
@@ -255,3 +257,109 @@ def test_using_attention_registers_once_restores_and_sees_through_wrappers():
 def test_an_attention_function_without_a_mask_function_is_refused():
     with pytest.raises(compat.CompatError, match="no mask function for 'nosuch'"):
         compat.register_attention("posgen_test_nomask", lambda: None, mask="nosuch")
+
+
+def test_patched_refuses_what_compat_does_not_list():
+    import lm_eval.utils
+
+    original = lm_eval.utils.make_disjoint_window
+    with (
+        pytest.raises(compat.CompatError, match=r"not listed in posgen\.compat"),
+        compat.patched("lm_eval.utils:make_disjoint_window", lambda orig: None),
+    ):
+        raise AssertionError("the block must not run")
+    assert lm_eval.utils.make_disjoint_window is original
+
+
+def test_every_model_family_has_its_rotary_function_listed_in_its_modeling_file():
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    from posgen.harness.model_family import families
+
+    by_name = {f.name: f for f in families()}
+    assert set(by_name) == set(compat.ROTARY_FUNCTIONS)
+    for name, family in by_name.items():
+        module, _, function = compat.ROTARY_FUNCTIONS[name].partition(":")
+        assert function == family.apply_rotary
+        for model_type in family.model_types:
+            assert getattr(transformers, MODEL_MAPPING_NAMES[model_type]).__module__ == module
+
+
+def test_check_reports_a_rotary_function_whose_parameters_changed(monkeypatch):
+    moved = "transformers.models.llama.modeling_llama:rotate_half"  # (x), not (q, k, cos, sin)
+    monkeypatch.setitem(compat.ROTARY_FUNCTIONS, "llama", moved)
+    assert [m for m in compat.check() if m.startswith(moved)] == [
+        f"{moved}: parameters start ('x',), not ('q', 'k', 'cos', 'sin')"
+    ]
+
+
+def test_patched_rotary_wraps_restores_and_refuses_another_signature():
+    import transformers.models.llama.modeling_llama as llama
+
+    original = llama.apply_rotary_pos_emb
+    with compat.patched_rotary(llama.__name__, "apply_rotary_pos_emb", lambda o: "wrapped"):
+        assert llama.apply_rotary_pos_emb == "wrapped"
+    assert llama.apply_rotary_pos_emb is original
+    with (
+        pytest.raises(compat.CompatError, match=r"rotate_half: parameters start \('x',\)"),
+        compat.patched_rotary(llama.__name__, "rotate_half", lambda o: None),
+    ):
+        raise AssertionError("the block must not run")
+
+
+def test_forward_replaced_runs_hooks_and_puts_an_instance_forward_back():
+    import torch
+
+    layer, x, seen = torch.nn.Identity(), torch.ones(2), []
+    layer.register_forward_hook(lambda module, args, output: seen.append(output))
+    with compat.forward_replaced(layer, lambda *args: "recorded"):
+        assert layer(x) == "recorded"
+    assert layer(x) is x and "forward" not in vars(layer) and seen == ["recorded", x]
+    own = lambda *args: "accelerate's"  # noqa: E731  (an instance-level forward)
+    layer.forward = own
+    with pytest.raises(KeyError), compat.forward_replaced(layer, lambda *args: None):
+        raise KeyError("inside")
+    assert vars(layer)["forward"] is own
+
+
+def test_the_hflm_attributes_hf_posgen_sets_exist_and_are_read(tiny_model_dir):
+    from lm_eval.models.huggingface import HFLM
+
+    lm = HFLM(pretrained=str(tiny_model_dir("llama")), device="cpu", batch_size=1)
+    assert set(compat.LM_EVAL_ATTRIBUTES) == {
+        "HFLM.accelerator",
+        "HFLM._rank",
+        "HFLM._world_size",
+        "HFLM.logits_cache",
+    }
+    assert lm.logits_cache is True  # HFLM's default, which hf-posgen turns off and back
+
+    class Accelerator:  # HFLM sets one only when it counts several GPUs
+        waited = 0
+
+        def wait_for_everyone(self) -> None:
+            self.waited += 1
+
+    lm.accelerator, lm._rank, lm._world_size = Accelerator(), 1, 2
+    lm.barrier()
+    assert (lm.rank, lm.world_size, lm.accelerator.waited) == (1, 2, 1)
+
+
+def test_wrapped_method_changes_one_object_is_undone_and_must_be_listed():
+    from lm_eval.api.samplers import ContextSampler, FirstNSampler
+
+    sampler, other = FirstNSampler([{"a": 1}], rnd=None), FirstNSampler([{"a": 2}], rnd=None)
+    undo = compat.wrapped_method(sampler, "sample", lambda inner: lambda *a, **k: ["wrapped"])
+    assert sampler.sample(1) == ["wrapped"] and other.sample(1) == [{"a": 2}]
+    undo()
+    assert "sample" not in vars(sampler) and sampler.sample(1) == [{"a": 1}]
+    assert isinstance(sampler, ContextSampler)
+    with pytest.raises(compat.CompatError, match=r"FirstNSampler\.set_rnd is wrapped but not"):
+        compat.wrapped_method(sampler, "set_rnd", lambda inner: inner)
+
+
+def test_check_reports_a_wrapped_method_whose_parameters_changed(monkeypatch):
+    path = next(iter(compat.LM_EVAL_WRAPPED))
+    monkeypatch.setitem(compat.LM_EVAL_WRAPPED, path, ("self", "n"))
+    assert any(m.startswith(path) and "parameters" in m for m in compat.check())

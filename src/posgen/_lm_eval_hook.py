@@ -6,7 +6,8 @@ interpreter start; it does nothing unless the process is the ``lm_eval`` / ``lm-
 console script, and even then it imports nothing that lm-eval itself would not:
 
 - the ``hf-posgen`` model is registered by name (a lazy placeholder in lm-eval's model
-  registry), so torch and posgen's model load only when ``--model hf-posgen`` is asked for;
+  registry, :func:`posgen.lm_eval_plugin.register_model`), so torch and posgen's model
+  load only when ``--model hf-posgen`` is asked for;
 - posgen's task manager is put in place when lm-eval itself imports ``lm_eval.tasks``
   or ``lm_eval.evaluator`` (an import hook), never before.
 
@@ -22,8 +23,6 @@ import sys
 from typing import Any
 
 _CLI_NAMES = {"lm_eval", "lm-eval"}
-MODEL_NAME = "hf-posgen"
-MODEL_TARGET = "posgen.harness.hf_posgen.model:HFPosgenLM"
 # module loaded -> modules whose TaskManager is replaced right after it has loaded
 # (lm_eval.tasks imports lm_eval.tasks.manager; lm_eval.evaluator binds the class itself)
 _PATCH_AFTER = {
@@ -44,20 +43,10 @@ def _is_lm_eval_cli(argv0: str, orig_argv: list[str]) -> bool:
     return False
 
 
-def register_model_lazily() -> None:
-    """``hf-posgen`` in lm-eval's model registry as a placeholder (no torch import)."""
-    import lm_eval.models  # noqa: F401  (built-ins first, or `--model hf` stops resolving)
-    from lm_eval.api.registry import model_registry
-
-    if MODEL_NAME not in model_registry:
-        model_registry.register(MODEL_NAME, target=MODEL_TARGET)
-
-
 def _patch_task_manager(module: Any) -> None:
-    from posgen.compat import replace_task_manager
     from posgen.tasks import lm_eval_tasks
 
-    replace_task_manager(module, lm_eval_tasks.PosgenTaskManager)
+    lm_eval_tasks.register_in(module)
 
 
 class _PatchAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -89,7 +78,9 @@ class _PatchAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 def activate() -> None:
     """Register posgen's lm-eval model and task manager lazily (idempotent)."""
-    register_model_lazily()
+    from posgen.lm_eval_plugin import register_model
+
+    register_model()
     if any(name in sys.modules for name in _PATCH_AFTER):
         from posgen.tasks import lm_eval_tasks
 

@@ -104,6 +104,11 @@ for _family in (
     register_family(_family)
 
 
+def families() -> list[ModelFamily]:
+    """Every registered family, once each (the tested ones and any added since)."""
+    return list(dict.fromkeys(_FAMILIES.values()))
+
+
 def family_of(model: torch.nn.Module) -> ModelFamily:
     """The family of a model or of one of its modules (by ``config.model_type``);
     :data:`GENERIC` for a model type no family lists."""

@@ -8,7 +8,7 @@ from lm_eval.api.instance import Instance
 from lm_eval.api.model import CachingLM
 from lm_eval.models.huggingface import HFLM
 
-from posgen.harness.hf_posgen.model import HFPosgenLM, register
+from posgen.harness.hf_posgen.model import HFPosgenLM
 from posgen.harness.hf_posgen.position_hooks import rotary_positions
 from posgen.harness.model_family import NoRotaryEmbeddingError
 from posgen.perturbations import PerturbationError
@@ -236,8 +236,10 @@ def test_model_info_records_the_specs(llama):
 def test_register_resolves_through_lm_eval(llama):
     from lm_eval.api.registry import get_model
 
-    register()
-    register()  # idempotent
+    from posgen.lm_eval_plugin import register_model
+
+    register_model()
+    register_model()  # idempotent
     assert get_model("hf-posgen") is HFPosgenLM
     assert get_model("hf") is HFLM
     lm = HFPosgenLM.create_from_arg_string(
@@ -252,5 +254,8 @@ def test_pyproject_declares_the_upstream_model_entry_point():
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
     pyproject = Path(__file__).resolve().parents[3] / "pyproject.toml"
     eps = tomllib.loads(pyproject.read_text())["project"]["entry-points"]["lm_eval.models"]
-    module, _, attr = eps["hf-posgen"].partition(":")
+    from posgen.lm_eval_plugin import MODEL_NAME, MODEL_TARGET
+
+    assert eps == {MODEL_NAME: MODEL_TARGET}
+    module, _, attr = MODEL_TARGET.partition(":")
     assert getattr(__import__(module, fromlist=[attr]), attr) is HFPosgenLM

@@ -83,6 +83,15 @@ class ChatContents:
         self.active = True
         self._messages.setdefault(rendered, [dict(m) for m in messages])
 
+    def request_mask(self, tokenizer: Any, request: Any) -> np.ndarray | None:
+        """The content mask of an HFLM token request ``(strings, context_enc,
+        continuation_enc)``'s context tokens; None (every context token counts) without a
+        chat template or without a context string."""
+        strings, context_enc, _ = request
+        if not self.active or strings is None or not strings[0]:
+            return None
+        return self.token_mask(tokenizer, strings[0], context_enc)
+
     def token_mask(self, tokenizer: Any, context: str, context_enc: Sequence[int]) -> np.ndarray:
         """Boolean mask over ``context_enc``: which tokens are content. ``context`` is the
         request's context string as lm-eval built it (HFLM encodes it without trailing

@@ -30,7 +30,7 @@ from contextvars import ContextVar
 
 import torch
 
-from posgen.compat import patched
+from posgen.compat import patched_rotary
 from posgen.harness.hf_posgen.layer_selection import check_layers
 from posgen.harness.hf_posgen.position_hooks import check_position_shape
 from posgen.harness.model_family import family_of, require_rotary, rotary_modules
@@ -64,9 +64,10 @@ def layer_positions(
     always removed on exit.
 
     ``split_heads``: the chosen layers keep the model's own angles too, and the family's
-    ``apply_rotary_pos_emb`` (the model's own function, called twice) also rotates their
-    query and key by the perturbed angles into :data:`TWIN_ROTATIONS` for the attention
-    function to mix per head (:mod:`.qk_noise`)."""
+    ``apply_rotary_pos_emb`` (the model's own function, called twice; wrapped through
+    :func:`posgen.compat.patched_rotary`) also rotates their query and key by the
+    perturbed angles into :data:`TWIN_ROTATIONS` for the attention function to mix per
+    head (:mod:`.qk_noise`)."""
     if split_heads:
         with _twin_rotations(model, positions, layers):
             yield
@@ -158,7 +159,7 @@ def _twin_rotations(
         modeling = {type(by_layer[i]).__module__ for i in layers}
         family = family_of(model)
         for name in sorted(modeling):
-            stack.enter_context(patched(f"{name}:{family.apply_rotary}", wrap))
+            stack.enter_context(patched_rotary(name, family.apply_rotary, wrap))
         handles = [
             r.register_forward_hook(rotary_hook, with_kwargs=True) for r in rotary_modules(model)
         ]

@@ -22,12 +22,13 @@ states, e.g. a shared KV cache across layers).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import torch
 
+from posgen.compat import forward_replaced
 from posgen.harness.model_family import family_of
 
 
@@ -107,9 +108,20 @@ class PrefixReuse:
                 out = outputs[i]
                 if i == first - 1:  # the input of the first layer that runs: a fresh copy
                     out = _clone(out)
-                stack.enter_context(_returning(self.layers[i], out))
+                stack.enter_context(forward_replaced(self.layers[i], _returning(out)))
             self.reused_layers += first
             yield True
+
+    def plain_forward(
+        self, inps: torch.Tensor, forward: Callable[[], torch.Tensor]
+    ) -> torch.Tensor:
+        """The logits of ``forward()``, the plain forward of ``inps``, with every layer's
+        output recorded; the first recorded batch is checked (:meth:`check`)."""
+        with self.record(inps):
+            logits = forward()
+        if not self.checked and self.has(inps):
+            self.check(inps, logits, forward)
+        return logits
 
     def check(self, inps: torch.Tensor, logits: torch.Tensor, forward) -> bool:
         """Once: replay all layers but the last for the just-recorded ``inps`` and
@@ -134,20 +146,9 @@ class PrefixReuse:
         self._outputs.clear()
 
 
-@contextmanager
-def _returning(layer: torch.nn.Module, output: Any) -> Iterator[None]:
-    """``layer``'s forward returns ``output`` within the block. An instance-level
-    ``forward`` (accelerate's device hooks put one there) is put back on exit."""
-    had = "forward" in layer.__dict__
-    saved = layer.__dict__.get("forward")
-    layer.forward = lambda *args, **kwargs: output
-    try:
-        yield
-    finally:
-        if had:
-            layer.forward = saved
-        else:
-            del layer.forward
+def _returning(output: Any) -> Callable[..., Any]:
+    """A layer forward that returns ``output`` without computing."""
+    return lambda *args, **kwargs: output
 
 
 def _clone(output: Any) -> Any:

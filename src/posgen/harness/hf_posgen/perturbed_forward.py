@@ -1,0 +1,71 @@
+"""One forward under a model-side perturbation: its plan and the hooks that carry it.
+
+:func:`plan_forward` plans a batch (:func:`.position_hooks.build_plan`: per row, the
+positions and noise drawn from its real tokens); :func:`perturbed_forward` puts every
+part of the perturbation on the model for the forwards run inside the block, and takes
+it off on exit, whatever happens:
+
+- Λ attention for a length scheme that needs it (:mod:`.lambda_attention`);
+- the planned positions in every layer's rotary embedding (:mod:`.position_hooks`), or
+  in the chosen layers only (``layers=``, :mod:`.layer_hooks`; ``heads=`` keeps each
+  chosen layer's own angles and mixes per head);
+- qk noise, and the per-head mix, through posgen's attention function (:mod:`.qk_noise`);
+- with ``layers=`` and a :class:`.prefix_reuse.PrefixReuse`, the layers below the first
+  perturbed one hand back the plain forward's recorded outputs.
+
+``hf-posgen``'s ``_model_call`` runs each loglikelihood batch this way; any other path
+that runs the model (with a plan for its own tokens) enters the same block.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+
+import torch
+
+from posgen.harness.hf_posgen import qk_noise
+from posgen.harness.hf_posgen.batch_rows import PaddedRows
+from posgen.harness.hf_posgen.lambda_attention import lambda_attention
+from posgen.harness.hf_posgen.layer_hooks import layer_positions
+from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
+from posgen.harness.hf_posgen.position_hooks import BatchPlan, build_plan, rotary_positions
+from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
+from posgen.perturbations.length import combined_positions
+
+
+def plan_forward(inps: torch.Tensor, p: ModelPerturbation, rows: PaddedRows) -> BatchPlan:
+    """The plan of one forward of ``inps`` ``[B, T]`` under ``p``: row b has
+    ``rows.lengths[b]`` real tokens, of which the first ``rows.contexts[b]`` (narrowed to
+    ``rows.content[b]``) are perturbed; position schemes combined with the length scheme
+    (``positions / F``), then the feature scheme; restricted to ``p.layers``/``p.heads``."""
+    moved = combined_positions(p.positions, p.length)
+    plan = build_plan(inps, rows.lengths, (moved, p.features), p.seed, rows.contexts, rows.content)
+    return dataclasses.replace(plan, layers=p.layers, heads=p.heads)
+
+
+@contextmanager
+def perturbed_forward(
+    model: torch.nn.Module,
+    p: ModelPerturbation,
+    plan: BatchPlan,
+    reuse: PrefixReuse | None = None,
+    inps: torch.Tensor | None = None,
+) -> Iterator[None]:
+    """Within the block, forwards of ``model`` run under ``p`` as ``plan`` planned them
+    (see the module doc); ``reuse`` replays the plain layers below ``p.layers[0]`` for
+    the batch ``inps`` when it recorded it."""
+    with ExitStack() as stack:
+        if p.length is not None and p.length.uses_attention:
+            stack.enter_context(lambda_attention(model, p.length))
+        split = p.heads is not None
+        if plan.positions is not None and p.layers is not None:
+            stack.enter_context(layer_positions(model, plan.positions, p.layers, split))
+        elif plan.positions is not None:
+            stack.enter_context(rotary_positions(model, plan.positions))
+        if plan.qk or split:
+            stack.enter_context(qk_noise.qk_noise_active(model, plan))
+        if reuse is not None and p.layers is not None and inps is not None:
+            stack.enter_context(reuse.replay(inps, p.layers[0]))
+        yield

@@ -1,0 +1,62 @@
+"""What hf-posgen reads from a model's config before its weights load.
+
+A length scheme given as text (``length=``) is parsed; a rope-scaling scheme
+(``dynamic:F``, ``yarn:F``) becomes ``from_pretrained`` kwargs built from the config
+(:func:`length_load_kwargs`), and ``layers=``/``heads=`` past the model's last layer or
+head are refused from the config alone (:func:`check_layers_in_config`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posgen.harness.hf_posgen.layer_selection import check_heads, check_layers
+from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
+from posgen.perturbations.base import PerturbationError
+from posgen.perturbations.length import LengthPerturbation, parse_length
+
+
+def parse_length_arg(value: str | LengthPerturbation | None) -> LengthPerturbation | None:
+    """``length=`` -> its scheme (None: no length scheme)."""
+    if value is None or isinstance(value, LengthPerturbation):
+        return value
+    try:
+        return parse_length(str(value))
+    except PerturbationError as exc:
+        raise PerturbationError(f"length={value}: {exc}") from None
+
+
+def _config(pretrained: str, given: dict[str, Any]) -> Any:
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(
+        pretrained, trust_remote_code=given.get("trust_remote_code", False)
+    )
+
+
+def check_layers_in_config(pretrained: str, p: ModelPerturbation, given: dict[str, Any]) -> None:
+    """Refuse ``layers=``/``heads=`` past the last one from the config alone, before
+    weights load."""
+    if p.layers is None:
+        return
+    text = _config(pretrained, given).get_text_config()
+    if getattr(text, "num_hidden_layers", None) is not None:
+        check_layers(p.layers, int(text.num_hidden_layers), pretrained)
+    if getattr(text, "num_attention_heads", None) is not None:
+        check_heads(p.heads, int(text.num_attention_heads))
+
+
+def length_load_kwargs(
+    pretrained: Any, scheme: LengthPerturbation | None, given: dict[str, Any]
+) -> dict[str, Any]:
+    """``from_pretrained`` kwargs of a rope-scaling length scheme (read from the config)."""
+    if scheme is None or scheme.rope_type is None:
+        return {}
+    if not isinstance(pretrained, str):
+        raise PerturbationError(
+            f"length={scheme.to_string()} is applied at load time: pass pretrained= as a path"
+        )
+    clash = sorted({"rope_parameters", "rope_scaling"} & set(given))
+    if clash:
+        raise PerturbationError(f"length={scheme.to_string()} sets the rope; drop {clash}")
+    return scheme.load_kwargs(_config(pretrained, given))
