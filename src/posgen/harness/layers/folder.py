@@ -1,8 +1,10 @@
 """The folder of one ``posgen layers`` run: its settings, one file per cell, its outputs.
 
-``layers.json`` holds the settings; a rerun with the same settings resumes (cells already
-written are kept), other settings are refused before anything is written, and so is a
-non-empty folder that is not a layers run. Every file is written atomically, and a lock
+``layers.json`` holds the settings (a
+:class:`~posgen.results.folder.layers_config.LayersConfig`); a rerun with the same settings
+resumes (cells already written are kept), other settings are refused before anything is
+written (naming each setting that differs), and so is a non-empty folder that is not a
+layers run. Every file is written atomically, and a lock
 (:class:`posgen.results.folder.lock.RunLock`) keeps two runs out of one folder.
 
 Layout::
@@ -19,7 +21,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from posgen.results.folder.store import RunConflictError, atomic_write_json, read_json
+from posgen.results.folder.layers_config import LayersConfig
+from posgen.results.folder.schema import SchemaError
+from posgen.results.folder.store import (
+    RunConflictError,
+    atomic_write_json,
+    describe_diff,
+    read_json,
+)
 
 SETTINGS = "layers.json"
 KIND = "posgen-layers"
@@ -29,23 +38,22 @@ SCHEMA = 1
 class LayersFolder:
     """``LayersFolder.create(root, config)`` to start or resume; ``.open(root)`` to read."""
 
-    def __init__(self, root: Path, config: dict[str, Any]) -> None:
+    def __init__(self, root: Path, config: LayersConfig) -> None:
         self.root, self.config = Path(root), config
 
     @classmethod
-    def create(cls, root: Path | str, config: dict[str, Any]) -> LayersFolder:
+    def create(cls, root: Path | str, config: LayersConfig) -> LayersFolder:
         root = Path(root)
-        config = json.loads(json.dumps(config, sort_keys=True))
+        new = json.loads(json.dumps(config.to_dict(), sort_keys=True))
         path = root / SETTINGS
         if path.exists():
             old = cls.open(root)
-            if old.config != config:
-                changed = sorted(
-                    k for k in set(old.config) | set(config) if old.config.get(k) != config.get(k)
-                )
+            stored = json.loads(json.dumps(old.config.to_dict(), sort_keys=True))
+            if stored != new:
                 raise RunConflictError(
-                    f"{root} holds a layers run with other settings ({', '.join(changed)}); "
-                    "nothing was overwritten: use another --out, or the same settings to resume"
+                    f"{root} holds a layers run with other settings "
+                    f"({describe_diff(stored, new)}); nothing was overwritten: use another "
+                    "--out, or the same settings to resume"
                 )
             return old
         if root.exists() and any(not p.name.startswith(".") for p in root.iterdir()):
@@ -53,7 +61,7 @@ class LayersFolder:
                 f"{root} exists, is not empty and is not a posgen layers folder; "
                 "choose another --out"
             )
-        atomic_write_json(path, {"kind": KIND, "schema": SCHEMA, "config": config})
+        atomic_write_json(path, {"kind": KIND, "schema": SCHEMA, "config": new})
         return cls(root, config)
 
     @classmethod
@@ -64,7 +72,13 @@ class LayersFolder:
             raise RunConflictError(
                 f"{root / SETTINGS} is not a posgen layers run (schema {SCHEMA})"
             )
-        return cls(root, data["config"])
+        try:
+            config = LayersConfig.from_dict(data["config"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise SchemaError(
+                f"{root / SETTINGS}: not a readable layers run config ({e!s:.200})"
+            ) from None
+        return cls(root, config)
 
     def cell_path(self, cell: str) -> Path:
         return self.root / "cells" / f"{cell}.json"

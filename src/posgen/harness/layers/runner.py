@@ -23,37 +23,20 @@ import contextlib
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from posgen.harness.decomposition.pipeline import decompose_model
 from posgen.harness.hf_posgen.model import HFPosgenLM
 from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
 from posgen.harness.layers.folder import LayersFolder
 from posgen.harness.loading import hflm_kwargs
-from posgen.results.folder.config import ModelEntry
+from posgen.results.folder.layers_config import LayersConfig
 from posgen.results.folder.store import atomic_write_parquet
 from posgen.tasks.offline import load_rows
 
 TASK = "posgen_prose"
-
-
-def cell_name(layer: int | None, head: int | None = None) -> str:
-    if layer is None:
-        return "all"
-    return f"layer-{layer:03d}" if head is None else f"layer-{layer:03d}-head-{head:02d}"
-
-
-def cell_plan(config: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """``(cell, layers, heads)`` in order: plain, each layer (or each head of each
-    chosen layer with ``heads`` in the config), all layers."""
-    cells: list[tuple[str, Any, Any]] = [("plain", "plain", None)]
-    for i in config["layers"]:
-        if config.get("heads"):
-            cells += [(cell_name(i, h), (i,), (h,)) for h in range(config["heads"])]
-        else:
-            cells.append((cell_name(i), (i,), None))
-    return [*cells, ("all", None, None)]
 
 
 def prose_documents(limit: int) -> list[dict[str, Any]]:
@@ -67,13 +50,12 @@ def word_count(text: str) -> int:
     return len(re.split(r"\s+", text))
 
 
-def load_lm(config: dict[str, Any], device: str | None) -> Any:
+def load_lm(config: LayersConfig, device: str | None) -> Any:
     """The model as ``posgen run`` loads it: ``HFPosgenLM`` with the entry's loading
     options (:func:`posgen.harness.loading.hflm_kwargs`)."""
-
-    entry = ModelEntry.from_dict(config["model"])
+    entry = config.model
     return HFPosgenLM(
-        pretrained=entry.path, batch_size=config["batch_size"], **hflm_kwargs(entry, device)
+        pretrained=entry.path, batch_size=config.batch_size, **hflm_kwargs(entry, device)
     )
 
 
@@ -86,81 +68,87 @@ def score_documents(lm: Any, texts: list[str]) -> list[float]:
 
 
 def run_cells(
-    folder: LayersFolder, lm: Any, layers: list[int], progress: bool = True, log: Any = None
+    folder: LayersFolder,
+    lm: Any,
+    progress: Callable[[str], None] | None = None,
+    log: TextIO | None = None,
 ) -> dict[str, float]:
-    """Score every unfinished cell of ``folder`` (lm-eval's own output into ``log``);
-    returns seconds per cell scored."""
+    """Score every unfinished cell of ``folder`` (lm-eval's own output into ``log``; a
+    line per cell scored, and one on the prefix reuse, to ``progress``); returns seconds
+    per cell scored."""
     cfg = folder.config
-    docs = prose_documents(cfg["limit"])
+    docs = prose_documents(cfg.limit)
     texts = [d["text"] for d in docs]
     timings: dict[str, float] = {}
-    todo = [c for c in cell_plan(cfg) if not folder.has_cell(c[0])]
+    todo = [c for c in cfg.cells() if not folder.has_cell(c.name)]
     reuse = lm.prefix_reuse
-    if reuse is not None and todo and todo[0][0] != "plain" and len(todo) > 2:
+    if reuse is not None and todo and not todo[0].plain and len(todo) > 2:
         # resumed after the plain cell: one plain pass (not written) records the layers
-        lm.set_perturbation(None, None, cfg["seed"])
+        lm.set_perturbation(None, None, cfg.seed)
         with contextlib.redirect_stderr(log or sys.stderr):
             score_documents(lm, texts)
-    for k, (cell, layer_set, head_set) in enumerate(todo, 1):
-        if layer_set == "plain":
-            lm.set_perturbation(None, None, cfg["seed"])
+    for k, cell in enumerate(todo, 1):
+        if cell.plain:
+            lm.set_perturbation(None, None, cfg.seed)
         else:
-            p = (cfg["positions"], cfg["features"], cfg["seed"])
-            lm.set_perturbation(*p, layers=layer_set, heads=head_set)
+            lm.set_perturbation(
+                cfg.positions, cfg.features, cfg.seed, layers=cell.layers, heads=cell.heads
+            )
         start, cpu = time.perf_counter(), time.process_time()
         with contextlib.redirect_stderr(log or sys.stderr):
             ll = score_documents(lm, texts)
-        timings[cell] = time.perf_counter() - start
+        timings[cell.name] = time.perf_counter() - start
         cpu = time.process_time() - cpu  # every thread of this process
-        folder.write_cell(
-            cell,
-            {
-                "cell": cell,
-                "documents": [d["doc_id"] for d in docs],
-                "loglikelihood": ll,
-                "words": [word_count(t) for t in texts],
-                "perturbation": lm.perturbation.to_dict(),
-                **({} if reuse is None else {"prefix_reuse": reuse.note}),
-            },
-        )
-        if progress:
-            print(
-                f"posgen layers: {cell} ({k}/{len(todo)}) {timings[cell]:.1f} s ({cpu:.1f} CPU-s)",
-                file=sys.stderr,
-                flush=True,
-            )
-    lm.set_perturbation(None, None, cfg["seed"])
+        folder.write_cell(cell.name, _cell_record(cell.name, docs, ll, lm))
+        if progress is not None:
+            progress(f"{cell.name} ({k}/{len(todo)}) {timings[cell.name]:.1f} s ({cpu:.1f} CPU-s)")
+    lm.set_perturbation(None, None, cfg.seed)
     if reuse is not None:
-        if progress and todo:
-            print(f"posgen layers: prefix reuse {reuse.note}", file=sys.stderr, flush=True)
+        if progress is not None and todo:
+            progress(f"prefix reuse {reuse.note}")
         reuse.clear()
     return timings
+
+
+def _cell_record(name: str, docs: list[dict], ll: list[float], lm: Any) -> dict[str, Any]:
+    """What a cell file holds: per-document log-likelihoods and word counts, the
+    perturbation as applied, and how the prefix reuse ran."""
+    reuse = lm.prefix_reuse
+    return {
+        "cell": name,
+        "documents": [d["doc_id"] for d in docs],
+        "loglikelihood": ll,
+        "words": [word_count(d["text"]) for d in docs],
+        "perturbation": lm.perturbation.to_dict(),
+        **({} if reuse is None else {"prefix_reuse": reuse.note}),
+    }
 
 
 def decompose(folder: LayersFolder, lm: Any) -> Path:
     """The decomposition table of the loaded weights (``posgen decompose``'s pipeline)."""
 
-    spec = folder.config["decompose"]
-    lm.set_perturbation(None, None, folder.config["seed"])
+    cfg = folder.config
+    lm.set_perturbation(None, None, cfg.seed)
     table = decompose_model(
         lm.model,
         tokenizer=lm.tokenizer,
-        docs=spec["docs"],
-        tokens=spec["tokens"],
-        seed=folder.config["seed"],
+        docs=cfg.decompose.docs,
+        tokens=cfg.decompose.tokens,
+        seed=cfg.seed,
         progress=False,
     )
-    table["model"] = folder.config["model"]["label"]
+    table["model"] = cfg.model.label
     atomic_write_parquet(folder.decomposition_path, table)
     return folder.decomposition_path
 
 
-def run(folder: LayersFolder, device: str | None, progress: bool = True) -> dict[str, float]:
+def run(
+    folder: LayersFolder, device: str | None, progress: Callable[[str], None] | None = None
+) -> dict[str, float]:
     """Load once, score the unfinished cells, fit the decomposition if missing."""
     cfg = folder.config
-    layers = list(cfg["layers"])
-    todo = [c for c, _, _ in cell_plan(cfg) if not folder.has_cell(c)]
-    need_fit = cfg["decompose"]["docs"] > 0 and not folder.decomposition_path.is_file()
+    todo = [c for c in cfg.cells() if not folder.has_cell(c.name)]
+    need_fit = cfg.decompose.docs > 0 and not folder.decomposition_path.is_file()
     if not todo and not need_fit:
         return {}
     log_path = folder.root / "lm_eval.log"
@@ -168,7 +156,7 @@ def run(folder: LayersFolder, device: str | None, progress: bool = True) -> dict
         with contextlib.redirect_stderr(log):  # transformers' and lm-eval's bars and notes
             lm = load_lm(cfg, device)
         lm.prefix_reuse = PrefixReuse(lm.model)
-        timings = run_cells(folder, lm, layers, progress, log)
+        timings = run_cells(folder, lm, progress, log)
         if need_fit:
             start = time.perf_counter()
             with contextlib.redirect_stderr(log):
