@@ -85,3 +85,30 @@ def test_tiny_model_run_scores_exact_match_and_moves_only_the_passage(
             assert s["target"] == orig["target"]
             word = s["filtered_resps"][0]
             assert s["exact_match"] == float(word.lower() == orig["target"].lower())
+
+
+@pytest.mark.parametrize(("positions", "features"), [("swap:0.5", None), (None, "rope_noise:2")])
+def test_position_and_feature_cells_generate_under_hf_posgen(
+    tiny_model_dir, posgen_tm, positions, features
+) -> None:
+    """The model-side cells of a posgen run: the prompt text is the unperturbed one, the
+    generation runs under the perturbation, and the first word is scored."""
+    import lm_eval
+
+    from posgen.harness.hf_posgen.model import HFPosgenLM
+
+    lm = HFPosgenLM(
+        pretrained=str(tiny_model_dir("llama", 0)), dtype="float32", device="cpu", batch_size=4
+    )
+    lm.set_perturbation(positions, features)
+    res = lm_eval.simple_evaluate(
+        model=lm, tasks=["posgen_recall"], task_manager=posgen_tm, limit=4, log_samples=True
+    )
+    rows = {r["doc_id"]: r for r in offline.load_rows("posgen_recall.jsonl")}
+    assert 0.0 <= res["results"]["posgen_recall"]["exact_match,first-word"] <= 1.0
+    for s in res["samples"]["posgen_recall"]:
+        orig = rows[s["doc"]["doc_id"]]
+        ((prompt, gen_kwargs),) = s["arguments"]
+        assert prompt == orig["passage"] + " " + orig["question"]
+        assert gen_kwargs["max_gen_toks"] <= 5
+        assert s["exact_match"] == float(s["filtered_resps"][0].lower() == orig["target"].lower())
