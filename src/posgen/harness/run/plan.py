@@ -39,7 +39,7 @@ QUICK_SIGMAS = (0.0, 1.0)
 SCHEMES = {"text": ("swap",), "position": ("swap",), "feature": ("rope_noise",)}
 # Documents per task, chosen so the default run of the embedded model fits in 10 minutes
 # and --quick in 2 on two CPU cores (see the README for the measured times). posgen_recall
-# (generative, not in the default suite yet) gets these with --suite posgen_recall.
+# (generative, not in the default suite) gets these with --suite posgen_recall.
 LIMITS = {
     "default": {"posgen_prose": 12, "posgen_cloze": 48, "posgen_recall": 48},
     "quick": {"posgen_prose": 6, "posgen_cloze": 24, "posgen_recall": 24},
