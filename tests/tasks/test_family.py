@@ -37,7 +37,8 @@ def test_plain_lm_eval_lists_every_shipped_task(plain_tm) -> None:
     names = family.shipped_names()
     assert set(names["tasks"]) <= set(plain_tm.all_subtasks)
     assert set(names["groups"]) <= set(plain_tm.all_groups)
-    assert len(names["groups"]) == 16 and len(names["tasks"]) == 34
+    assert len(names["groups"]) == 16 and len(names["tasks"]) == 17 * len(offline.TASKS)
+    assert "perm_swap_5pct_posgen_recall" in names["tasks"]  # outside the groups
 
 
 def test_plain_lm_eval_builds_a_shipped_group(plain_tm) -> None:

@@ -34,7 +34,7 @@ def metrics(res: dict, task: str) -> dict:
     return {k: v for k, v in res["results"][task].items() if k not in ("alias", "name")}
 
 
-@pytest.mark.parametrize("base", ["posgen_cloze", "posgen_prose", "hellaswag"])
+@pytest.mark.parametrize("base", ["posgen_cloze", "posgen_prose", "posgen_recall", "hellaswag"])
 def test_rate_zero_reproduces_the_base_metrics(tiny_lm, posgen_tm, local_data, base) -> None:
     over = local_data.get(base)
     shots = 2 if base == "hellaswag" else 0  # few-shot from the eval split: exclusion path

@@ -50,6 +50,7 @@ _HELLASWAG = ContentEntry((FieldSpec("query", after=": "),), note="after its `<a
 _CORE: dict[str, ContentEntry] = {
     "posgen_prose": _e("text", prompt="doc_to_target"),
     "posgen_cloze": _e("context"),
+    "posgen_recall": _e("passage", note="the unfinished sentence (`question`) and the target stay"),
     "wikitext": _e("page", prompt="doc_to_target"),
     "hellaswag": _HELLASWAG,
     "hellaswag_multilingual": _HELLASWAG,

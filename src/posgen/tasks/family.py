@@ -21,7 +21,7 @@ from typing import Any
 from posgen.atomic import atomic_write_text
 from posgen.perturbations import parse
 from posgen.perturbations.text import TextPerturbation
-from posgen.tasks import offline
+from posgen.tasks import offline, recall
 from posgen.tasks.content_fields import known_fields
 from posgen.tasks.naming import DEFAULT_SEED, format_name
 from posgen.tasks.perturbed_task import TaskPerturbation
@@ -73,6 +73,38 @@ BASE_TASKS: dict[str, dict[str, Any]] = {
         ],
         "metadata": {"version": offline.SUITE_VERSION},
     },
+    "posgen_recall": {
+        "task": "posgen_recall",
+        "custom_dataset": Fn("posgen.tasks.offline.recall_dataset"),
+        "test_split": "test",
+        "output_type": "generate_until",
+        "doc_to_text": "{{passage}} {{question}}",
+        "doc_to_target": "{{target}}",
+        "generation_kwargs": {
+            "until": list(recall.UNTIL),
+            "max_gen_toks": recall.MAX_GEN_TOKS,
+            "do_sample": False,
+        },
+        "filter_list": [
+            {
+                "name": "first-word",
+                "filter": [
+                    {"function": "regex", "regex_pattern": "[A-Za-z]+", "group_select": 0},
+                    {"function": "take_first"},
+                ],
+            }
+        ],
+        "metric_list": [
+            {
+                "metric": "exact_match",
+                "aggregation": "mean",
+                "higher_is_better": True,
+                "ignore_case": True,
+                "ignore_punctuation": True,
+            }
+        ],
+        "metadata": {"version": offline.SUITE_VERSION},
+    },
 }
 
 
@@ -100,8 +132,8 @@ def group_members(p: TextPerturbation, seed: int = DEFAULT_SEED) -> list[str]:
 def shipped_names() -> dict[str, list[str]]:
     """Every shipped name: ``{"tasks": [...], "groups": [...]}``."""
     groups = [format_name(p, None) for p in shipped_perturbations()]
-    tasks = list(offline.SUITE_TASKS) + [
-        n for p in shipped_perturbations() for n in group_members(p)
+    tasks = list(offline.TASKS) + [
+        format_name(p, t) for p in shipped_perturbations() for t in offline.TASKS
     ]
     return {"tasks": tasks, "groups": groups}
 
@@ -131,7 +163,7 @@ def yaml_files() -> dict[str, str]:
     files = {f"{name}.yaml": yaml_text(cfg) for name, cfg in BASE_TASKS.items()}
     for p in shipped_perturbations():
         group = format_name(p, None)
-        for base in offline.SUITE_TASKS:
+        for base in offline.TASKS:  # every offline task; the groups hold the suite's
             cfg = perturbed_yaml(p, base)
             files[f"{cfg['task']}.yaml"] = yaml_text(cfg)
         files[f"{group}.yaml"] = yaml_text(

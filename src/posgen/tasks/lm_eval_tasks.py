@@ -84,8 +84,9 @@ class PosgenTaskManager(_original_task_manager):  # type: ignore[misc,valid-type
                 self._add(
                     Entry(name=name, kind=Kind.TASK, yaml_path=None, cfg=family.resolved(cfg))
                 )
-        for group in family.shipped_names()["groups"]:
-            self._resolve(group)  # the family works even without its YAML installed
+        shipped = family.shipped_names()  # the family works even without its YAML installed
+        for name in shipped["groups"] + shipped["tasks"]:  # tasks outside the groups too
+            self._resolve(name)
 
     def _entry(self, name: str) -> Entry | None:
         return super()._entry(name) or self._resolve(name)

@@ -1,4 +1,4 @@
-"""The offline suite: two lm-eval tasks built from English text that installs offline.
+"""The offline suite: lm-eval tasks built from English text that installs offline.
 
 ``posgen_prose`` (perplexity, ``loglikelihood_rolling``)
     12 documents of 200-260 words (so that 1% word swap moves one pair), cut at sentence
@@ -22,6 +22,12 @@
     item already chosen, then kept in source order.
     Metrics: ``acc`` (the target is the greedy continuation; primary) and
     ``perplexity`` of the target.
+
+``posgen_recall`` (exact match, ``generate_until``; not in the default suite: its cost)
+    48 items (16 Britannica, 32 Python documentation): a passage, the start of the
+    sentence that follows it, and the word that finishes it, recalled from the passage
+    (:mod:`posgen.tasks.recall` has the construction). Items share no sentence with the
+    other two tasks. Metric: ``exact_match`` of the first generated word.
 
 The JSONL files ship in ``posgen/tasks/data/`` with ``MANIFEST.json`` (suite version,
 sha256 of each file and of each source), next to ``PROBE_FILE``: the cleaned Britannica
@@ -47,9 +53,17 @@ from pathlib import Path
 from typing import Any
 
 from posgen.atomic import atomic_write_bytes
-from posgen.tasks import corpora
+from posgen.tasks import corpora, recall
+from posgen.tasks.sentence_items import pick_disjoint, target_word
 
 SUITE_VERSION = 2
+GENERATIVE_TASKS = ("posgen_recall",)
+SUITE_TASKS_WITH_GENERATION = ("posgen_prose", "posgen_cloze", *GENERATIVE_TASKS)
+TASKS = SUITE_TASKS_WITH_GENERATION  # every task this module builds data for
+# The default suite (``posgen run``, the shipped groups). The generative task is left out
+# for its cost (its 16 cells would add about 10 minutes to the default run on two CPU
+# cores: docs/tasks.md); to add it, set SUITE_TASKS to SUITE_TASKS_WITH_GENERATION, then
+# `python -m posgen.tasks.family --write`.
 SUITE_TASKS = ("posgen_prose", "posgen_cloze")
 DATA_DIR = Path(__file__).parent / "data"
 MANIFEST = "MANIFEST.json"
@@ -59,73 +73,6 @@ PROSE_QUOTA = {"britannica": 5, "pydoc": 3, "plays": 4}
 PROSE_WORDS = (200, 260)
 CLOZE_QUOTA = {"britannica": 32, "pydoc": 32}
 CLOZE_WORDS = 30
-_STOP = frozenset(
-    [
-        "about",
-        "above",
-        "after",
-        "again",
-        "against",
-        "being",
-        "below",
-        "between",
-        "both",
-        "could",
-        "does",
-        "doing",
-        "down",
-        "during",
-        "each",
-        "from",
-        "further",
-        "have",
-        "having",
-        "here",
-        "into",
-        "itself",
-        "just",
-        "more",
-        "most",
-        "once",
-        "only",
-        "other",
-        "over",
-        "same",
-        "shall",
-        "should",
-        "some",
-        "such",
-        "than",
-        "that",
-        "their",
-        "theirs",
-        "them",
-        "then",
-        "there",
-        "these",
-        "they",
-        "this",
-        "those",
-        "through",
-        "under",
-        "until",
-        "upon",
-        "very",
-        "what",
-        "when",
-        "where",
-        "which",
-        "while",
-        "will",
-        "with",
-        "would",
-        "your",
-        "yours",
-        "also",
-        "thus",
-    ]
-)
-_TARGET = re.compile(r"^([A-Za-z][a-z]{3,})[.,;:!?\"')\]]*$")
 
 
 def _pick_even(items: list, k: int) -> list:
@@ -165,12 +112,9 @@ def cloze_item(context_sentences: Sequence[str]) -> tuple[str, str] | None:
     """(context, target) from consecutive sentences, or None when the last word of the
     last sentence does not qualify (see the module docstring)."""
     words = " ".join(context_sentences).split(" ")
-    m = _TARGET.match(words[-1])
-    if m is None:
-        return None
-    target = m.group(1)
+    target = target_word(words[-1])
     earlier = {re.sub(r"\W+", "", w) for w in words[:-1]}
-    if target.lower() in _STOP or target not in earlier:
+    if target is None or target not in earlier:
         return None
     return " ".join(words[:-1]), target
 
@@ -203,17 +147,7 @@ def build_cloze(prose: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 doc_id = f"cloze-{source}-{s_i:02d}-{j:04d}"
                 rank = hashlib.sha256(f"posgen_cloze/v{SUITE_VERSION}/{doc_id}".encode())
                 cands.append((rank.hexdigest(), (s_i, a, j), doc_id, origin, item))
-        picked: list = []
-        taken: set[tuple[int, int]] = set()
-        for cand in sorted(cands):  # by rank; no two items share a sentence
-            s_i, a, j = cand[1]
-            span = {(s_i, t) for t in range(a, j + 1)}
-            if len(picked) < k and not span & taken:
-                picked.append(cand)
-                taken |= span
-        if len(picked) < k:
-            raise ValueError(f"{source}: only {len(picked)} disjoint cloze items, need {k}")
-        for _, _, doc_id, origin, (context, target) in sorted(picked, key=lambda c: c[1]):
+        for _, _, doc_id, origin, (context, target) in pick_disjoint(cands, k, f"{source} cloze"):
             rows.append(
                 {
                     "doc_id": doc_id,
@@ -233,9 +167,15 @@ def _jsonl(rows: Sequence[dict[str, Any]]) -> bytes:
 
 
 def build_files() -> dict[str, bytes]:
-    """Every shipped data file, as bytes: the two JSONL files and the manifest."""
+    """Every shipped data file, as bytes: the tasks' JSONL files, the texts and the manifest."""
     prose = build_prose()
-    files = {"posgen_prose.jsonl": _jsonl(prose), "posgen_cloze.jsonl": _jsonl(build_cloze(prose))}
+    cloze = build_cloze(prose)
+    used = [r["text"] for r in prose] + [f"{r['context']} {r['target']}" for r in cloze]
+    files = {
+        "posgen_prose.jsonl": _jsonl(prose),
+        "posgen_cloze.jsonl": _jsonl(cloze),
+        "posgen_recall.jsonl": _jsonl(recall.build_recall(used)),
+    }
     files[PROBE_FILE] = corpora.britannica_text().encode("utf-8")
     for play in corpora.PLAYS:  # posgen length's long documents (with the article above)
         files[long_play_file(play)] = "\n\n".join(corpora.play_speeches(play)).encode("utf-8")
@@ -295,6 +235,11 @@ def prose_dataset(**_: Any):
 def cloze_dataset(**_: Any):
     """lm-eval ``custom_dataset`` of ``posgen_cloze`` (ignores the metadata it is passed)."""
     return _dataset("posgen_cloze.jsonl")
+
+
+def recall_dataset(**_: Any):
+    """lm-eval ``custom_dataset`` of ``posgen_recall`` (ignores the metadata it is passed)."""
+    return _dataset("posgen_recall.jsonl")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,6 +16,7 @@ def test_list_shows_the_family_and_the_grammar(capsys) -> None:
     assert main(["tasks", "list"]) == 0
     out = capsys.readouterr().out
     assert "perm_swap_5pct" in out and "posgen_cloze   acc" in out and "0p5pct" in out
+    assert "posgen_recall  exact_match" in out
 
 
 def test_name(capsys) -> None:

@@ -33,3 +33,17 @@ def test_k_seeds_plan_k_cells_per_perturbation_and_one_baseline():
     text = [c for c in three if c["kind"] == "text" and c["rate"] == 0.05]
     assert sorted(c["seed"] for c in text) == [1234, 1235, 1236]
     assert len({c["lm_eval_task"] for c in text}) == 3  # each seed its own text draw
+
+
+def test_posgen_s_own_tasks_pass_the_suite_check_before_the_task_index(tmp_path, monkeypatch):
+    """Before lm-eval's task index exists, a name written in no lm-eval task file is
+    refused without building it, except posgen's own tasks: every task the offline suite
+    builds (also one outside the default suite) and the perturbed family."""
+    from types import SimpleNamespace
+
+    from posgen.harness.run import plan
+
+    own = ["posgen_recall", "perm_swap_5pct_posgen_recall"]
+    monkeypatch.setenv("POSGEN_CACHE", str(tmp_path))
+    monkeypatch.setattr(plan, "shared_task_manager", lambda: SimpleNamespace(all_tasks=own))
+    assert plan.suite_tasks(",".join(own)) == (own, None)

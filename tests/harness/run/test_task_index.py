@@ -47,3 +47,12 @@ def test_the_key_follows_the_lm_eval_release(monkeypatch):
     key = task_index.index_key()
     monkeypatch.setattr(task_index.importlib.metadata, "version", lambda name: "9.9.9")
     assert task_index.index_key() != key
+
+
+def test_the_key_follows_posgen_s_shipped_tasks(monkeypatch, tmp_path):
+    assert any(task_index.POSGEN_YAML.glob("posgen_*.yaml"))
+    monkeypatch.setattr(task_index, "POSGEN_YAML", tmp_path)
+    (tmp_path / "posgen_prose.yaml").write_text("task: posgen_prose\n")
+    key = task_index.index_key()
+    (tmp_path / "posgen_new.yaml").write_text("task: posgen_new\n")
+    assert task_index.index_key() != key

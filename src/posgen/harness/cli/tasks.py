@@ -117,6 +117,12 @@ def _list() -> int:
     for task in offline.SUITE_TASKS:
         specs = [MetricSpec.from_dict(m) for m in family.BASE_TASKS[task]["metric_list"]]
         print(f"  {task:<14} {primary(specs).label}")
+    others = [t for t in offline.TASKS if t not in offline.SUITE_TASKS]
+    if others:
+        print("Other offline tasks (metrics; not in the default suite or its groups):")
+    for task in others:
+        specs = [MetricSpec.from_dict(m) for m in family.BASE_TASKS[task]["metric_list"]]
+        print(f"  {task:<14} {', '.join(s.label for s in specs)}")
     print("\nShipped groups (each over the offline suite):")
     for p in family.shipped_perturbations():
         print(f"  {naming.format_name(p, None):<26} {p.spec.to_string()}")

@@ -1,9 +1,10 @@
 """The names lm-eval's task manager knows, kept on disk so that checking ``--suite``
 takes milliseconds instead of the half-minute lm-eval spends indexing every task YAML.
 
-The index is keyed by the posgen and lm-eval releases and by the modification time of
-lm-eval's task folder, so an upgrade or an edited editable install rebuilds it; a name
-missing from a current index is unknown to lm-eval too.
+The index is keyed by the posgen and lm-eval releases, by the modification time of
+lm-eval's task folder and by the names of posgen's shipped task files, so an upgrade, an
+edited editable install or a task added to posgen rebuilds it; a name missing from a
+current index is unknown to lm-eval too.
 
 Before the index exists (right after an install or an upgrade), a name that is written
 in no file of lm-eval's task folder is unknown without building it
@@ -26,6 +27,9 @@ from posgen import __version__
 from posgen.atomic import atomic_write_text
 from posgen.harness.embedded import cache_dir
 
+# posgen's shipped task YAML (posgen.tasks.family.YAML_DIR, not imported: it loads lm-eval)
+POSGEN_YAML = Path(__file__).resolve().parents[2] / "tasks" / "lm_eval_yaml"
+
 
 def task_folder() -> Path:
     """lm-eval's built-in task folder (found without importing lm-eval)."""
@@ -36,7 +40,8 @@ def task_folder() -> Path:
 def index_key() -> str:
     tasks = task_folder()
     stamp = tasks.stat().st_mtime_ns if tasks.exists() else 0
-    text = f"{__version__}|{importlib.metadata.version('lm_eval')}|{tasks}|{stamp}"
+    shipped = ",".join(sorted(p.name for p in POSGEN_YAML.glob("*.yaml")))
+    text = f"{__version__}|{importlib.metadata.version('lm_eval')}|{tasks}|{stamp}|{shipped}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
