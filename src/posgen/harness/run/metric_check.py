@@ -8,6 +8,18 @@ from collections.abc import Iterable
 from typing import Any
 
 from posgen.harness.run.options import PlanError
+from posgen.results.folder.config import RunConfig
+
+
+def check_run_metrics(config: RunConfig) -> None:
+    """:func:`check_task_metrics` for the tasks of a run given by name (the offline
+    suite's are posgen's own), through the task manager the run will use (built here,
+    once per process, with the run's ``--include-path`` folders)."""
+    if config.suite == "offline":
+        return
+    from posgen.harness.run.plan import shared_task_manager
+
+    check_task_metrics(config.tasks, shared_task_manager(config.include_path))
 
 
 def check_task_metrics(tasks: Iterable[str], task_manager: Any) -> None:
