@@ -138,7 +138,7 @@ def main(args: argparse.Namespace) -> int:
         check_device(args.device)
         out = check_out_folder(args.out or default_out(config))
         length = _length_jobs(args, config, out)
-        check_run_metrics(config)  # reads the tasks' configs: last, the slowest check
+        notes += check_run_metrics(config)  # reads the tasks' configs: the slowest check
     except InputError as e:
         print(f"posgen run: {e}", file=sys.stderr)
         return 2

@@ -140,7 +140,10 @@ def _posgen_name(task: str, own: frozenset[str] = frozenset()) -> bool:
 def _refuse_task(task: str, names: Iterable[str]) -> None:
     close = difflib.get_close_matches(task, sorted(names), n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
-    raise PlanError(f"--suite: unknown suite or lm-eval task {task!r}{hint} (suites: offline)")
+    raise PlanError(
+        f"--suite: unknown suite or lm-eval task {task!r}{hint} (suites: offline; a task "
+        "of your own YAML: add its folder with --include-path DIR)"
+    )
 
 
 def shared_task_manager(include_path: tuple[str, ...] = ()) -> Any:
