@@ -145,3 +145,40 @@ def save_tiny_adapter(model_dir: Path, out: Path, seed: int = 0) -> Path:
     )
     get_peft_model(base, config).save_pretrained(out)
     return Path(out)
+
+
+def build_previous_token_model(seed: int = 0, strength: float = 10.0) -> torch.nn.Module:
+    """A tiny Llama whose every attention head looks at the token one position back.
+
+    Query and key weights are zero and their biases constant, so a score depends on
+    positions only: with key bias b (every entry ``strength``) and query bias b rotated
+    to position −1 by the model's own RoPE, the score of query position m and key
+    position j is ``Σ_pairs |b_pair|² cos((m − j − 1)·θ_pair) / √d``, largest at
+    j = m − 1 (weight ≈ 1 at this strength). Everything else is random, so the next token
+    depends on the token at position m − 1: move positions and the generation changes.
+    """
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    cfg = AutoConfig.for_model("llama", **dict(CONFIGS["llama"], attention_bias=True))
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    key_bias = torch.full((1, 1, 1, head_dim), float(strength))
+    cos, sin = model.model.rotary_emb(torch.zeros(1, 1, cfg.hidden_size), torch.tensor([[-1]]))
+    query_bias, _ = apply_rotary_pos_emb(key_bias, key_bias, cos, sin)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            attention = layer.self_attn
+            attention.q_proj.weight.zero_()
+            attention.k_proj.weight.zero_()
+            attention.q_proj.bias.copy_(query_bias.flatten().repeat(cfg.num_attention_heads))
+            attention.k_proj.bias.copy_(key_bias.flatten().repeat(cfg.num_key_value_heads))
+    return model
+
+
+def save_previous_token_model(path: Path, seed: int = 0) -> Path:
+    """:func:`build_previous_token_model` and the tokenizer, saved to ``path``."""
+    path = Path(path)
+    build_previous_token_model(seed).save_pretrained(path)
+    build_tokenizer().save_pretrained(path)
+    return path

@@ -6,6 +6,7 @@ import pytest
 from lm_eval.api.instance import Instance
 from lm_eval.models.huggingface import HFLM
 
+from generation_requests import generate, rotary_inputs
 from posgen.harness.hf_posgen.model import HFPosgenLM
 
 pytestmark = pytest.mark.slow
@@ -50,3 +51,26 @@ def test_identity_shift_and_batch_size_on_the_real_model(models):
         assert one != plain[1]
         drift = max(abs(a - b) / abs(b) for a, b in zip(four, one, strict=True))
         assert drift < 1e-5 and drift <= hf_drift + 1e-6, (positions, features, drift)
+
+
+def test_generation_on_the_real_model(models, monkeypatch):
+    """Identity generates token for token what plain hf generates at batch 1. At batch 3
+    with contexts of different lengths (pad token == EOS, as SmolLM2 has), lm-eval's
+    attention mask gives each row its own count of real tokens, and batched generation
+    equals one-by-one generation, for plain hf and under swap:0.2."""
+    hf, lm = models
+    prompts = [TEXTS[0], TEXTS[2], TEXTS[4]]
+    assert hf.tokenizer.pad_token_id == hf.tokenizer.eos_token_id
+    plain = generate(hf, batch_size=1, prompts=prompts, new_tokens=16)
+    lm.set_perturbation("swap:0", None, seed=1)
+    assert generate(lm, batch_size=1, prompts=prompts, new_tokens=16) == plain
+    seen = rotary_inputs(hf.model, monkeypatch)
+    assert generate(hf, batch_size=3, prompts=prompts, new_tokens=16) == plain
+    lengths = sorted((len(hf.tok_encode(p)) for p in prompts), reverse=True)
+    width = lengths[0]
+    assert seen[0].tolist() == [[0] * (width - n) + list(range(n)) for n in lengths]
+    assert seen[1].tolist() == [[n] for n in lengths]
+    lm.set_perturbation("swap:0.2", None, seed=1)
+    swapped = generate(lm, batch_size=1, prompts=prompts, new_tokens=16)
+    assert generate(lm, batch_size=3, prompts=prompts, new_tokens=16) == swapped
+    assert swapped != plain

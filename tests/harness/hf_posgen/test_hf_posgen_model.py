@@ -211,15 +211,6 @@ def test_use_cache_never_crosses_perturbations(llama, hf_llama, tmp_path, monkey
     )
 
 
-def test_generate_until_is_refused_under_a_perturbation(llama):
-    lm = HFPosgenLM(pretrained=llama, device="cpu", positions="swap:0.1")
-    req = Instance("generate_until", None, ("Hello", {"until": ["\n"], "max_gen_toks": 2}), 0)
-    with pytest.raises(NotImplementedError, match="generate_until"):
-        lm.generate_until([req])
-    lm.set_perturbation(None, None, seed=1)
-    assert isinstance(lm.generate_until([req], disable_tqdm=True)[0], str)
-
-
 def test_model_info_records_the_specs(llama):
     lm = HFPosgenLM(
         pretrained=llama,

@@ -71,7 +71,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kinds",
         help="perturbation kinds to sweep, a comma-separated subset of "
-        "text,position,feature (default: all three)",
+        "text,position,feature (default: all three); position and feature cells of a "
+        "generative task perturb the prompt, and generated tokens continue at natural "
+        "positions after it",
     )
     add_threshold_arguments(parser)
     parser.add_argument(

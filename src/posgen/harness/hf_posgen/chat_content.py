@@ -92,18 +92,35 @@ class ChatContents:
             return None
         return self.token_mask(tokenizer, strings[0], context_enc)
 
-    def token_mask(self, tokenizer: Any, context: str, context_enc: Sequence[int]) -> np.ndarray:
+    def token_mask(
+        self, tokenizer: Any, context: str, context_enc: Sequence[int], whole: bool = False
+    ) -> np.ndarray:
         """Boolean mask over ``context_enc``: which tokens are content. ``context`` is the
-        request's context string as lm-eval built it (HFLM encodes it without trailing
-        whitespace, which goes to the continuation); ``context_enc`` its tokens as HFLM
-        encoded them (a leading BOS is the template's)."""
-        key = (context, tuple(int(t) for t in context_enc))
+        request's context string as lm-eval built it (for a log-likelihood request HFLM
+        encodes it without trailing whitespace, which goes to the continuation; with
+        ``whole``, a generation context, the whole string); ``context_enc`` its tokens as
+        HFLM encoded them (a leading BOS is the template's)."""
+        key = (context, tuple(int(t) for t in context_enc), whole)
         mask = self._masks.get(key)
         if mask is None:
-            mask = self._masks[key] = self._token_mask(tokenizer, context, key[1])
+            mask = self._masks[key] = self._token_mask(tokenizer, context, key[1], whole)
         return mask
 
-    def _token_mask(self, tokenizer: Any, context: str, ids: tuple[int, ...]) -> np.ndarray:
+    def generation_masks(
+        self, tokenizer: Any, contexts: Sequence[str], encoded: Sequence[Sequence[int]]
+    ) -> list[np.ndarray] | None:
+        """The content masks of a generation batch's contexts (``encoded[b]``: the whole
+        tokens of ``contexts[b]``, before any truncation); None without a chat template."""
+        if not self.active:
+            return None
+        return [
+            self.token_mask(tokenizer, c, ids, whole=True)
+            for c, ids in zip(contexts, encoded, strict=True)
+        ]
+
+    def _token_mask(
+        self, tokenizer: Any, context: str, ids: tuple[int, ...], whole: bool
+    ) -> np.ndarray:
         messages = self._messages.get(context)
         if messages is None:
             raise ChatContentError(
@@ -112,7 +129,7 @@ class ChatContents:
                 "tell the content from the template's tokens; run without the request cache"
             )
         spans = content_spans(context, messages)
-        text = context.rstrip()
+        text = context if whole else context.rstrip()
         if not getattr(tokenizer, "is_fast", False):
             raise ChatContentError(
                 "model-side perturbations under a chat template need a fast tokenizer "

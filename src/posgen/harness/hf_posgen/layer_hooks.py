@@ -32,7 +32,7 @@ import torch
 
 from posgen.compat import patched_rotary
 from posgen.harness.hf_posgen.layer_selection import check_layers
-from posgen.harness.hf_posgen.position_hooks import check_position_shape
+from posgen.harness.hf_posgen.position_hooks import PositionSource, position_source
 from posgen.harness.model_family import family_of, require_rotary, rotary_modules
 
 
@@ -55,12 +55,12 @@ TWIN_ROTATIONS: ContextVar[dict[int, tuple[torch.Tensor, torch.Tensor]] | None] 
 @contextmanager
 def layer_positions(
     model: torch.nn.Module,
-    positions: torch.Tensor,
+    positions: torch.Tensor | PositionSource,
     layers: Sequence[int],
     split_heads: bool = False,
 ) -> Iterator[None]:
     """Within the block, the attention of each layer in ``layers`` rotates by the angles
-    of ``positions`` ``[B, T]``; every other layer keeps the model's own. Hooks are
+    of ``positions`` ``[B, T]`` (or a source's, per call); every other layer keeps the model's own. Hooks are
     always removed on exit.
 
     ``split_heads``: the chosen layers keep the model's own angles too, and the family's
@@ -103,15 +103,21 @@ def layer_positions(
             handle.remove()
 
 
-def _twin_angles(positions: torch.Tensor, twins: list) -> object:
+def _twin_angles(positions: torch.Tensor | PositionSource, twins: list) -> object:
     """A forward hook for a rotary module: the same module called again with
-    ``positions``; appends ``(the model's cos, (cos', sin'))`` to ``twins``."""
+    ``positions``; appends ``(the model's cos, (cos', sin'))`` to ``twins``, which holds
+    the pairs of the current forward only (a forward passes every rotary call the same
+    ``position_ids``; a new one starts the list again)."""
+    source = position_source(positions)
+    seen: list[torch.Tensor] = []  # the position_ids of the forward the pairs belong to
 
     def rotary_hook(module: torch.nn.Module, args: tuple, kwargs: dict, output) -> None:
         in_kwargs = "position_ids" in kwargs
         given = kwargs["position_ids"] if in_kwargs else args[1]
-        check_position_shape(module, given, positions)
-        new = positions.to(given.device)
+        if not seen or seen[0] is not given:
+            twins.clear()
+            seen[:] = [given]
+        new = source(module, given)
         if in_kwargs:
             perturbed = module.forward(*args, **{**kwargs, "position_ids": new})
         else:
@@ -123,7 +129,7 @@ def _twin_angles(positions: torch.Tensor, twins: list) -> object:
 
 @contextmanager
 def _twin_rotations(
-    model: torch.nn.Module, positions: torch.Tensor, layers: Sequence[int]
+    model: torch.nn.Module, positions: torch.Tensor | PositionSource, layers: Sequence[int]
 ) -> Iterator[None]:
     """``layer_positions(..., split_heads=True)``: see there."""
     by_layer = _attention_by_layer(model)

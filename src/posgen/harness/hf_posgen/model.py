@@ -7,8 +7,9 @@ Usage (any lm-eval task; every ``hf`` model argument is accepted)::
         --tasks TASK
 
 ``pretrained`` may also be posgen's embedded model alias (``embedded``). The perturbation
-enters at one place, :meth:`HFPosgenLM._model_call`, through
-:func:`.perturbed_forward.perturbed_forward`: hooks installed inside a context manager
+enters at two places, :meth:`HFPosgenLM._model_call` through
+:func:`.perturbed_forward.perturbed_forward` and :meth:`HFPosgenLM._model_generate` through
+:func:`.generation.generating`: hooks installed inside a context manager
 and always removed (the pattern of lm-eval's ``hf_steered``). Position values and rope
 noise enter inside the model's rotary embedding (:mod:`.position_hooks`), qk noise
 through a registered attention function (:mod:`.qk_noise`). Both are drawn from each
@@ -21,6 +22,12 @@ every answer choice of a document sees the same perturbed context, and the conti
 keeps its positions in order after it, as text perturbations never touch choices or
 targets. The context is what remains before the continuation after HFLM's truncation
 from the left. ``loglikelihood_rolling`` perturbs each whole window.
+
+``generate_until`` perturbs the context exactly as a ``loglikelihood`` request with the
+same context tokens, and the k-th generated token of a context of n tokens is at position
+n + k, its natural place after the context (``shift``/``scale`` move it with the frame);
+the context's perturbed keys hold at every decode step (:mod:`.generation`). Λ attention
+(``length=lambda``) is refused for generation.
 
 Under a chat template (lm-eval's ``--apply_chat_template``) only the content of the
 context is perturbed: the messages' contents the model rendered, never the template's
@@ -44,6 +51,8 @@ from lm_eval.models.huggingface import HFLM
 
 from posgen.harness.embedded import resolve_pretrained
 from posgen.harness.hf_posgen.chat_content import ChatContents
+from posgen.harness.hf_posgen.generation import check_generation, generating, plan_generation
+from posgen.harness.hf_posgen.generation_rows import GenerationRows
 from posgen.harness.hf_posgen.launch import join_launch, launch_accelerator
 from posgen.harness.hf_posgen.layer_hooks import layer_count
 from posgen.harness.hf_posgen.layer_selection import check_heads, check_layers
@@ -81,7 +90,9 @@ class HFPosgenLM(HFLM):
         ``--model_args``, which splits at commas) and ``layers`` (the decoder layers the
         position and feature schemes act in: ``12``, ``0-5``, ``3;7;11``; default all) and
         ``heads`` (query heads within those layers, same forms; default all).
-        Specs are checked before any weights load; rope scalings (``dynamic:F``,
+        Generation perturbs the context as a log-likelihood request does; generated
+        tokens continue at natural positions after it (n + k for the k-th generated
+        token of an n-token context). Specs are checked before any weights load; rope scalings (``dynamic:F``,
         ``yarn:F``) are passed to ``from_pretrained``."""
         perturbation = ModelPerturbation.parse(positions, features, perturb_seed, layers, heads)
         length_scheme = parse_length_arg(length)
@@ -96,12 +107,14 @@ class HFPosgenLM(HFLM):
         join_launch(self, launch)
         self._response_cache = ResponseCache()
         self._rows = LoglikelihoodRows()
-        # called as plan_observer(inps, plan, docs) for every padded loglikelihood batch,
-        # docs[b] the documents (task name, lm-eval doc_id) row b belongs to
+        # called as plan_observer(inps, plan, docs) for every padded loglikelihood batch
+        # and every generation batch (its contexts right-aligned), docs[b] the documents
+        # (task name, lm-eval doc_id) row b belongs to
         self.plan_observer: Any = None
         # set by posgen layers: layers below the first perturbed one reuse the plain pass
         self.prefix_reuse: PrefixReuse | None = None
         self._chat = ChatContents()
+        self._generation = GenerationRows()
         self._perturbation = ModelPerturbation(seed=perturbation.seed)
         self._length = length_scheme
         p = perturbation
@@ -234,11 +247,47 @@ class HFPosgenLM(HFLM):
             return forward()
 
     def generate_until(self, requests: Any, disable_tqdm: bool = False) -> Any:
-        if self._perturbation.is_set:
-            raise NotImplementedError(
-                "hf-posgen does not run generate_until under positions=/features=: "
-                "transformers' generate() continues positions from the last prompt position "
-                "with a KV cache, so the perturbation would not hold step by step. Use "
-                "loglikelihood/perplexity tasks, or drop positions=/features= for generation."
-            )
-        return super().generate_until(requests, disable_tqdm=disable_tqdm)
+        """HFLM's; under a perturbation the context is perturbed as a log-likelihood
+        request's and generated tokens continue at natural positions (:mod:`.generation`)."""
+        if self._perturbation.changes_model:
+            check_generation(self._perturbation, {})
+        with self._generation.running(requests, self.plan_observer is not None):
+            return super().generate_until(requests, disable_tqdm=disable_tqdm)
+
+    def tok_batch_encode(
+        self,
+        strings: list[str],
+        padding_side: str = "left",
+        left_truncate_len: int | None = None,
+        truncation: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """HFLM's, remembering the strings of a batch (and under a chat template their
+        whole tokens) for the generation that follows."""
+        encoded = super().tok_batch_encode(strings, padding_side, left_truncate_len, truncation)
+        if self._perturbation.changes_model:
+            whole = None
+            if self._chat.active:
+                whole = [
+                    super(HFPosgenLM, self).tok_batch_encode([s])[0][0].tolist() for s in strings
+                ]
+            self._generation.record(strings, encoded[0], whole)
+        return encoded
+
+    def _model_generate(
+        self, context: torch.Tensor, max_length: int, stop: list[str], **generation_kwargs: Any
+    ) -> torch.Tensor:
+        p = self._perturbation
+        if not p.changes_model:
+            return super()._model_generate(context, max_length, stop, **generation_kwargs)
+        check_generation(p, generation_kwargs)
+        observed = self.plan_observer is not None
+        strings, whole = (None, None)
+        if self._chat.active or observed:
+            strings, whole = self._generation.take(context)
+        content = self._chat.generation_masks(self.tokenizer, strings, whole)
+        mask = generation_kwargs.get("attention_mask")
+        plan = plan_generation(p, context, mask, max_length, content, whole)
+        if observed:
+            self.plan_observer(*plan.context_rows(), self._generation.docs(strings))
+        with generating(self.model, plan):
+            return super()._model_generate(context, max_length, stop, **generation_kwargs)

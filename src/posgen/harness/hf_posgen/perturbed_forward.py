@@ -14,7 +14,9 @@ it off on exit, whatever happens:
   perturbed one hand back the plain forward's recorded outputs.
 
 ``hf-posgen``'s ``_model_call`` runs each loglikelihood batch this way; any other path
-that runs the model (with a plan for its own tokens) enters the same block.
+that runs the model (with a plan for its own tokens) enters the same block. Generation
+(:mod:`.generation`) puts the same parts on the model through
+:func:`enter_perturbation`, with positions and attention planned per decode step.
 """
 
 from __future__ import annotations
@@ -30,7 +32,12 @@ from posgen.harness.hf_posgen.batch_rows import PaddedRows
 from posgen.harness.hf_posgen.lambda_attention import lambda_attention
 from posgen.harness.hf_posgen.layer_hooks import layer_positions
 from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
-from posgen.harness.hf_posgen.position_hooks import BatchPlan, build_plan, rotary_positions
+from posgen.harness.hf_posgen.position_hooks import (
+    BatchPlan,
+    PositionSource,
+    build_plan,
+    rotary_positions,
+)
 from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
 from posgen.perturbations.length import combined_positions
 
@@ -57,15 +64,30 @@ def perturbed_forward(
     (see the module doc); ``reuse`` replays the plain layers below ``p.layers[0]`` for
     the batch ``inps`` when it recorded it."""
     with ExitStack() as stack:
-        if p.length is not None and p.length.uses_attention:
-            stack.enter_context(lambda_attention(model, p.length))
-        split = p.heads is not None
-        if plan.positions is not None and p.layers is not None:
-            stack.enter_context(layer_positions(model, plan.positions, p.layers, split))
-        elif plan.positions is not None:
-            stack.enter_context(rotary_positions(model, plan.positions))
-        if plan.qk or split:
-            stack.enter_context(qk_noise.qk_noise_active(model, plan))
+        attend = qk_noise.plan_attention(plan) if plan.qk or p.heads is not None else None
+        enter_perturbation(stack, model, p, plan.positions, attend)
         if reuse is not None and p.layers is not None and inps is not None:
             stack.enter_context(reuse.replay(inps, p.layers[0]))
         yield
+
+
+def enter_perturbation(
+    stack: ExitStack,
+    model: torch.nn.Module,
+    p: ModelPerturbation,
+    positions: torch.Tensor | PositionSource | None,
+    attend: qk_noise.Attend | None,
+) -> None:
+    """Put ``p`` on ``model`` until ``stack`` closes: Λ attention for a length scheme
+    that needs it, ``positions`` (a tensor or a per-call source; None: positions
+    unchanged) in every rotary embedding or in ``p.layers`` only (``heads=``: as twin
+    rotations), and ``attend`` (None: none) as every layer's attention."""
+    if p.length is not None and p.length.uses_attention:
+        stack.enter_context(lambda_attention(model, p.length))
+    split = p.heads is not None
+    if positions is not None and p.layers is not None:
+        stack.enter_context(layer_positions(model, positions, p.layers, split))
+    elif positions is not None:
+        stack.enter_context(rotary_positions(model, positions))
+    if attend is not None:
+        stack.enter_context(qk_noise.attention_active(model, attend))

@@ -28,7 +28,7 @@ keep their positions, and ``qk`` schemes perturb the content tokens' queries and
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -173,23 +173,47 @@ def _slot_offsets(
     )
 
 
-@contextmanager
-def rotary_positions(model: torch.nn.Module, positions: torch.Tensor) -> Iterator[None]:
-    """Within the block, every rotary embedding of ``model`` computes its (cos, sin) from
-    ``positions`` ``[B, T]`` instead of the ``position_ids`` the model passes (``[1, T]``
-    or ``[B, T]``, consecutive). The hooks are always removed on exit."""
-    modules = rotary_modules(model)
-    if not modules:
-        require_rotary(model, "a position perturbation")
+#: ``source(module, given) -> positions``: the position values a rotary module computes its
+#: (cos, sin) from in one call, given the ``position_ids`` the model passed it. A fixed
+#: ``[B, T]`` tensor is the source of one full forward (:func:`position_source`); a
+#: generation plan gives each decode step its own columns (:mod:`.generation`).
+PositionSource = Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]
+
+
+def position_source(positions: torch.Tensor | PositionSource) -> PositionSource:
+    """``positions`` as a :data:`PositionSource`: a tensor ``[B, T]`` is checked against
+    every call's ``position_ids`` (:func:`check_position_shape`) and copied once per
+    device; a source is returned as it is."""
+    if not isinstance(positions, torch.Tensor):
+        return positions
     cache: dict[torch.device, torch.Tensor] = {}
 
-    def pre_hook(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        in_kwargs = "position_ids" in kwargs
-        given = kwargs["position_ids"] if in_kwargs else args[1]
+    def source(module: torch.nn.Module, given: torch.Tensor) -> torch.Tensor:
         check_position_shape(module, given, positions)
         new = cache.get(given.device)
         if new is None:
             new = cache[given.device] = positions.to(given.device)
+        return new
+
+    return source
+
+
+@contextmanager
+def rotary_positions(
+    model: torch.nn.Module, positions: torch.Tensor | PositionSource
+) -> Iterator[None]:
+    """Within the block, every rotary embedding of ``model`` computes its (cos, sin) from
+    ``positions`` ``[B, T]`` (or what a :data:`PositionSource` gives for the call) instead
+    of the ``position_ids`` the model passes (``[1, T]`` or ``[B, T]``, consecutive). The
+    hooks are always removed on exit."""
+    modules = rotary_modules(model)
+    if not modules:
+        require_rotary(model, "a position perturbation")
+    source = position_source(positions)
+
+    def pre_hook(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        in_kwargs = "position_ids" in kwargs
+        new = source(module, kwargs["position_ids"] if in_kwargs else args[1])
         if in_kwargs:
             return args, {**kwargs, "position_ids": new}
         return (args[0], new, *args[2:]), kwargs
@@ -214,5 +238,6 @@ def check_position_shape(
         raise RuntimeError(
             f"{type(module).__name__} got position_ids of shape {tuple(given.shape)}, but "
             f"posgen planned positions for a batch of shape {tuple(positions.shape)}; "
-            "position perturbations support one full forward per batch (no KV cache)"
+            "a batch plan covers one full forward (generation with a KV cache plans each "
+            "step through hf-posgen's generate_until)"
         )

@@ -1,0 +1,288 @@
+"""Generation (lm-eval's ``generate_until``) under a model-side perturbation.
+
+lm-eval's ``HFLM.generate_until`` (0.4.13) left-pads each batch of contexts and calls
+transformers' ``generate`` with their attention mask, so transformers (5.x) hands the
+rotary embedding each row's count of real tokens: ``[B, W]`` in the prefill (row b's
+real tokens at 0..n_b−1, its padding at 0), then ``[B, 1]`` per decode step (n_b + k for
+the k-th generated token), and caches keys after RoPE. :func:`plan_generation` plans a
+whole ``generate`` call once; :func:`generating` follows it step by step:
+
+- **The context** gets exactly the positions, rope noise and qk noise of a log-likelihood
+  request with the same context tokens: the plan is :func:`.perturbed_forward.plan_forward`
+  over each row's real tokens, keyed on them alone (one draw per context at any batch
+  size, padding or order; under a chat template its content only, :mod:`.chat_content`).
+- **Generated tokens** continue at natural positions after the context: the k-th
+  generated token (k = 0, 1, ...) of a row with n_b context tokens is at position n_b + k,
+  where a log-likelihood continuation is (a scheme that moves the whole frame, ``shift``,
+  ``scale`` or the length scheme ``scale:F``, moves them with it, as it moves a
+  continuation). Their queries and keys get no noise, as a continuation's do not.
+- **Every decode step** sees the context as the prefill perturbed it: keys are cached after
+  RoPE, so planned positions, rope noise and ``layers=`` hold; qk noise acts inside
+  attention, after the cache, so posgen keeps each acting layer's perturbed prompt keys
+  beside the model's cache and hands them to attention at every step (the noise of a
+  context token is drawn once, per token, never per step); with ``heads=`` and moved
+  positions it keeps the perturbed twin keys of every column.
+
+Refused (:func:`check_generation`): Λ attention, chunked prefill, and ``heads=`` with
+moved positions under beam search.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from posgen.harness.hf_posgen.batch_rows import NO_DOCS, PaddedRows
+from posgen.harness.hf_posgen.generation_rows import left_padded_lengths
+from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
+from posgen.harness.hf_posgen.perturbed_forward import enter_perturbation, plan_forward
+from posgen.harness.hf_posgen.position_hooks import BatchPlan
+from posgen.harness.hf_posgen.qk_noise import mix_heads, perturb, twin_rotation
+from posgen.harness.model_family import require_rotary, rotary_modules
+
+
+def check_generation(p: ModelPerturbation, generation_kwargs: dict[str, Any]) -> None:
+    """Refuse what generation under ``p`` does not run, before any forward."""
+    if p.length is not None and p.length.uses_attention:
+        raise NotImplementedError(
+            f"hf-posgen does not run generate_until under length={p.length.to_string()}: Λ "
+            "attention re-rotates its global keys for every query, which a KV cache of "
+            "rotated keys cannot give; use loglikelihood tasks or posgen length for it"
+        )
+    if generation_kwargs.get("prefill_chunk_size"):
+        raise NotImplementedError(
+            "hf-posgen plans the prompt as one prefill forward; drop prefill_chunk_size"
+        )
+    beams = int(generation_kwargs.get("num_beams") or 1)
+    if beams > 1 and p.heads is not None and p.positions is not None:
+        raise NotImplementedError(
+            "heads= with positions= keeps perturbed keys per beam, which beam search "
+            "reorders; generate with num_beams=1 (greedy or sampling)"
+        )
+
+
+def plan_generation(
+    p: ModelPerturbation,
+    context: torch.Tensor,
+    mask: torch.Tensor | None,
+    max_length: int,
+    content: Sequence[np.ndarray] | None = None,
+    encoded: Sequence[Sequence[int]] | None = None,
+) -> GenerationPlan:
+    """The plan of one ``generate(input_ids=context, attention_mask=mask,
+    max_length=max_length)`` call under ``p`` (``context`` ``[B, W]``, left-padded).
+    Under a chat template ``content[b]`` is the content mask over ``encoded[b]``, the
+    whole tokens of row b's context string; HFLM may have cut the row from the left."""
+    lengths = left_padded_lengths(context, mask)
+    masks = None
+    if content is not None and encoded is not None:
+        ids = context.detach().to("cpu", torch.int64)
+        masks = []
+        for b, n in enumerate(lengths):
+            whole = list(encoded[b])
+            if len(whole) < n or whole[len(whole) - n :] != ids[b, ids.shape[1] - n :].tolist():
+                raise RuntimeError(
+                    f"row {b} of the generation batch is not the end of its context's own "
+                    "tokens; hf-posgen cannot place the content of its chat template"
+                )
+            masks.append(np.asarray(content[b])[len(whole) - n :])
+    return GenerationPlan(p, context, lengths, max_length - context.shape[1], masks)
+
+
+class Step(NamedTuple):
+    """The forward running now: it covers columns ``[start, start + width)`` of the
+    left-padded sequence, and each context fills ``expand`` rows (beams, samples)."""
+
+    start: int
+    width: int
+    expand: int
+
+
+class GenerationPlan:
+    """One ``generate`` call's plan: per row of the left-padded batch ``[B, W]``, its
+    ``lengths[b]`` real context tokens (the last ones) and ``content[b]`` (None: all of
+    them); for G planned new tokens, ``natural`` ``[B, W + G]`` (what transformers gives
+    the rotary embedding: ``c − (W − n_b)`` at a real column c, 0 on padding), ``table``
+    ``[B, W + G]`` (the planned positions, None when unchanged; column ``W − n_b + t``
+    holds the log-likelihood row's ``p_b[t]``) and ``columns``, the qk plan with each
+    row's perturbed tokens at their columns. G grows when a step needs more."""
+
+    def __init__(
+        self,
+        p: ModelPerturbation,
+        context: torch.Tensor,
+        lengths: Sequence[int],
+        new_tokens: int,
+        content: Sequence[np.ndarray | None] | None = None,
+    ) -> None:
+        self.p = p
+        self.ids = context.detach().to("cpu", torch.int64).numpy()
+        self.lengths = tuple(int(n) for n in lengths)
+        self.width = int(self.ids.shape[1])
+        self.content = list(content) if content is not None else [None] * len(self.lengths)
+        self.step: Step | None = None
+        self._build(max(int(new_tokens), 1))
+
+    def _build(self, new_tokens: int) -> None:
+        """Plan the contexts followed by ``new_tokens`` generated tokens: ``plan_forward``
+        over right-aligned rows of context + placeholder tokens (a continuation's ids never
+        enter a draw), moved to the left-padded columns."""
+        batch, width = len(self.lengths), self.width
+        right = np.zeros((batch, max(self.lengths) + new_tokens), dtype=np.int64)
+        for b, n in enumerate(self.lengths):
+            right[b, :n] = self.ids[b, width - n :]
+        total = [n + new_tokens for n in self.lengths]
+        rows = PaddedRows(total, list(self.lengths), [NO_DOCS] * batch, self.content)
+        base = plan_forward(torch.from_numpy(right), self.p, rows)
+        self._right, self._base = right, base
+        columns = width + new_tokens
+        natural = torch.zeros((batch, columns), dtype=torch.int64)
+        table = None if base.positions is None else natural.to(base.positions.dtype, copy=True)
+        for b, n in enumerate(self.lengths):
+            natural[b, width - n :] = torch.arange(n + new_tokens)
+            if table is not None:
+                table[b, width - n :] = base.positions[b, : n + new_tokens]
+        self.natural, self.table = natural, table
+        slots = tuple(width - n + base.perturbed(b) for b, n in enumerate(self.lengths))
+        self.columns = dataclasses.replace(
+            base, lengths=(columns,) * batch, positions=table, slots=slots
+        )
+        self._on_device: dict[torch.device, torch.Tensor] = {}
+        self._expanded: dict[int, BatchPlan] = {}
+
+    def context_rows(self) -> tuple[torch.Tensor, BatchPlan]:
+        """The contexts right-aligned ``[B, n_max + G]`` (placeholders after each) and
+        their plan: what a log-likelihood batch of these contexts would be planned as."""
+        return torch.from_numpy(self._right), self._base
+
+    def follow(self, module: torch.nn.Module, given: torch.Tensor) -> Step:
+        """Record the step a rotary call belongs to from the ``position_ids`` transformers
+        gave it ``[rows, T]``, after checking they are each row's count of real tokens."""
+        rows, width = given.shape
+        batch = len(self.lengths)
+        if rows % batch:
+            raise RuntimeError(f"{type(module).__name__} got {rows} rows for {batch} contexts")
+        last = int(given[0, -1])
+        start = self.width - self.lengths[0] + last - (width - 1)
+        if start + width > self.natural.shape[1]:
+            self._build(2 * (start + width - self.width))
+        expand = rows // batch
+        expected = self.natural[:, max(start, 0) : start + width].repeat_interleave(expand, 0)
+        if start < 0 or not torch.equal(given.detach().cpu(), expected):
+            raise RuntimeError(
+                f"{type(module).__name__} got position_ids {given.tolist()} in a generate "
+                "call, not each row's count of real tokens; hf-posgen plans generation for "
+                "transformers' positions from the attention mask of left-padded contexts"
+            )
+        if start < self.width and (start, width) != (0, self.width):
+            raise RuntimeError("hf-posgen plans the prompt as one prefill forward (no chunks)")
+        self.step = Step(start, width, expand)
+        return self.step
+
+    def positions(self, module: torch.nn.Module, given: torch.Tensor) -> torch.Tensor:
+        """The planned positions of the current step's columns (a ``PositionSource``)."""
+        start, width, expand = self.current()
+        table = self._on_device.get(given.device)
+        if table is None:
+            table = self._on_device[given.device] = self.table.to(given.device)
+        out = table[:, start : start + width]
+        return out if expand == 1 else out.repeat_interleave(expand, 0)
+
+    def columns_plan(self) -> BatchPlan:
+        """The qk plan over the columns of every row as the current step's batch holds
+        them (each context repeated ``expand`` times): perturbed tokens at their columns."""
+        expand = self.current().expand
+        plan = self._expanded.get(expand)
+        if plan is None:
+            c = self.columns
+
+            def rep(values: tuple) -> tuple:
+                return tuple(v for v in values for _ in range(expand))
+
+            plan = dataclasses.replace(
+                c, lengths=rep(c.lengths), spans=rep(c.spans), keys=rep(c.keys), slots=rep(c.slots)
+            )
+            self._expanded[expand] = plan
+        return plan
+
+    def current(self) -> Step:
+        """The step running now."""
+        if self.step is None:
+            raise RuntimeError("no generation step is running (no rotary call yet)")
+        return self.step
+
+
+class GenerationAttention:
+    """Every layer's attention in a ``generate`` call under qk schemes or ``heads=``: the
+    context's queries and keys perturbed in the prefill as in one full forward, and at
+    each decode step the context's perturbed keys again (kept here per layer)."""
+
+    def __init__(self, plan: GenerationPlan) -> None:
+        self.plan = plan
+        self.keys: dict[int, torch.Tensor] = {}  # layer -> perturbed keys of columns [0, n)
+
+    def __call__(self, run, module, query, key, value, mask, **kwargs) -> Any:
+        layer = int(module.layer_idx)
+        cols = self.plan.columns_plan()
+        if not cols.acts_in(layer):
+            return run(module, query, key, value, mask, **kwargs)
+        start, width, _ = self.plan.current()
+        new = key[:, :, -width:]  # this step's keys [B, H, T, d]; key holds [B, H, K, d]
+        q, k_new = twin_rotation(cols, layer, query, new) if cols.heads else (query, new)
+        if start == 0:  # the prefill: the context's columns are here
+            q, k_new = perturb(q, cols, layer, "query"), perturb(k_new, cols, layer, "key")
+        every_column = cols.heads is not None and cols.positions is not None
+        k = self._perturbed_keys(layer, key, k_new, start, every_column)
+        if cols.heads:
+            return mix_heads(run, module, (query, key), (q, k), value, mask, cols.heads, **kwargs)
+        return run(module, q, k, value, mask, **kwargs)
+
+    def _perturbed_keys(
+        self, layer: int, key: torch.Tensor, k_new: torch.Tensor, start: int, every_column: bool
+    ) -> torch.Tensor:
+        """``key`` (columns ``[end − K, end)``) with the kept perturbed keys in place: the
+        prompt's columns, or with ``every_column`` every column (this step's appended)."""
+        end = start + k_new.shape[2]
+        kept = self.keys.get(layer)
+        if start == 0:
+            kept = k_new
+        elif every_column:
+            if kept is None or kept.shape[2] != start:
+                raise RuntimeError(f"layer {layer}: perturbed keys out of step at column {start}")
+            kept = torch.cat([kept, k_new], dim=2)
+        self.keys[layer] = kept
+        low, have = end - key.shape[2], kept.shape[2]
+        if have >= end:
+            return kept[:, :, low:end]
+        if low >= have:
+            return key
+        out = key.clone()
+        out[:, :, : have - low] = kept[:, :, low:]
+        return out
+
+
+@contextmanager
+def generating(model: torch.nn.Module, plan: GenerationPlan) -> Iterator[None]:
+    """Within the block, ``model.generate`` runs under ``plan.p`` as ``plan`` planned it:
+    every rotary call records its step (:meth:`GenerationPlan.follow`), then the planned
+    positions, qk schemes and ``heads=`` act through :func:`enter_perturbation`."""
+    modules = rotary_modules(model)
+    if not modules:
+        require_rotary(model, "generation under a perturbation")
+
+    def pre_hook(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        plan.follow(module, kwargs["position_ids"] if "position_ids" in kwargs else args[1])
+
+    with ExitStack() as stack:
+        handles = [m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in modules]
+        stack.callback(lambda: [h.remove() for h in handles])
+        p = plan.p
+        attend = GenerationAttention(plan) if plan.columns.qk or p.heads is not None else None
+        positions = plan.positions if plan.table is not None else None
+        enter_perturbation(stack, model, p, positions, attend)
+        yield
