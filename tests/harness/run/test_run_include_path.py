@@ -1,6 +1,6 @@
-"""``posgen run --include-path DIR`` on a task of the user's own, with lm-eval's generation
-and prompt options; report, baseline and check read the run back without the flags
-(integration tier, tiny models)."""
+"""``posgen run --include-path DIR`` on a generative task of the user's own (text and
+position cells), with lm-eval's generation and prompt options; report, baseline and check
+read the run back without the flags (integration tier, tiny models)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def write_task(folder: Path) -> Path:
 
 def run(model: Path, out: Path, tasks: Path, *extra: str) -> int:
     argv = ["run", "--model", str(model), "--include-path", str(tasks), "--suite", TASK]
-    argv += ["--limit", "2", "--kinds", "text", "--rates", "0,0.5", "--no-progress"]
+    argv += ["--limit", "2", "--kinds", "text,position", "--rates", "0,0.5", "--no-progress"]
     return cli([*argv, "--out", str(out), *extra])
 
 
@@ -83,6 +83,7 @@ def test_lm_eval_got_the_generation_and_prompt_options(own_run):
     for cell, task in [
         (f"{TASK}__none", TASK),
         (f"{TASK}__text_swap_0.5", f"perm_swap_50pct_{TASK}"),
+        (f"{TASK}__position_swap_0.5", TASK),  # generation under hf-posgen's positions
     ]:
         (results,) = [json.loads(p.read_text()) for p in out.glob(f"raw/*/{cell}/*/results_*.json")]
         gen = results["configs"][task]["generation_kwargs"]
@@ -109,7 +110,9 @@ def test_report_baseline_and_check_read_the_task_folder_from_the_config(own_run,
     assert pairing["system_instruction"] == "Answer in one word."
     capsys.readouterr()
     assert cli(["check", str(out), "--baseline", str(baseline)]) == 0
-    assert f"{TASK}/exact_match/text/swap@0.5" in capsys.readouterr().out
+    table = capsys.readouterr().out
+    assert f"{TASK}/exact_match/text/swap@0.5" in table
+    assert f"{TASK}/exact_match/position/swap@0.5" in table
 
 
 def test_check_refuses_a_run_with_other_prompt_options(own_run, tiny_model_dir, tmp_path, capsys):
