@@ -63,6 +63,8 @@ LM_EVAL_INTERNALS: dict[str, str] = {
     "lm_eval.api.registry:METRIC_AGGREGATION_REGISTRY": "a metric's default aggregation",
     "lm_eval.api.registry:HIGHER_IS_BETTER_REGISTRY": "a metric's default direction",
     "lm_eval.api.registry:DEFAULT_METRIC_REGISTRY": "the metrics of a task without metric_list",
+    "lm_eval._cli.utils:try_parse_json": "posgen run reads --gen-kwargs as lm-eval's CLI",
+    "lm_eval._cli.utils:key_val_to_dict": "posgen run reads --gen-kwargs as lm-eval's CLI",
 }
 TRANSFORMERS_INTERNALS: dict[str, str] = {
     "transformers.modeling_utils:ALL_ATTENTION_FUNCTIONS": (

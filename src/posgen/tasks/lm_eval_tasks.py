@@ -294,6 +294,19 @@ def task_manager(
     return PosgenTaskManager(include_path=include_path, metadata=metadata)
 
 
+_SHARED: dict[tuple[str, ...], TaskManager] = {}
+
+
+def shared_task_manager(include_path: tuple[str, ...] = ()) -> TaskManager:
+    """posgen's task manager with the folders ``include_path`` (the user's own task YAML),
+    built once per process for each set of folders: indexing every task YAML of lm-eval
+    takes seconds, and a run, its scores and its report read the same tasks."""
+    key = tuple(str(p) for p in include_path)
+    if key not in _SHARED:
+        _SHARED[key] = task_manager(include_path=list(key) or None)
+    return _SHARED[key]
+
+
 # the undo of every place posgen's task manager was put in place, newest last
 _RESTORE: list[Callable[[], None]] = []
 

@@ -279,3 +279,62 @@ def test_run_length_refuses_a_model_length_cannot_measure_before_the_sweep(
 ):
     argv = ["run", "--model", str(capped["final"]), "--kinds", "text", "--length", "quick"]
     _refused(argv, "final_logit_softcapping=30.0", capsys, no_weights)
+
+
+RUN_OPTIONS = [
+    (["--gen-kwargs", "max_gen_toks"], "--gen-kwargs: expected `key=value`, got 'max_gen_toks'"),
+    (["--gen-kwargs", "max_gen_toks=4,until"], "expected `key=value`, got 'until'"),
+    (["--gen-kwargs", ""], "--gen-kwargs: empty; give key=value pairs"),
+    (["--gen-kwargs", "=4"], "--gen-kwargs: '' is not an argument name"),
+    (["--gen-kwargs", "{max_gen_toks: 4}"], "--gen-kwargs: Invalid JSON"),
+    (["--gen-kwargs", "temperature=nan"], "temperature=nan cannot be recorded"),
+    (["--fewshot-as-multiturn"], "--fewshot-as-multiturn needs --apply-chat-template"),
+    (["--system-instruction", " "], "--system-instruction: give the instruction's text"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), RUN_OPTIONS)
+def test_run_refuses_malformed_lm_eval_options(models, no_loading, capsys, args, message):
+    _refused(["run", "--model", str(models["short"]), *args], message, capsys, no_loading)
+
+
+@pytest.mark.parametrize(
+    ("name", "message"), [("absent", "no such folder"), ("f", "is not a folder")]
+)
+def test_run_and_ingest_refuse_a_missing_include_folder(models, no_loading, capsys, name, message):
+    path = no_loading.parent / name
+    if name == "f":
+        path.write_text("a file")
+    argv = ["--include-path", str(path)]
+    _refused(
+        ["run", "--model", str(models["short"]), *argv], f"{path}: {message}", capsys, no_loading
+    )
+    lm_out = no_loading.parent / "lm-out"
+    lm_out.mkdir(exist_ok=True)
+    ingest = ["ingest", str(lm_out), "--out", str(no_loading / "run"), *argv]
+    _refused(ingest, f"--include-path {path}: {message}", capsys, no_loading)
+
+
+def test_run_refuses_a_task_of_its_own_folder_that_posgen_cannot_score(
+    models, no_loading, capsys, monkeypatch
+):
+    from lm_eval_task_fixtures import task_folder
+    from posgen.harness.run import plan
+    from posgen.tasks.lm_eval_tasks import PosgenTaskManager
+
+    tasks = task_folder(no_loading.parent / "own")
+
+    def only_included(include_path=()):  # the folder's tasks alone: no lm-eval index
+        return PosgenTaskManager(include_path=list(include_path), include_defaults=False)
+
+    monkeypatch.setenv("POSGEN_CACHE", str(no_loading.parent / "fresh-cache"))
+    monkeypatch.setattr(plan, "shared_task_manager", only_included)
+    argv = ["run", "--model", str(models["short"]), "--include-path", str(tasks)]
+    message = "posgen can score none of the metrics of 'posgen_t_unscored'"
+    _refused([*argv, "--suite", "posgen_t_unscored"], message, capsys, no_loading)
+    _refused(
+        [*argv, "--suite", "posgen_t_nosuch"],
+        "did you mean posgen_t_yesno, posgen_t_unscored",
+        capsys,
+        no_loading,
+    )

@@ -167,3 +167,42 @@ def test_an_unreadable_config_is_a_schema_error_naming_the_file(tmp_path) -> Non
     RunStore.create(tmp_path, d)
     with pytest.raises(SchemaError, match=r"config\.json: not a readable run config"):
         _ = RunStore.open(tmp_path).run_config
+
+
+def test_lm_eval_prompt_options_are_recorded_only_when_set(tmp_path) -> None:
+    model = _local_model(tmp_path / "m")
+    plain = resolve_config(_args(["--model", str(model)]))
+    keys = ("gen_kwargs", "system_instruction", "fewshot_as_multiturn", "include_path")
+    assert not set(plain.to_dict()) & set(keys) and not plain.multiturn()
+    argv = ["--model", str(model), "--include-path", str(tmp_path), "--include-path", str(tmp_path)]
+    argv += ["--gen-kwargs", "max_gen_toks=8,until=('\\n',)", "--system-instruction", "Be brief."]
+    config = resolve_config(_args([*argv, "--apply-chat-template", "--fewshot-as-multiturn", "no"]))
+    d = config.to_dict()
+    assert d["gen_kwargs"] == {"max_gen_toks": 8, "until": ["\n"]}  # as config.json keeps it
+    assert d["include_path"] == [str(tmp_path.resolve())] and d["system_instruction"] == "Be brief."
+    assert d["fewshot_as_multiturn"] is False and not config.multiturn()
+    assert RunConfig.from_dict(json.loads(json.dumps(d))) == config
+    # lm-eval's default under a chat template (turns) is not recorded when asked for
+    templated = ["--model", str(model), "--apply-chat-template", "--fewshot-as-multiturn"]
+    config = resolve_config(_args(templated))
+    assert "fewshot_as_multiturn" not in config.to_dict() and config.multiturn()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'temperature=0.7,top_p=0.95,do_sample=true,until=["\\n\\n", "Q:"],max_gen_toks=64',
+        '{"max_gen_toks": 32, "until": ["\\n"]}',
+        "temperature=0,stop=x,seed=-3,scale=1e-3,name='7'",
+    ],
+)
+def test_gen_kwargs_read_as_lm_evals_cli_reads_them(text) -> None:
+    from lm_eval._cli.run import Run
+
+    from posgen.harness.run.options import parse_gen_kwargs
+
+    parser = argparse.ArgumentParser()
+    subparsers = parser.add_subparsers()
+    Run.create(subparsers)  # lm-eval's own `lm-eval run` parser
+    theirs = parser.parse_args(["run", "--gen_kwargs", text]).gen_kwargs
+    assert parse_gen_kwargs(text) == theirs

@@ -105,3 +105,17 @@ def test_baseline_and_check_pair_the_ingested_run_with_itself(ingested, tmp_path
     assert cli(["check", str(run), "--baseline", str(baseline)]) == 0
     out = capsys.readouterr().out
     assert f"{RECALL}/exact_match (strict-match)/text/swap@0.5" in out
+
+
+def test_ingest_with_the_tasks_folder_scores_the_tasks_own_aggregation(ingested, capsys):
+    run, _ = ingested
+    again = run.parent / "run-with-tasks"
+    tasks = run.parent / "tasks"
+    argv = ["ingest", str(run.parent / "lm"), "--out", str(again), "--include-path", str(tasks)]
+    assert cli(argv) == 0
+    assert "chrf" not in capsys.readouterr().err  # scored: no note
+    config = json.loads((again / "config.json").read_text())["config"]
+    assert config["include_path"] == [str(tasks.resolve())]
+    scores = json.loads((again / "scores.json").read_text())
+    recall = {s["metric"] + "," + s["filter"]: s for s in scores["metrics"][RECALL]}
+    assert recall["chrf,flexible-extract"]["rule"] == "corpus"

@@ -4,6 +4,7 @@ explained once. Light to import, like every module of the command line."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from posgen.results.folder.config import Scoring
 
@@ -22,4 +23,16 @@ def add_threshold_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=defaults.threshold_acc,
         help=f"tolerance threshold: absolute accuracy drop ({defaults.threshold_acc:g})",
+    )
+
+
+def add_include_path_argument(parser: argparse.ArgumentParser) -> None:
+    """``--include-path DIR`` (repeatable): folders of the user's own lm-eval task YAML, as
+    ``lm_eval --include_path`` (``posgen run``, ``posgen ingest``, ``posgen tasks``)."""
+    parser.add_argument(
+        "--include-path",
+        action="append",
+        type=Path,
+        metavar="DIR",
+        help="a folder of your own lm-eval task YAML (repeatable), as lm_eval --include_path",
     )

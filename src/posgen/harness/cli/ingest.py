@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from posgen.harness.cli.arguments import add_threshold_arguments
+from posgen.harness.cli.arguments import add_include_path_argument, add_threshold_arguments
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -21,15 +21,23 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", type=Path, required=True, help="the run folder to write")
     add_threshold_arguments(parser)
+    add_include_path_argument(parser)
 
 
 def main(args: argparse.Namespace) -> int:
+    from posgen.harness.input_error import InputError
+    from posgen.harness.run.options import check_include_paths
     from posgen.results.folder.schema import SchemaError
     from posgen.results.folder.store import RunConflictError
     from posgen.results.ingest.folders import ingest
 
     if not (args.threshold > 0 and args.threshold_acc > 0):
         print("posgen ingest: --threshold and --threshold-acc must be > 0", file=sys.stderr)
+        return 2
+    try:
+        include_path = check_include_paths(args.include_path)
+    except InputError as e:
+        print(f"posgen ingest: {e}", file=sys.stderr)
         return 2
     scoring = {
         "threshold_ppl": args.threshold,
@@ -39,7 +47,7 @@ def main(args: argparse.Namespace) -> int:
         "confidence": 0.95,
     }
     try:
-        paths = ingest(args.dirs, args.out, scoring)
+        paths = ingest(args.dirs, args.out, scoring, include_path)
     except (SchemaError, RunConflictError) as e:
         print(f"posgen ingest: {e}", file=sys.stderr)
         return 2

@@ -12,10 +12,12 @@ import shutil
 import sys
 from pathlib import Path
 
-from posgen.harness.cli.arguments import add_threshold_arguments
+from posgen.harness.cli.arguments import add_include_path_argument, add_threshold_arguments
 from posgen.harness.input_error import InputError
 from posgen.harness.loading.options import add_loading_arguments, check_device
 from posgen.harness.out_folder import check_out_folder
+from posgen.harness.run.metric_check import check_run_metrics
+from posgen.harness.run.options import parse_bool
 from posgen.harness.run.plan import check_model_side_kinds, default_out, resolve_config
 from posgen.perturbations.seeding import DEFAULT_SEED
 
@@ -33,8 +35,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--suite",
         default="offline",
         help="'offline' (posgen_prose + posgen_cloze, the default) or a "
-        "comma-separated list of lm-eval tasks",
+        "comma-separated list of lm-eval tasks (yours too, with --include-path)",
     )
+    add_include_path_argument(parser)
     parser.add_argument(
         "--quick",
         action="store_true",
@@ -95,6 +98,28 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="render prompts with the tokenizer's chat template (or the named one), few-shot "
         "examples as turns; text cells perturb the content before rendering",
     )
+    prompt.add_argument(
+        "--fewshot-as-multiturn",
+        nargs="?",
+        const=True,
+        type=parse_bool,
+        metavar="BOOL",
+        help="few-shot examples as chat turns (needs --apply-chat-template; the default "
+        "with it, so only 'false' changes anything: then one user turn holds them all)",
+    )
+    prompt.add_argument(
+        "--system-instruction",
+        metavar="TEXT",
+        help="a system instruction before every prompt (a system turn under a chat "
+        "template); text cells leave it as it is, model-side cells perturb it with the context",
+    )
+    prompt.add_argument(
+        "--gen-kwargs",
+        metavar="K=V,...",
+        help="generation arguments of generate_until tasks over each task's own, as "
+        "lm_eval --gen_kwargs: key=value pairs or a JSON object, e.g. "
+        "'max_gen_toks=64,until=[\"\\n\"]' (log-likelihood tasks ignore them)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
         "--length",
@@ -115,6 +140,7 @@ def main(args: argparse.Namespace) -> int:
         check_device(args.device)
         out = check_out_folder(args.out or default_out(config))
         length = _length_jobs(args, config, out)
+        notes += check_run_metrics(config)  # reads the tasks' configs: the slowest check
     except InputError as e:
         print(f"posgen run: {e}", file=sys.stderr)
         return 2

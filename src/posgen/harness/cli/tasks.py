@@ -23,6 +23,9 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from posgen.harness.cli.arguments import add_include_path_argument
+from posgen.harness.input_error import InputError
+
 # the short parameter of each text scheme gets a flag (--rate, --window, ...)
 _PARAM_HELP = {"rate": "fraction of words moved", "window": "window in words"}
 
@@ -45,7 +48,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "inferred (the one field its doc_to_text reads besides the target and the choices).",
     )
     fields.add_argument("task", nargs="+", help="lm-eval task names")
-    _add_include_path(fields)
+    add_include_path_argument(fields)
     for name, text in (
         ("name", "print the task name of a perturbation"),
         ("write", "write a perturbed task YAML for an lm-eval task"),
@@ -69,29 +72,20 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                 "--perturb-fewshot", action="store_true", help="perturb the few-shot examples too"
             )
             p.add_argument("--output-dir", type=Path, default=Path("posgen_tasks"))
-            _add_include_path(p)
-
-
-def _add_include_path(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--include-path",
-        action="append",
-        type=Path,
-        metavar="DIR",
-        help="a folder of your own lm-eval task YAML (repeatable), as lm_eval --include_path",
-    )
+            add_include_path_argument(p)
 
 
 def _task_manager(args: argparse.Namespace) -> Any:
     """posgen's TaskManager, with ``--include-path`` folders (each checked first)."""
+    from posgen.harness.run.options import check_include_paths
     from posgen.tasks.lm_eval_tasks import task_manager
 
-    paths = getattr(args, "include_path", None) or []
-    for path in paths:
-        if not path.is_dir():
-            print(f"posgen tasks: --include-path {path}: no such folder", file=sys.stderr)
-            raise SystemExit(2)
-    return task_manager(include_path=[str(p) for p in paths]) if paths else task_manager()
+    try:
+        paths = check_include_paths(getattr(args, "include_path", None))
+    except InputError as e:
+        print(f"posgen tasks: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return task_manager(include_path=list(paths)) if paths else task_manager()
 
 
 def _perturbation(args: argparse.Namespace) -> Any:

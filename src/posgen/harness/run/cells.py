@@ -166,7 +166,7 @@ class ModelSession:
     def _load(self) -> ModelSession:
 
         register_all()
-        self.task_manager = shared_task_manager()
+        self.task_manager = shared_task_manager(self.config.include_path)
         kwargs = {"batch_size": self.config.batch_size, **hflm_kwargs(self.model, self.device)}
         if kwargs.get("device_map") is not None:
             kwargs.update(self._placement_memory())
@@ -237,7 +237,9 @@ class ModelSession:
                 num_fewshot=cfg.num_fewshot,
                 apply_chat_template=cfg.apply_chat_template,
                 # as lm-eval's CLI: few-shot examples as chat turns under a template
-                fewshot_as_multiturn=bool(cfg.apply_chat_template),
+                fewshot_as_multiturn=cfg.multiturn(),
+                system_instruction=cfg.system_instruction,
+                gen_kwargs=dict(cfg.gen_kwargs) if cfg.gen_kwargs else None,
                 log_samples=True,
                 bootstrap_iters=0,
                 evaluation_tracker=tracker,

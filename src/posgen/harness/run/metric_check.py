@@ -8,6 +8,38 @@ from collections.abc import Iterable
 from typing import Any
 
 from posgen.harness.run.options import PlanError
+from posgen.results.folder.config import RunConfig
+
+
+def check_run_metrics(config: RunConfig) -> list[str]:
+    """:func:`check_task_metrics` for the tasks of a run given by name (the offline
+    suite's are posgen's own), through the task manager the run will use (built here,
+    once per process, with the run's ``--include-path`` folders). Returns a note when
+    ``--gen-kwargs`` was given and no task generates (lm-eval ignores it then)."""
+    if config.suite != "offline":
+        from posgen.harness.run.plan import shared_task_manager
+
+        manager = shared_task_manager(config.include_path)
+        check_task_metrics(config.tasks, manager)
+        types = {_output_type(t, manager) for t in config.tasks}
+    else:  # posgen's own tasks
+        from posgen.tasks.family import BASE_TASKS
+
+        types = {BASE_TASKS[t]["output_type"] for t in config.tasks}
+    if config.gen_kwargs is not None and None not in types and "generate_until" not in types:
+        return [
+            "--gen-kwargs: no task of the run generates (output_type generate_until); "
+            "lm-eval ignores generation arguments for the others"
+        ]
+    return []
+
+
+def _output_type(task: str, task_manager: Any) -> str | None:
+    """A single task's ``output_type`` (None for a group or tag: its tasks vary)."""
+    try:
+        return task_manager.task_config(task).get("output_type", "generate_until")
+    except (KeyError, ValueError):
+        return None
 
 
 def check_task_metrics(tasks: Iterable[str], task_manager: Any) -> None:

@@ -19,7 +19,12 @@ from typing import Any
 from posgen import __version__
 from posgen.harness.loading.entries import model_entries
 from posgen.harness.loading.options import LoadOptions
-from posgen.harness.run.options import PlanError, parse_batch_size, prompt_options
+from posgen.harness.run.options import (
+    PlanError,
+    check_include_paths,
+    parse_batch_size,
+    prompt_options,
+)
 from posgen.perturbations.seeding import DEFAULT_SEED
 from posgen.results.folder.config import (
     MODEL_SIDE_KINDS,
@@ -87,8 +92,9 @@ def check_model_side_kinds(config: RunConfig) -> list[str]:
     ]
 
 
-def suite_tasks(suite: str) -> tuple[list[str], int | None]:
-    """The tasks of a suite and its version (None for a list of lm-eval tasks)."""
+def suite_tasks(suite: str, include_path: tuple[str, ...] = ()) -> tuple[list[str], int | None]:
+    """The tasks of a suite and its version (None for a list of lm-eval tasks); a task
+    of the ``include_path`` folders (the user's own YAML) is known by their index."""
     from posgen.tasks.offline import SUITE_TASKS, SUITE_VERSION
 
     if suite == "offline":
@@ -102,42 +108,51 @@ def suite_tasks(suite: str) -> tuple[list[str], int | None]:
         unwritten_names,
     )
 
+    own = included_task_names(include_path) if include_path else frozenset()
     if stored_task_names() is None:  # before the index: refuse what no task file names
-        absent, declared = unwritten_names(t for t in tasks if not _posgen_name(t))
+        absent, declared = unwritten_names(t for t in tasks if not _posgen_name(t, own))
         if absent:
-            _refuse_task(absent[0], declared)
-    known = known_task_names(lambda: shared_task_manager().all_tasks)
+            _refuse_task(absent[0], [*declared, *own])
+    known = known_task_names(lambda: shared_task_manager().all_tasks) | own
     for t in tasks:
         if t not in known:
             _refuse_task(t, known)
     return tasks, None
 
 
-def _posgen_name(task: str) -> bool:
-    """A name of posgen's own tasks (the offline suite, the perturbed family)."""
+def included_task_names(include_path: tuple[str, ...]) -> frozenset[str]:
+    """The task, group and tag names of the ``include_path`` folders alone, as lm-eval
+    indexes them (their folders only: milliseconds, not lm-eval's whole index)."""
+    from posgen.tasks.lm_eval_tasks import PosgenTaskManager
+
+    manager = PosgenTaskManager(include_path=list(include_path), include_defaults=False)
+    return frozenset(manager.all_tasks)
+
+
+def _posgen_name(task: str, own: frozenset[str] = frozenset()) -> bool:
+    """A name of posgen's own tasks (the offline suite, the perturbed family) or of the
+    user's own task folders (``own``)."""
     from posgen.tasks.naming import PREFIX
     from posgen.tasks.offline import TASKS
 
-    return task in TASKS or task.startswith(PREFIX)
+    return task in TASKS or task.startswith(PREFIX) or task in own
 
 
 def _refuse_task(task: str, names: Iterable[str]) -> None:
     close = difflib.get_close_matches(task, sorted(names), n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
-    raise PlanError(f"--suite: unknown suite or lm-eval task {task!r}{hint} (suites: offline)")
+    raise PlanError(
+        f"--suite: unknown suite or lm-eval task {task!r}{hint} (suites: offline; a task "
+        "of your own YAML: add its folder with --include-path DIR)"
+    )
 
 
-_TASK_MANAGERS: list[Any] = []
+def shared_task_manager(include_path: tuple[str, ...] = ()) -> Any:
+    """posgen's lm-eval TaskManager with the ``include_path`` folders, built once per
+    process (indexing every task YAML takes seconds)."""
+    from posgen.tasks.lm_eval_tasks import shared_task_manager as shared
 
-
-def shared_task_manager() -> Any:
-    """posgen's lm-eval TaskManager, built once per process (indexing every task YAML
-    takes seconds)."""
-    if not _TASK_MANAGERS:
-        from posgen.tasks.lm_eval_tasks import task_manager
-
-        _TASK_MANAGERS.append(task_manager())
-    return _TASK_MANAGERS[0]
+    return shared(include_path)
 
 
 def resolve_config(args: argparse.Namespace) -> RunConfig:
@@ -156,7 +171,8 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
     sigmas = parse_values(
         args.sigmas, QUICK_SIGMAS if args.quick else DEFAULT_SIGMAS, "sigmas", None
     )
-    tasks, suite_version = suite_tasks(args.suite)
+    include_path = check_include_paths(getattr(args, "include_path", None))
+    tasks, suite_version = suite_tasks(args.suite, include_path)
     models = model_entries(
         args.models or ["embedded"],
         LoadOptions.from_args(args),
@@ -184,6 +200,7 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
         decompose=Decompose(**DECOMPOSE[preset]),
         scoring=Scoring(threshold_ppl=args.threshold, threshold_acc=args.threshold_acc),
         seeds=getattr(args, "seeds", 1),
+        include_path=include_path,
         **prompt_options(args),
     )
 

@@ -163,6 +163,13 @@ class RunConfig:
     # lm-eval's prompt settings, passed to simple_evaluate for every cell
     num_fewshot: int | None = None  # None: each task's own default
     apply_chat_template: bool | str = False  # True, or a named template of the tokenizer
+    # each only when set: generation arguments over the tasks' own (``--gen-kwargs``), a
+    # system prompt, few-shot examples as chat turns (None: as lm-eval's CLI, with a chat
+    # template only), folders of the user's own task YAML (absolute)
+    gen_kwargs: Mapping[str, Any] | None = None
+    system_instruction: str | None = None
+    fewshot_as_multiturn: bool | None = None
+    include_path: tuple[str, ...] = ()
     # an ingested run (``posgen ingest``): the lm-eval results files it was read from and
     # the lm-eval release that read them
     ingested_from: tuple[str, ...] = ()
@@ -172,6 +179,7 @@ class RunConfig:
         # "seeds" only when > 1 and the prompt settings only when set, so a run without
         # them keeps its config hash and folder
         return {
+            **self._options_set(),
             **({"seeds": self.seeds} if self.seeds > 1 else {}),
             **({"num_fewshot": self.num_fewshot} if self.num_fewshot is not None else {}),
             **(
@@ -204,6 +212,27 @@ class RunConfig:
             ),
         }
 
+    def _options_set(self) -> dict[str, Any]:
+        """The lm-eval options a run was given beyond the prompt settings, each only when
+        set (``include_path`` as a list)."""
+        out: dict[str, Any] = {}
+        if self.gen_kwargs is not None:
+            out["gen_kwargs"] = dict(self.gen_kwargs)
+        if self.system_instruction is not None:
+            out["system_instruction"] = self.system_instruction
+        if self.fewshot_as_multiturn is not None:
+            out["fewshot_as_multiturn"] = self.fewshot_as_multiturn
+        if self.include_path:
+            out["include_path"] = list(self.include_path)
+        return out
+
+    def multiturn(self) -> bool:
+        """Few-shot examples as chat turns: as set, else with a chat template only (the
+        default of lm-eval's CLI)."""
+        if self.fewshot_as_multiturn is not None:
+            return self.fewshot_as_multiturn
+        return bool(self.apply_chat_template)
+
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RunConfig:
         """The config of a stored run (``RunStore.config``)."""
@@ -222,6 +251,10 @@ class RunConfig:
             seeds=int(d.get("seeds", 1)),
             num_fewshot=d.get("num_fewshot"),
             apply_chat_template=d.get("apply_chat_template", False),
+            gen_kwargs=d.get("gen_kwargs"),
+            system_instruction=d.get("system_instruction"),
+            fewshot_as_multiturn=d.get("fewshot_as_multiturn"),
+            include_path=tuple(d.get("include_path", ())),
             ingested_from=tuple(d.get("ingested_from", ())),
             installed_lm_eval_version=d.get("installed_lm_eval_version"),
         )

@@ -8,7 +8,9 @@ records (``pairing``):
 
 - ``suite`` (suite, tasks, suite version) and ``limits`` (documents per task);
 - ``seed`` and ``seeds`` (the perturbation draws);
-- ``num_fewshot`` and ``apply_chat_template`` (lm-eval's prompts);
+- ``num_fewshot`` and ``apply_chat_template`` (lm-eval's prompts), and where the run set
+  them ``gen_kwargs``, ``system_instruction`` and ``fewshot_as_multiturn`` (absent from
+  the record when not set, so a baseline written before they existed pairs as before);
 - ``perturbations``: the version of every swept perturbation, ``{"kind/scheme": v}``.
 
 A candidate that differs in any of them is refused (exit status 2, naming the setting
@@ -27,6 +29,7 @@ from posgen.results.gate.baseline_file import GateInputError
 
 DRAW = ("seed", "seeds")  # what --allow-other-seed lets differ
 SETTINGS = ("suite", "limits", "num_fewshot", "apply_chat_template", "perturbations", *DRAW)
+OPTIONS = ("gen_kwargs", "system_instruction", "fewshot_as_multiturn")  # recorded when set
 
 
 def pairing_record(
@@ -52,6 +55,7 @@ def pairing_record(
         "num_fewshot": config.num_fewshot,
         "apply_chat_template": config.apply_chat_template,
         "perturbations": dict(sorted(versions.items())),
+        **{k: v for k, v in config.to_dict().items() if k in OPTIONS},
     }
 
 
@@ -61,7 +65,10 @@ def check_pairing(
     """Refuse a run whose pairing settings differ from the baseline's
     (:class:`GateInputError` naming each with both values). Returns the draw settings
     that differ and were allowed (``--allow-other-seed``), as ``"seed: 1 vs 2"``."""
-    diffs = [(k, baseline[k], current[k]) for k in SETTINGS if baseline.get(k) != current.get(k)]
+    keys = (*SETTINGS, *OPTIONS)  # an option absent from a record was not set
+    diffs = [
+        (k, baseline.get(k), current.get(k)) for k in keys if baseline.get(k) != current.get(k)
+    ]
     fixed = [d for d in diffs if d[0] not in DRAW]
     draw = [d for d in diffs if d[0] in DRAW]
     if fixed:
@@ -92,3 +99,11 @@ def validate_pairing(pairing: Any, where: str) -> None:
     for key in ("suite", "limits", "perturbations"):
         if not isinstance(pairing[key], dict):
             raise GateInputError(f"{where}.pairing is corrupt: {key!r} should be an object")
+    for key, kind in zip(OPTIONS, (dict, str, bool), strict=True):
+        if key in pairing and not isinstance(pairing[key], kind):
+            raise GateInputError(
+                f"{where}.pairing is corrupt: {key!r} should be {_KIND_NAMES[kind]}"
+            )
+
+
+_KIND_NAMES = {dict: "an object", str: "a string", bool: "true or false"}

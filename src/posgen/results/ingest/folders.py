@@ -142,12 +142,13 @@ def _require_baselines(items: list[tuple[str, dict[str, Any], EvaluatedTask]]) -
 
 
 def records(
-    items: list[tuple[str, dict[str, Any], EvaluatedTask]],
+    items: list[tuple[str, dict[str, Any], EvaluatedTask]], include_path: tuple[str, ...] = ()
 ) -> list[tuple[dict[str, Any], EvaluatedTask]]:
     """posgen cell records (as ``posgen run`` writes them); refuses documents that
-    differ between a cell and its baseline."""
+    differ between a cell and its baseline. A task's own aggregation functions load from
+    its YAML, found among lm-eval's tasks and the ``include_path`` folders."""
     out = []
-    aggregations = Aggregations()  # one task manager for every cell's task functions
+    aggregations = Aggregations(include_path)  # one task manager for every cell
     for label, cell, ev in items:
         info = {
             "model_path": label,
@@ -176,7 +177,9 @@ def records(
 
 
 def ingest_config(
-    items: list[tuple[str, dict[str, Any], EvaluatedTask]], scoring: Mapping[str, Any]
+    items: list[tuple[str, dict[str, Any], EvaluatedTask]],
+    scoring: Mapping[str, Any],
+    include_path: tuple[str, ...] = (),
 ) -> RunConfig:
     """The run config of an ingested run: what the cells say, and where they came from."""
     cells = [c for _, c, _ in items]
@@ -227,18 +230,23 @@ def ingest_config(
         scoring=Scoring(**scoring),
         ingested_from=tuple(sorted({str(ev.results_file) for _, _, ev in items})),
         installed_lm_eval_version=importlib.metadata.version("lm_eval"),
+        include_path=include_path,
     )
 
 
-def ingest(dirs: list[Path], out: Path, scoring: Mapping[str, Any]) -> dict[str, Path]:
-    """Read, check, write every cell into the run folder ``out``, then score and report.
+def ingest(
+    dirs: list[Path], out: Path, scoring: Mapping[str, Any], include_path: tuple[str, ...] = ()
+) -> dict[str, Path]:
+    """Read, check, write every cell into the run folder ``out``, then score and report;
+    ``include_path``: the folders of the tasks' own YAML (``lm_eval --include_path``),
+    recorded in the config so that reports and checks of the run read them too.
 
     Raises :class:`SchemaError` (bad or inconsistent lm-eval output, nothing written) or
     :class:`posgen.results.folder.store.RunConflictError` (``out`` holds another run)."""
 
     items = collect(dirs)
-    recs = records(items)
-    store = RunStore.create(out, ingest_config(items, scoring))
+    recs = records(items, include_path)
+    store = RunStore.create(out, ingest_config(items, scoring, include_path))
     names = list(dict.fromkeys(rec["model"] for rec, _ in recs))
     short = dict(zip(names, short_labels(names), strict=True))
     for rec, ev in recs:

@@ -45,7 +45,7 @@ def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
     config = store.run_config
     twins = {m.label for m in config.models if m.random_init}
     metrics = task_metrics(cells)
-    aggregations = Aggregations(getattr(config, "include_path", ()))
+    aggregations = Aggregations(config.include_path)
     corpus = corpus_pairs(cells)
     scores = score_tables(perdoc, fits, config.scoring, twins, metrics, corpus, aggregations)
     return store, {

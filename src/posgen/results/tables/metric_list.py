@@ -140,10 +140,9 @@ class Aggregations:
 
     def manager(self) -> Any:
         if self._manager is None:
-            from posgen.tasks.lm_eval_tasks import task_manager
+            from posgen.tasks.lm_eval_tasks import shared_task_manager
 
-            paths = [str(p) for p in self.include_path] or None
-            self._manager = task_manager(include_path=paths)
+            self._manager = shared_task_manager(self.include_path)
         return self._manager
 
 
