@@ -34,6 +34,7 @@ HARNESS_RANKS = {
     "model_family": 0,
     "embedded": 0,
     "loading": 0,
+    "additive_fit": 0,  # the exact fit: pure tensor math, used by the model side and above
     "hf_posgen": 1,
     "decomposition": 2,
     "run": 3,

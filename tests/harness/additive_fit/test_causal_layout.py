@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posgen.harness.decomposition.causal_layout import CausalLayout
-from posgen.harness.decomposition.fit_layout import band_mask
-from posgen.harness.decomposition.logit_fit import (
+from posgen.harness.additive_fit.causal_layout import CausalLayout
+from posgen.harness.additive_fit.fit_layout import band_mask
+from posgen.harness.additive_fit.logit_fit import (
     FitLayout,
     FitOptions,
     LayoutCache,
     fit_sums,
     head_sums,
 )
-from posgen.harness.decomposition.logit_fit_reference import reference_fit
+from posgen.harness.additive_fit.logit_fit_reference import reference_fit
 from posgen.harness.decomposition.qk_pattern import distance_key_r, distance_sums
 
 
