@@ -50,7 +50,8 @@ def check_base(base: str) -> str:
     return base
 
 
-def _base_forward(base: str, module: torch.nn.Module) -> Callable[..., Any]:
+def base_forward(base: str, module: torch.nn.Module) -> Callable[..., Any]:
+    """The model's own attention function ``base`` for ``module`` (eager: its family's)."""
     if base == "eager":
         return family_of(module).eager_attention_function(module)
     return ALL_ATTENTION_FUNCTIONS[base]
@@ -74,7 +75,7 @@ def _make_forward(base: str) -> Callable[..., Any]:
         layer = getattr(module, "layer_idx", None)
         if layer is None:
             raise RuntimeError(f"{type(module).__name__} has no layer_idx; qk_noise needs it")
-        run = _base_forward(base, module)
+        run = base_forward(base, module)
         if plan.heads and plan.acts_in(int(layer)):
             return _mixed_heads(run, plan, module, query, key, value, attention_mask, **kwargs)
         query = perturb(query, plan, int(layer), "query")
