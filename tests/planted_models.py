@@ -66,3 +66,22 @@ def planted_model(interaction: float = 0.0, seed: int = 0) -> torch.nn.Module:
             weight[k + rot] = w_c.float()  # k pass: (γ, 1)
             bias[k + rot + 1] = 1.0
     return model
+
+
+def positional_llama(layers: int = 4, positional: int = 2) -> torch.nn.Module:
+    """A Llama whose layers have q/k projections scaled by 1e-3 (attention logits ~1e-6
+    of their size: nearly uniform, barely position-dependent), except layer
+    ``positional``: q/k scaled up 8x (sharp, position-dependent attention) and v/o 4x (so
+    what it attends to moves the residual stream)."""
+    cfg = AutoConfig.for_model("llama", **dict(CONFIGS["llama"], num_hidden_layers=layers))
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    with torch.no_grad():
+        for i, layer in enumerate(model.model.layers):
+            scale = 8.0 if i == positional else 1e-3
+            layer.self_attn.q_proj.weight.mul_(scale)
+            layer.self_attn.k_proj.weight.mul_(scale)
+            if i == positional:
+                layer.self_attn.v_proj.weight.mul_(4.0)
+                layer.self_attn.o_proj.weight.mul_(4.0)
+    return model

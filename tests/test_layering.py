@@ -41,7 +41,8 @@ HARNESS_RANKS = {
     "out_folder": 4,
     "length": 5,
     "layers": 5,
-    "cli": 6,
+    "cause": 6,  # posgen cause: its cells are posgen layers' scoring
+    "cli": 7,
 }
 
 

@@ -98,7 +98,7 @@ class LogitDonor:
         return a[heads, :m]
 
 
-def replaced_logits(
+def logit_change(
     form: LogitForm,
     logits: torch.Tensor,
     fits: Any,
@@ -106,30 +106,37 @@ def replaced_logits(
     distance: torch.Tensor,
     donor_a: torch.Tensor | None = None,
     shuffle_keys: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The replacement of ``logits`` [P, m, m] by ``form`` on the fitted entries
-    ``fitted`` [m, m] bool (elsewhere ``logits`` unchanged), float32.
+    """W' − W [P, m, m] float32: the replacement of ``logits`` W [P, m, m] by ``form`` on
+    the fitted entries ``fitted`` [m, m] bool, 0 elsewhere; written into ``out`` (a
+    contiguous [P, m, m] float32) when given.
 
     ``fits``: the :class:`~posgen.harness.additive_fit.logit_fit.HeadFits` of ``logits``
     over ``fitted``; ``distance`` [m, m] long, i − j clamped at 0; ``donor_a`` [P, m]
     for ``foreign``; ``shuffle_keys`` [P, m, m] float, random sort keys for ``shuffled``.
+    The work is in place: one gather and a few passes over ``out``.
     """
     import torch
 
-    a = (donor_a if form.needs_donor else fits.a).float()
+    p, m = logits.shape[0], logits.shape[-1]
+    if out is None:
+        out = torch.empty(p, m, m, dtype=torch.float32, device=logits.device)
     b, c = fits.b.float(), fits.c.float()
     if form.name == "key":
-        new = b[:, :, None] + c[:, None, :]
+        torch.add(b[:, :, None], c[:, None, :], out=out)
     else:
-        new = a[:, distance] + b[:, :, None]
+        a = (donor_a if form.needs_donor else fits.a).float()
+        torch.index_select(a, 1, distance.reshape(-1), out=out.view(p, m * m))
+        out.add_(b[:, :, None])
         if form.name != "distance":
-            new = new + c[:, None, :]
-    if form.name == "shuffled":
+            out.add_(c[:, None, :])
+    out.sub_(logits).masked_fill_(~fitted, 0.0)  # unused parameters (NaN) lie off F
+    if form.name == "shuffled":  # the fit plus its residual W − fit, permuted in each row
         if shuffle_keys is None:
             raise ValueError("logits=shuffled needs the row's shuffle keys")
-        residual = torch.where(fitted, logits.float() - new, 0.0)
-        new = new + shuffled_within_rows(residual, fitted, shuffle_keys)
-    return torch.where(fitted, new, logits.float())  # unused parameters (NaN) stay off F
+        out.add_(shuffled_within_rows(-out, fitted, shuffle_keys))
+    return out
 
 
 def shuffled_within_rows(

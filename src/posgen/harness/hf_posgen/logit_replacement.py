@@ -46,7 +46,7 @@ from posgen.harness.hf_posgen.logit_forms import (
     SHUFFLE_STREAM,
     LogitDonor,
     LogitForm,
-    replaced_logits,
+    logit_change,
 )
 from posgen.harness.hf_posgen.qk_noise import base_forward
 from posgen.harness.model_family import family_of
@@ -198,14 +198,16 @@ def logit_delta(state, module, layer, query, key, rows, kwargs) -> torch.Tensor:
     scaling = kwargs.get("scaling")
     scaling = module.head_dim**-0.5 if scaling is None else scaling
     softcap = kwargs.get("softcap")
-    delta = torch.zeros(b_size, h, n, key.shape[2], dtype=torch.float32, device=query.device)
+    whole = b_size == 1 and len(heads) == h and rows[0][0] == n  # δ written in place
+    make = torch.empty if whole else torch.zeros
+    delta = make(b_size, h, n, key.shape[2], dtype=torch.float32, device=query.device)
     for row, (m, fitted, layout) in enumerate(rows):
         w = torch.matmul(query[row, heads, :m].float(), keys_full[row, heads, :m].float().mT)
-        w = w * scaling
+        w.mul_(scaling)
         if softcap is not None:
             w = torch.tanh(w / softcap) * softcap
         fits = fit_sums(head_sums(w, layout, dtype=torch.float32), layout)
-        new = replaced_logits(
+        change = logit_change(
             state.form,
             w,
             fits,
@@ -213,8 +215,10 @@ def logit_delta(state, module, layer, query, key, rows, kwargs) -> torch.Tensor:
             distance_index(layout),
             donor_a=None if state.donor is None else state.donor.distance_term(layer, heads, m),
             shuffle_keys=_shuffle_keys(state, layer, row, h, m, query.device, heads),
+            out=delta[0] if whole else None,
         )
-        delta[row, heads, :m, :m] = new - w
+        if not whole:
+            delta[row, heads, :m, :m] = change
     return delta
 
 

@@ -27,7 +27,15 @@ SCHEMA = 1
 
 
 class LayersFolder:
-    """``LayersFolder.create(root, config)`` to start or resume; ``.open(root)`` to read."""
+    """``LayersFolder.create(root, config)`` to start or resume; ``.open(root)`` to read.
+
+    A subclass is the folder of another command with the same shape (settings file, one
+    file per cell): it names its ``settings`` file, ``kind``, ``schema`` and ``command``."""
+
+    settings: str = SETTINGS
+    kind: str = KIND
+    schema: int = SCHEMA
+    command: str = "layers"
 
     def __init__(self, root: Path, config: dict[str, Any]) -> None:
         self.root, self.config = Path(root), config
@@ -36,7 +44,7 @@ class LayersFolder:
     def create(cls, root: Path | str, config: dict[str, Any]) -> LayersFolder:
         root = Path(root)
         config = json.loads(json.dumps(config, sort_keys=True))
-        path = root / SETTINGS
+        path = root / cls.settings
         if path.exists():
             old = cls.open(root)
             if old.config != config:
@@ -44,25 +52,26 @@ class LayersFolder:
                     k for k in set(old.config) | set(config) if old.config.get(k) != config.get(k)
                 )
                 raise RunConflictError(
-                    f"{root} holds a layers run with other settings ({', '.join(changed)}); "
+                    f"{root} holds a {cls.command} run with other settings "
+                    f"({', '.join(changed)}); "
                     "nothing was overwritten: use another --out, or the same settings to resume"
                 )
             return old
         if root.exists() and any(not p.name.startswith(".") for p in root.iterdir()):
             raise RunConflictError(
-                f"{root} exists, is not empty and is not a posgen layers folder; "
+                f"{root} exists, is not empty and is not a posgen {cls.command} folder; "
                 "choose another --out"
             )
-        atomic_write_json(path, {"kind": KIND, "schema": SCHEMA, "config": config})
+        atomic_write_json(path, {"kind": cls.kind, "schema": cls.schema, "config": config})
         return cls(root, config)
 
     @classmethod
     def open(cls, root: Path | str) -> LayersFolder:
         root = Path(root)
-        data = read_json(root / SETTINGS, "layers run settings")
-        if data.get("kind") != KIND or data.get("schema") != SCHEMA:
+        data = read_json(root / cls.settings, f"{cls.command} run settings")
+        if data.get("kind") != cls.kind or data.get("schema") != cls.schema:
             raise RunConflictError(
-                f"{root / SETTINGS} is not a posgen layers run (schema {SCHEMA})"
+                f"{root / cls.settings} is not a posgen {cls.command} run (schema {cls.schema})"
             )
         return cls(root, data["config"])
 
@@ -76,7 +85,7 @@ class LayersFolder:
         atomic_write_json(self.cell_path(cell), record)
 
     def read_cell(self, cell: str) -> dict[str, Any]:
-        return read_json(self.cell_path(cell), f"layers cell {cell}")
+        return read_json(self.cell_path(cell), f"{self.command} cell {cell}")
 
     @property
     def decomposition_path(self) -> Path:

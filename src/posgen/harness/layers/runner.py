@@ -30,7 +30,7 @@ from posgen.harness.decomposition.pipeline import decompose_model
 from posgen.harness.hf_posgen.model import HFPosgenLM
 from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
 from posgen.harness.layers.folder import LayersFolder
-from posgen.harness.loading import hflm_kwargs
+from posgen.harness.loading import hflm_kwargs, load_model
 from posgen.results.folder.config import ModelEntry
 from posgen.results.folder.store import atomic_write_parquet
 from posgen.tasks.offline import load_rows
@@ -69,12 +69,20 @@ def word_count(text: str) -> int:
 
 def load_lm(config: dict[str, Any], device: str | None) -> Any:
     """The model as ``posgen run`` loads it: ``HFPosgenLM`` with the entry's loading
-    options (:func:`posgen.harness.loading.hflm_kwargs`)."""
+    options (:func:`posgen.harness.loading.hflm_kwargs`); a random-init twin is built
+    from the entry's architecture with the run's ``seed`` and handed in loaded."""
 
     entry = ModelEntry.from_dict(config["model"])
-    return HFPosgenLM(
-        pretrained=entry.path, batch_size=config["batch_size"], **hflm_kwargs(entry, device)
-    )
+    kwargs = hflm_kwargs(entry, device)
+    if entry.random_init:
+        twin = load_model(entry, kwargs["device"], seed=config["seed"])
+        return HFPosgenLM(
+            pretrained=twin.model,
+            tokenizer=twin.tokenizer,
+            batch_size=config["batch_size"],
+            **kwargs,
+        )
+    return HFPosgenLM(pretrained=entry.path, batch_size=config["batch_size"], **kwargs)
 
 
 def score_documents(lm: Any, texts: list[str]) -> list[float]:
@@ -91,22 +99,39 @@ def run_cells(
     """Score every unfinished cell of ``folder`` (lm-eval's own output into ``log``);
     returns seconds per cell scored."""
     cfg = folder.config
+    schemes = {"positions": cfg["positions"], "features": cfg["features"], "seed": cfg["seed"]}
+    cells = [
+        (cell, None if layer_set == "plain" else {**schemes, "layers": layer_set, "heads": heads})
+        for cell, layer_set, heads in cell_plan(cfg)
+    ]
+    return score_cells(folder, lm, cells, progress, log)
+
+
+def score_cells(
+    folder: LayersFolder,
+    lm: Any,
+    cells: list[tuple[str, dict[str, Any] | None]],
+    progress: bool = True,
+    log: Any = None,
+) -> dict[str, float]:
+    """Score the unfinished ``cells`` of ``folder`` in order: each a name and the keyword
+    arguments of ``lm.set_perturbation`` (None: the plain model), on the folder's
+    ``limit`` posgen_prose documents with its ``seed``; every cell is written as soon as it
+    is scored. With ``lm.prefix_reuse`` the plain cell must come first (a resumed run
+    records the plain layers once more, unwritten). Returns seconds per cell scored."""
+    cfg = folder.config
     docs = prose_documents(cfg["limit"])
     texts = [d["text"] for d in docs]
     timings: dict[str, float] = {}
-    todo = [c for c in cell_plan(cfg) if not folder.has_cell(c[0])]
+    todo = [c for c in cells if not folder.has_cell(c[0])]
     reuse = lm.prefix_reuse
-    if reuse is not None and todo and todo[0][0] != "plain" and len(todo) > 2:
+    if reuse is not None and todo and todo[0][1] is not None and len(todo) > 2:
         # resumed after the plain cell: one plain pass (not written) records the layers
         lm.set_perturbation(None, None, cfg["seed"])
         with contextlib.redirect_stderr(log or sys.stderr):
             score_documents(lm, texts)
-    for k, (cell, layer_set, head_set) in enumerate(todo, 1):
-        if layer_set == "plain":
-            lm.set_perturbation(None, None, cfg["seed"])
-        else:
-            p = (cfg["positions"], cfg["features"], cfg["seed"])
-            lm.set_perturbation(*p, layers=layer_set, heads=head_set)
+    for k, (cell, perturbation) in enumerate(todo, 1):
+        lm.set_perturbation(**(perturbation or {"seed": cfg["seed"]}))
         start, cpu = time.perf_counter(), time.process_time()
         with contextlib.redirect_stderr(log or sys.stderr):
             ll = score_documents(lm, texts)
@@ -119,20 +144,24 @@ def run_cells(
                 "documents": [d["doc_id"] for d in docs],
                 "loglikelihood": ll,
                 "words": [word_count(t) for t in texts],
+                "tokens": [len(lm.tok_encode(t)) for t in texts],  # the tokens predicted
                 "perturbation": lm.perturbation.to_dict(),
                 **({} if reuse is None else {"prefix_reuse": reuse.note}),
             },
         )
         if progress:
             print(
-                f"posgen layers: {cell} ({k}/{len(todo)}) {timings[cell]:.1f} s ({cpu:.1f} CPU-s)",
+                f"posgen {folder.command}: {cell} ({k}/{len(todo)}) {timings[cell]:.1f} s "
+                f"({cpu:.1f} CPU-s)",
                 file=sys.stderr,
                 flush=True,
             )
     lm.set_perturbation(None, None, cfg["seed"])
     if reuse is not None:
         if progress and todo:
-            print(f"posgen layers: prefix reuse {reuse.note}", file=sys.stderr, flush=True)
+            print(
+                f"posgen {folder.command}: prefix reuse {reuse.note}", file=sys.stderr, flush=True
+            )
         reuse.clear()
     return timings
 
@@ -151,6 +180,7 @@ def decompose(folder: LayersFolder, lm: Any) -> Path:
         progress=False,
     )
     table["model"] = folder.config["model"]["label"]
+    table["random_init"] = bool(folder.config["model"].get("random_init"))
     atomic_write_parquet(folder.decomposition_path, table)
     return folder.decomposition_path
 
