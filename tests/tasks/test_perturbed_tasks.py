@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
 
 from hub_fixtures import ARC_DOCS, HELLASWAG_DOCS
 from posgen.perturbations import parse
-from posgen.tasks.content_fields import KNOWN_FIELDS, UnknownContentFields
+from posgen.tasks.content_fields import UnknownContentFields, known_fields
 from posgen.tasks.perturbed_task import TaskPerturbation, perturb_docs
 
 
@@ -84,21 +85,22 @@ def test_fields_with_protected_parts() -> None:
         ("lambada_openai", lam, lambda d: d["text"].split()[-1]),
         ("winogrande", wino, lambda d: d["sentence"].split("_", 1)[1]),
     ):
-        tp = TaskPerturbation(p, 5, task, KNOWN_FIELDS[task])
+        tp = TaskPerturbation(p, 5, task, known_fields(task))
         out, _ = perturb_docs(docs, tp, "test")
         assert fixed(out[0]) == fixed(docs[0])
-        field = KNOWN_FIELDS[task][0].name
+        field = known_fields(task)[0].name
         assert out[0][field] != docs[0][field] and out[0]["posgen_doc_id"] == "test:0"
 
 
 def test_unknown_task_names_its_fields_and_how_to_choose(posgen_tm, monkeypatch) -> None:
     with pytest.raises(UnknownContentFields) as err:
-        posgen_tm.match_tasks(["perm_swap_5pct_sciq"])
+        posgen_tm.match_tasks(["perm_swap_5pct_prost"])
     msg = str(err.value)
-    assert "question, support" in msg and "posgen_fields" in msg and "posgen tasks write" in msg
-    monkeypatch.setattr(posgen_tm, "metadata", {"posgen_fields": {"sciq": ["question"]}})
-    cfg = posgen_tm.task_config("perm_swap_5pct_sciq")
-    assert cfg["posgen_perturbation"]["fields"] == [{"name": "question"}]
+    assert "context, ex_question" in msg and "posgen_fields" in msg and "posgen tasks write" in msg
+    monkeypatch.setattr(posgen_tm, "metadata", {"posgen_fields": {"prost": ["context"]}})
+    cfg = posgen_tm.task_config("perm_swap_5pct_prost")
+    assert cfg["posgen_perturbation"]["fields"] == [{"name": "context"}]
+    assert cfg["metadata"]["posgen_content_fields"]["how"] == "metadata"
 
 
 def test_bad_names_fail_clearly(posgen_tm) -> None:
@@ -137,3 +139,116 @@ def test_suite_docs_carry_their_ids_and_stats(posgen_tm) -> None:
     stats = cloze.config.metadata["posgen"]["order_stats"]
     assert stats["n_docs"] == 64 and stats["n_too_short"] == 0
     assert 0.1 < stats["mean_fraction_moved"] <= 0.2
+
+
+def _jsonl(path, rows) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return str(path)
+
+
+GSM8K_DOCS = [
+    {
+        "question": question,
+        "answer": f"She works it out step by step.\n#### {answer}",
+    }
+    for question, answer in [
+        (
+            "Natalia sold clips to 48 of her friends in April, and then she sold half as "
+            "many clips in May to the neighbours who lived on her street and to the "
+            "children at the school near her house. How many clips did Natalia sell "
+            "altogether in April and May of that year?",
+            72,
+        ),
+        (
+            "Weng earns 12 dollars an hour for babysitting the two young children who live "
+            "next door to her family. Yesterday she did just 50 minutes of babysitting "
+            "before their parents came home early from the cinema. How much money did "
+            "she earn for that babysitting?",
+            10,
+        ),
+    ]
+]
+
+
+def test_gsm8k_perturbs_its_question_and_keeps_its_answer(posgen_tm, tmp_path) -> None:
+    """``perm_swap_5pct_gsm8k`` resolves from posgen's table, without the hub."""
+    data = _jsonl(tmp_path / "gsm8k.jsonl", GSM8K_DOCS)
+    local = {
+        "dataset_path": "json",
+        "dataset_name": None,
+        "dataset_kwargs": {"data_files": {"train": data, "test": data}},
+    }
+    pert = build(posgen_tm, "perm_swap_5pct_gsm8k", local)
+    assert pert.config.metadata["posgen_content_fields"] == {
+        "fields": [{"name": "question"}],
+        "how": "known",
+        "source": "gsm8k",
+    }
+    for doc, orig in zip(pert.eval_docs, GSM8K_DOCS, strict=True):
+        assert doc["question"] != orig["question"] and doc["answer"] == orig["answer"]
+        assert Counter(doc["question"].split()) == Counter(orig["question"].split())
+        assert pert.doc_to_text(doc) == f"Question: {doc['question']}\nAnswer:"
+        assert doc["posgen_fraction_moved"] > 0
+
+
+def test_a_python_task_that_builds_its_own_config_is_perturbed(tmp_path) -> None:
+    """Like lm-eval's SQuAD2: the class ignores the config it is given."""
+    from lm_eval.api.task import ConfigurableTask
+
+    from posgen.tasks.field_spec import FieldSpec
+    from posgen.tasks.perturbed_task import perturbed_class
+
+    data = _jsonl(tmp_path / "own.jsonl", [{"context": t} for t in ("a b c d", "e f g h")])
+
+    class OwnConfig(ConfigurableTask):
+        def __init__(self, config=None):
+            own = {"dataset_path": "json", "dataset_kwargs": {"data_files": {"validation": data}}}
+            super().__init__(config={**own, "metadata": {"version": 3}})
+
+        def has_test_docs(self):
+            return False
+
+        def has_validation_docs(self):
+            return True
+
+        def validation_docs(self):
+            return self.dataset["validation"]
+
+        def doc_to_text(self, doc):
+            return "Background: " + doc["context"]
+
+        def doc_to_target(self, doc):
+            return " unanswerable"
+
+    tp = TaskPerturbation(parse("text", "shuffle"), 3, "own", (FieldSpec("context"),))
+    task = perturbed_class(OwnConfig)(config={"posgen_perturbation": tp.to_dict()})
+    docs = task.eval_docs
+    assert [d["posgen_doc_id"] for d in docs] == ["validation:0", "validation:1"]
+    assert Counter(docs[0]["context"].split()) == Counter(["a", "b", "c", "d"])
+    meta = task.config.metadata
+    assert meta["version"] == 3 and meta["posgen"]["order_stats"]["n_docs"] == 2
+
+
+def test_a_group_with_inline_groups_is_perturbed_member_by_member(tmp_path) -> None:
+    """Like mmlu_generative: ``task:`` lists inline groups around named tasks."""
+    from posgen.tasks.lm_eval_tasks import PosgenTaskManager
+
+    (tmp_path / "suite.yaml").write_text(
+        "group: mysuite\n"
+        "task:\n"
+        "  - group: part_a\n"
+        "    task: [posgen_cloze]\n"
+        "    aggregate_metric_list: [{metric: acc}]\n"
+        "  - posgen_prose\n"
+    )
+    (tmp_path / "inline.yaml").write_text(
+        "group: withtask\ntask:\n  - {task: made_here, dataset_path: json}\n"
+    )
+    tm = PosgenTaskManager(include_path=str(tmp_path), include_defaults=False)
+    loaded = tm.load(["perm_swap_5pct_mysuite"])
+    assert sorted(loaded["tasks"]) == ["perm_swap_5pct_posgen_cloze", "perm_swap_5pct_posgen_prose"]
+    cloze = loaded["tasks"]["perm_swap_5pct_posgen_cloze"]
+    assert cloze.config.metadata["posgen"]["fields"] == [{"name": "context"}]
+    assert "perm_swap_5pct_mysuite::part_a" in loaded["groups"]
+    with pytest.raises(ValueError, match="defines tasks inline"):
+        tm.match_tasks(["perm_swap_5pct_withtask"])

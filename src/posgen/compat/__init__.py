@@ -42,7 +42,9 @@ TORCH_TESTED = "2.13"
 LM_EVAL_INTERNALS: dict[str, str] = {
     "lm_eval.tasks._index:Entry": "PosgenTaskManager adds index entries for perturbed names",
     "lm_eval.tasks._index:Kind": "the kind of an index entry (task, group, tag)",
-    "lm_eval.tasks._yaml_loader:load_yaml": "reads a group's YAML to perturb its members",
+    "lm_eval.tasks._yaml_loader:load_yaml": (
+        "reads a group's YAML to perturb its members, and the configs a task includes"
+    ),
     "lm_eval.config.group:GroupConfig": "the keys a perturbed group may inherit",
     "lm_eval.tasks:TaskManager": "replaced by PosgenTaskManager in the lm_eval CLI",
     "lm_eval.tasks.manager:TaskManager": "the same class, where the CLI imports it",
@@ -60,7 +62,8 @@ LM_EVAL_INTERNALS: dict[str, str] = {
 }
 TRANSFORMERS_INTERNALS: dict[str, str] = {
     "transformers.modeling_utils:ALL_ATTENTION_FUNCTIONS": (
-        "the attention functions qk noise and Λ attention call through to"
+        "the attention functions qk noise, Λ attention and the capture (its sdpa outputs) "
+        "call through to"
     ),
     "transformers.masking_utils:ALL_MASK_ATTENTION_FUNCTIONS": (
         "the mask function each of posgen's attention functions registers beside it"

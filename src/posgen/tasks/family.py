@@ -22,7 +22,7 @@ from posgen.atomic import atomic_write_text
 from posgen.perturbations import parse
 from posgen.perturbations.text import TextPerturbation
 from posgen.tasks import offline
-from posgen.tasks.content_fields import KNOWN_FIELDS
+from posgen.tasks.content_fields import known_fields
 from posgen.tasks.naming import DEFAULT_SEED, format_name
 from posgen.tasks.perturbed_task import TaskPerturbation
 
@@ -116,7 +116,7 @@ def yaml_text(cfg: dict[str, Any]) -> str:
 
 
 def perturbed_yaml(p: TextPerturbation, base: str, seed: int = DEFAULT_SEED) -> dict[str, Any]:
-    tp = TaskPerturbation(p, seed, base, KNOWN_FIELDS[base])
+    tp = TaskPerturbation(p, seed, base, known_fields(base))
     return {
         "include": f"{base}.yaml",
         "task": format_name(p, base, seed),

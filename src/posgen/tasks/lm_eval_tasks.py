@@ -11,14 +11,19 @@ Two routes, both tested:
   CLI calls it through posgen's ``.pth`` start-up hook); :func:`task_manager` returns one
   for ``lm_eval.simple_evaluate(..., task_manager=...)``.
 
-Content fields of tasks posgen does not know are chosen with the TaskManager metadata
-(``lm_eval --metadata '{"posgen_fields": {"mytask": ["question"]}}'``).
+Which doc fields of a base task move: :meth:`PosgenTaskManager.content_fields`
+(:mod:`posgen.tasks.content_fields`): the user's choice in the TaskManager metadata
+(``lm_eval --metadata '{"posgen_fields": {"mytask": ["question"]}}'``), else posgen's
+table by the task's nearest ancestor, else the one field its ``doc_to_text`` reads.
+A perturbed task's config metadata records the choice under ``posgen_content_fields``;
+an inferred choice is also logged (logger ``posgen``, level WARNING).
 """
 
 # ruff: noqa: E402  (lm-eval's release is checked before its private modules load)
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,14 +43,17 @@ from posgen.compat import (
 from posgen.perturbations import PerturbationError, parse
 from posgen.perturbations.text import TextPerturbation
 from posgen.tasks import family, naming
-from posgen.tasks.content_fields import fields_from_metadata, resolve_fields
+from posgen.tasks.content_fields import FieldChoice, choose_fields, fields_from_metadata
 from posgen.tasks.perturbed_task import POSGEN_KEY, TaskPerturbation, perturbed_class
+from posgen.tasks.task_ancestry import TaskAncestry
 
 Entry = internal("lm_eval.tasks._index:Entry")
 Kind = internal("lm_eval.tasks._index:Kind")
 load_yaml = internal("lm_eval.tasks._yaml_loader:load_yaml")
 _GROUP_KEYS = set(internal("lm_eval.config.group:GroupConfig").__dataclass_fields__)
 _original_task_manager = TaskManager
+CONTENT_FIELDS_KEY = "posgen_content_fields"
+log = logging.getLogger("posgen")
 
 
 def perturbed_task_name(scheme: str, rate: float, base_task: str, seed: int | None = None) -> str:
@@ -70,6 +78,7 @@ class PosgenTaskManager(_original_task_manager):  # type: ignore[misc,valid-type
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._ancestry = TaskAncestry(self._index)
         for name, cfg in family.BASE_TASKS.items():
             if name not in self._index:  # the suite works even without its YAML installed
                 self._add(
@@ -156,25 +165,56 @@ class PosgenTaskManager(_original_task_manager):  # type: ignore[misc,valid-type
             )
         if base.kind == Kind.GROUP:
             raw = load_yaml(base.yaml_path, resolve_func=True) if base.yaml_path else dict(base.cfg)
-            members = raw.get("task") or []
-            if not all(isinstance(m, str) for m in members):
+            try:
+                members = self._perturbed_members(raw.get("task") or [], child)
+            except TypeError:
                 raise ValueError(
-                    f"{name!r}: group {base.name!r} defines inline tasks; perturb "
+                    f"{name!r}: group {base.name!r} defines tasks inline; perturb "
                     "its tasks one by one instead"
-                )
+                ) from None
             extra = {k: v for k, v in raw.items() if k in _GROUP_KEYS - {"group", "task"}}
-            return self._group(name, [child(m) for m in members], {}, extra)
+            return self._group(name, members, {}, extra)
         cfg = self.perturbed_config(name, parsed, base)
         return self._add(Entry(name=name, kind=Kind.PY_TASK, yaml_path=None, cfg=cfg))
+
+    def _perturbed_members(self, members: Any, child: Any) -> list[Any]:
+        """A group's ``task:`` list with every named member perturbed; an inline group
+        (``{group: stem, task: [...]}``) keeps its keys around its perturbed members.
+        TypeError for a task defined inline (it has no base name to perturb)."""
+        out: list[Any] = []
+        for m in members if isinstance(members, list) else [members]:
+            if isinstance(m, str):
+                out.append(child(m))
+            elif isinstance(m, dict) and m.get("group") in self._index:  # a known group
+                out.append({**m, "group": child(m["group"])})
+            elif isinstance(m, dict) and "group" in m:  # an inline group
+                out.append({**m, "task": self._perturbed_members(m.get("task") or [], child)})
+            elif isinstance(m, dict) and m.get("task") in self._index:  # a task, overridden
+                out.append({**m, "task": child(m["task"])})
+            else:
+                raise TypeError(m)
+        return out
+
+    def _member_names(self, members: list[Any]) -> list[str]:
+        """The names in a perturbed ``task:`` list (as :meth:`_perturbed_members` makes)."""
+        names: list[str] = []
+        for m in members:
+            if isinstance(m, str):
+                names.append(m)
+            elif "group" in m and "task" in m and not isinstance(m["task"], str):
+                names.extend(self._member_names(m["task"]))
+            else:
+                names.append(m["group"] if "group" in m else m["task"])
+        return names
 
     def _group(
         self,
         name: str,
-        members: list[str],
+        members: list[Any],
         meta: dict[str, Any],
         extra: dict[str, Any] | None = None,
     ) -> Entry:
-        for m in members:
+        for m in self._member_names(members):
             self._resolve(m)
         cfg = {
             **(extra or {}),
@@ -192,9 +232,12 @@ class PosgenTaskManager(_original_task_manager):  # type: ignore[misc,valid-type
         cfg = dict(self._factory._load_full_config(base, None))
         for key in ("tag", "group", "task_list", "task_alias"):
             cfg.pop(key, None)
-        override = fields_from_metadata(self.metadata, parsed.base_task or "")
-        fields = resolve_fields(parsed.base_task or "", cfg, override)
-        tp = TaskPerturbation(parsed.perturbation, parsed.seed, parsed.base_task or "", fields)
+        choice = self._choose(parsed.base_task or "", cfg)
+        if choice.how == "inferred":
+            log.warning("posgen: %s", choice.describe())
+        tp = TaskPerturbation(
+            parsed.perturbation, parsed.seed, parsed.base_task or "", choice.fields
+        )
         cfg.update(
             {
                 "task": name,
@@ -202,8 +245,43 @@ class PosgenTaskManager(_original_task_manager):  # type: ignore[misc,valid-type
                 POSGEN_KEY: tp.to_dict(),
             }
         )
-        cfg["metadata"] = {k: v for k, v in cfg.get("metadata", {}).items() if k != "config_source"}
+        cfg["metadata"] = {
+            **{k: v for k, v in cfg.get("metadata", {}).items() if k != "config_source"},
+            CONTENT_FIELDS_KEY: choice.to_dict(),
+        }
         return cfg
+
+    def content_fields(
+        self, task: str, fields: list[str] | None = None, given_by: str = "--fields"
+    ) -> FieldChoice:
+        """The content fields of lm-eval task ``task`` and how they were decided:
+        ``fields`` if given (named by ``given_by``), else the TaskManager metadata's
+        ``posgen_fields``, posgen's table by the task's nearest ancestor, or the one field
+        its ``doc_to_text`` reads. Reads the task's indexed config (its functions
+        unresolved: nothing of the task is imported). Raises
+        :class:`~posgen.tasks.content_fields.UnknownContentFields` when none decides."""
+        entry = self._entry(task)
+        if entry is None or entry.kind not in (Kind.TASK, Kind.PY_TASK):
+            raise KeyError(f"{task!r} is not a single lm-eval task")
+        config = entry.cfg if entry.cfg else self.task_config(task)
+        return self._choose(task, config, fields, given_by)
+
+    def _choose(
+        self,
+        task: str,
+        config: dict[str, Any],
+        fields: list[str] | None = None,
+        given_by: str = "--fields",
+    ) -> FieldChoice:
+        if not fields:
+            fields, given_by = fields_from_metadata(self.metadata, task), "--metadata posgen_fields"
+        return choose_fields(
+            task,
+            config,
+            override=fields,
+            override_from=given_by,
+            ancestors=self._ancestry.ancestors(task),
+        )
 
 
 def task_manager(

@@ -28,8 +28,8 @@ from posgen.compat import wrapped_method
 from posgen.perturbations import registry
 from posgen.perturbations.order_stats import OrderStats, combine_stats
 from posgen.perturbations.text import TextPerturbation
-from posgen.tasks.content_fields import FieldSpec
 from posgen.tasks.doc_ids import DOC_ID, stable_ids
+from posgen.tasks.field_spec import FieldSpec
 
 POSGEN_KEY = "posgen_perturbation"
 STAT_COLUMNS = ("n", "fraction_moved", "mean_displacement", "dnd", "idc")
@@ -51,10 +51,7 @@ class TaskPerturbation:
             "seed": self.seed,
             "base_task": self.base_task,
             "perturb_fewshot": self.perturb_fewshot,
-            "fields": [
-                {k: v for k, v in vars(f).items() if v not in (None, 0) or k == "name"}
-                for f in self.fields
-            ],
+            "fields": [f.to_dict() for f in self.fields],
         }
 
     @classmethod
@@ -155,11 +152,26 @@ class PerturbedTaskMixin:
             "posgen": self._posgen.to_dict(),
         }
         super().__init__(*args, config=config, **kwargs)  # type: ignore[call-arg]
+        # a Python task may build its own config (SQuAD2 ignores the one given): keep ours
+        own = self.config  # type: ignore[attr-defined]
+        own.metadata = {**config["metadata"], **self._metadata()}
         self._wrap_sampler()
 
-    def _eval_split(self) -> str:
+    def _metadata(self) -> dict[str, Any]:
+        """The task config's metadata, with the ``posgen`` record in it."""
         cfg = self.config  # type: ignore[attr-defined]
-        return str(cfg.test_split if cfg.test_split is not None else cfg.validation_split)
+        if not isinstance(cfg.metadata, dict):
+            cfg.metadata = {}
+        cfg.metadata.setdefault("posgen", self._posgen.to_dict())
+        return cfg.metadata
+
+    def _eval_split(self) -> str:
+        """The evaluation split's name (a Python task may leave the config's unset)."""
+        cfg = self.config  # type: ignore[attr-defined]
+        for split in (cfg.test_split, cfg.validation_split):
+            if split is not None:
+                return str(split)
+        return "test" if self.has_test_docs() else "validation"  # type: ignore[attr-defined]
 
     @property
     def eval_docs(self) -> Any:
@@ -168,8 +180,7 @@ class PerturbedTaskMixin:
             docs, perturber = perturb_docs(base, self._posgen, self._eval_split())
             self._posgen_originals = dict(zip(perturber.ids, base, strict=True))
             self._posgen_docs = docs
-            meta = self.config.metadata  # type: ignore[attr-defined]
-            meta["posgen"]["order_stats"] = summarize(perturber)
+            self._metadata()["posgen"]["order_stats"] = summarize(perturber)
         return self._posgen_docs
 
     def fewshot_docs(self) -> Any:

@@ -76,7 +76,8 @@ def test_write_gives_a_config_lm_eval_runs(
         == 0
     )
     path = tmp_path / "perm_shuffle_all_seed3_hellaswag.yaml"
-    assert str(path) in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert str(path) in out and "hellaswag: content field query, as chosen with --fields" in out
     cfg = {**load_yaml(path, resolve_func=True), **local_data["hellaswag"]}
     assert cfg["tag"] == [] and cfg["process_docs"].__module__.endswith("hellaswag.utils")
     task = posgen_tm.load([cfg])["tasks"]["perm_shuffle_all_seed3_hellaswag"]
@@ -88,4 +89,33 @@ def test_write_gives_a_config_lm_eval_runs(
     assert len(task.eval_docs) == len(HELLASWAG_DOCS)
     assert task.config.metadata["posgen"]["fields"] == [{"name": "query"}]
     with pytest.raises(SystemExit, match="posgen does not know which doc fields"):
-        main(["tasks", "write", "sciq", "--rate", "0.1", "--output-dir", str(tmp_path)])
+        main(["tasks", "write", "prost", "--rate", "0.1", "--output-dir", str(tmp_path)])
+
+
+def test_fields_says_how_each_task_s_fields_were_decided(tmp_path, monkeypatch, capsys) -> None:
+    import posgen.tasks.lm_eval_tasks as lm_eval_tasks
+
+    (tmp_path / "mine.yaml").write_text(
+        "task: mine\ndataset_path: json\ntest_split: test\noutput_type: generate_until\n"
+        'doc_to_text: "Story: {{story}}\\nAnswer:"\ndoc_to_target: "{{answer}}"\n'
+    )
+    seen = []
+
+    def only_included(include_path=None, metadata=None):  # no lm-eval index: seconds
+        seen.append(include_path)
+        return lm_eval_tasks.PosgenTaskManager(include_path=include_path, include_defaults=False)
+
+    monkeypatch.setattr(lm_eval_tasks, "task_manager", only_included)
+    assert main(["tasks", "fields", "mine", "posgen_cloze", "--include-path", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "mine: content field story, inferred: the one field its doc_to_text reads that "
+        "neither its target nor its choices read",
+        "posgen_cloze: content field context (posgen's table)",
+    ]
+    assert seen == [[str(tmp_path)]]
+    assert main(["tasks", "fields", "nosuch", "--include-path", str(tmp_path)]) == 2
+    assert "'nosuch' is not a single lm-eval task" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tasks", "fields", "mine", "--include-path", str(tmp_path / "absent")])
+    assert exit_info.value.code == 2 and len(seen) == 2  # refused before any index
+    assert "no such folder" in capsys.readouterr().err

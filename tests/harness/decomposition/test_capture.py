@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from posgen.harness.decomposition import capture
-from posgen.harness.decomposition.capture import CAPTURE_NAME, capture_attention
+from posgen.harness.decomposition.capture import CAPTURE_NAME, capture_attention, capture_forward
 from tiny_models import ROPE_ARCHS, build_model
 
 
@@ -154,3 +154,102 @@ def test_eager_attention_in_row_blocks_keeps_the_outputs(monkeypatch, arch):
             out = model(ids, use_cache=False)
     assert blocks == list(range(model.config.num_hidden_layers))
     torch.testing.assert_close(out.logits, ref.logits, rtol=0, atol=1e-5)
+
+
+def _hidden(model, ids, mask=None) -> torch.Tensor:
+    with torch.no_grad():
+        return model.base_model(input_ids=ids, attention_mask=mask, use_cache=False)[0]
+
+
+@pytest.mark.parametrize("arch", [a for a in ROPE_ARCHS if a != "gemma2"])  # gemma2: eager
+def test_captured_sdpa_forward_is_bit_identical_to_the_plain_one(arch):
+    """The model runs sdpa: the captured forward's outputs are transformers' own sdpa
+    outputs with the model's own mask, bit for bit, padded or not (gemma3: a sliding
+    layer), and an unpadded causal layer reaches the consumer without a mask built."""
+    model = build_model(arch, seed=0)
+    assert model.config._attn_implementation == "sdpa"
+    ids = torch.randint(3, 384, (2, 21), generator=torch.Generator().manual_seed(2))
+    padded = torch.ones_like(ids)
+    padded[1, :4] = 0  # left padding in the second row
+    for mask, causal in ((None, True), (padded, False)):
+        seen = []
+
+        def consumer(cap, seen=seen) -> None:
+            seen.append(cap.causal)
+            cap.logit_block(0, 3)  # the consumer reads the logits; the outputs do not change
+
+        ref = _hidden(model, ids, mask)
+        with capture_attention(model, consumer):
+            out = _hidden(model, ids, mask)
+        assert torch.equal(out, ref), arch
+        sliding = [arch == "gemma3_text", False]  # gemma3's layer 0: a window of 8 < 21
+        assert seen == [causal and not s for s in sliding]
+
+
+def test_causal_layers_build_no_mask_and_fit_as_with_the_built_mask(monkeypatch):
+    """With sdpa's mask function an unpadded causal forward builds no n × n mask for the
+    capture or the fit, and the fit equals the one made from the built mask."""
+    from posgen.harness.decomposition.pipeline import decompose_model
+    from tiny_models import build_tokenizer
+
+    tok, model = build_tokenizer(), build_model("qwen2", seed=1)
+    free = decompose_model(model, tokenizer=tok, docs=1, tokens=40, progress=False, context=25)
+
+    def refuse(self, window=None):
+        raise AssertionError("an n × n mask was built")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(capture.LayerMask, "attended", refuse)
+        again = decompose_model(model, tokenizer=tok, docs=1, tokens=40, progress=False)
+    assert (again["fit_mask"] == "causal").all()
+    monkeypatch.setattr(capture.LayerCapture, "causal", property(lambda self: False))
+    built = decompose_model(model, tokenizer=tok, docs=1, tokens=40, progress=False, context=25)
+    pd_cols = ["r_3axis", "r_2axis", "r_distance_key", "share_distance", "r_3axis_past_context"]
+    for col in pd_cols:
+        torch.testing.assert_close(
+            torch.tensor(free[col].values), torch.tensor(built[col].values), rtol=0, atol=1e-12
+        )
+
+
+def test_a_consumer_can_replace_the_attention_output(monkeypatch):
+    """A consumer that returns the layer's output replaces the model's attention: softmax
+    of the captured logits times the value states gives the plain forward (to float
+    rounding) without the model's own attention running; a wrong shape is refused."""
+    model = build_model("qwen2", seed=0)  # grouped KV heads
+    ids = torch.randint(3, 384, (1, 17), generator=torch.Generator().manual_seed(3))
+    calls = []
+    own = capture._model_attention
+    monkeypatch.setattr(
+        capture, "_model_attention", lambda *a, **k: calls.append(1) or own(*a, **k)
+    )
+
+    def attend(cap) -> torch.Tensor:
+        logits = cap.logits.masked_fill(~cap.attended, float("-inf"))
+        value = cap.expanded_value()  # [1, H, n, d_v]
+        return (torch.softmax(logits, dim=-1) @ value).transpose(1, 2)
+
+    ref = _hidden(model, ids)
+    with capture_attention(model, attend):
+        out = _hidden(model, ids)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-5)
+    assert not calls
+    with capture_attention(model, lambda cap: torch.zeros(1, 17, 4, 16)):
+        zeroed = _hidden(model, ids)
+    assert not torch.allclose(zeroed, ref, atol=1e-3)
+    with (
+        pytest.raises(ValueError, match=r"attention output \[B, n, H, d_v\]"),
+        capture_attention(model, lambda cap: torch.zeros(1, 4, 17, 16)),
+    ):
+        _hidden(model, ids)
+
+
+def test_capture_forward_skips_the_lm_head():
+    model = build_model("llama", seed=0)
+    heads = []
+    handle = model.lm_head.register_forward_hook(lambda *a: heads.append(1))
+    layers = []
+    try:
+        capture_forward(model, list(range(3, 30)), lambda cap: layers.append(cap.layer))
+    finally:
+        handle.remove()
+    assert layers == [0, 1] and not heads

@@ -39,7 +39,7 @@ def test_captured_forward_is_the_lambda_forward(arch):
     def keep_output(module, args, output):
         outputs.setdefault("run", []).append(output[0].clone())
 
-    handle = model.lm_head.register_forward_hook(keep_output)
+    handle = model.base_model.norm.register_forward_hook(keep_output)  # the last hidden state
     seen = {}
 
     def consumer(cap) -> None:

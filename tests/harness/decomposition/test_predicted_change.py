@@ -135,7 +135,7 @@ def test_the_measured_change_is_the_logits_of_the_layers_cell():
     _, moved = _twin_logits(model, ids, pos)
     seen = {}
     with layer_positions(model, pos[None], [0]):
-        capture_forward(model, ids, lambda cap: seen.setdefault(cap.layer, cap.logits[0]))
+        capture_forward(model, ids, lambda cap: seen.update({cap.layer: cap.logits[0]}))
     torch.testing.assert_close(moved, seen[0].double(), atol=1e-6, rtol=0)
 
 
@@ -173,3 +173,24 @@ def test_the_strips_give_the_dense_figures(arch):
         np.testing.assert_allclose(strips[column], dense[column], rtol=2e-4, atol=1e-6)
     for column in ("kl_measured_predicted", "kl_measured_plain", "kl_predicted_plain"):
         np.testing.assert_allclose(strips[column], dense[column], rtol=1e-3, atol=1e-7)
+
+
+@pytest.mark.slow
+def test_the_embedded_model_strips_equal_the_dense_maps(embedded_model_dir):
+    """On the real SmolLM2-135M (30 layers, grouped KV heads), one 96-token window: the
+    strips give the dense figures in every layer."""
+    from posgen.harness.decomposition.pipeline import load_model
+    from posgen.harness.decomposition.predicted_change import ChangePredictor
+    from posgen.harness.decomposition.probe import probe_token_windows
+
+    model, tok = load_model(str(embedded_model_dir), device="cpu")
+    ids = probe_token_windows(tok, docs=1, tokens=96)[0]
+    pos = perturbed_positions(ids, SWAP, 1234)
+    got = {}
+    for dense in (False, True):
+        predictor = ChangePredictor(pos, dense=dense)
+        with layer_positions(model, pos[None], list(range(30)), split_heads=True):
+            capture_forward(model, ids, predictor)
+        got[dense] = pd.DataFrame(predictor.rows)
+    for column in ("r", "share", "kl_measured_predicted", "kl_predicted_plain"):
+        np.testing.assert_allclose(got[False][column], got[True][column], rtol=2e-3, atol=1e-6)

@@ -7,7 +7,7 @@ import torch
 
 from posgen.harness.additive_fit.causal_layout import CausalLayout
 from posgen.harness.decomposition import qk_sums
-from posgen.harness.decomposition.qk_sums import causal_qk_sums
+from posgen.harness.decomposition.qk_sums import causal_qk_sums, layer_qk_sums
 
 
 @pytest.mark.parametrize(
@@ -41,3 +41,35 @@ def test_qk_sums_match_the_logit_map(monkeypatch, sinks, diagonal, first_row, wi
     expected = (diag, x.sum(-1), x.sum(-2), (x**2).sum((-1, -2)))
     for name, a, b in zip(("diag", "rows", "cols", "sumsq"), got, expected, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-10, msg=name)
+
+
+@pytest.mark.parametrize(
+    "sinks,diagonal,window", [(0, True, None), (2, False, None), (1, True, 24)]
+)
+def test_layer_sums_share_work_across_chunks_of_heads(monkeypatch, sinks, diagonal, window):
+    """All rows, the rows past a split and the distance map's sums, a head per chunk, equal
+    the brute-force sums of each map over its fitted entries."""
+    monkeypatch.setattr(qk_sums, "SQUARE_BLOCK", 16)
+    monkeypatch.setattr(qk_sums, "CHUNK_BYTES", 100 * 8 * 8)  # one head per chunk
+    n, split, scaling = 100, 37, 0.3
+    gen = torch.Generator().manual_seed(7 + sinks)
+    q, k, dk = (torch.randn(3, n, 8, generator=gen) + 0.2 for _ in range(3))  # float32
+    layout = CausalLayout(n, sinks, diagonal, window=window)
+    got = layer_qk_sums(q, k, layout, scaling=scaling, split=split, distance_keys=dk)
+
+    def brute(keys: torch.Tensor, first_row: int = 0) -> tuple[torch.Tensor, ...]:
+        x = (q.double() * scaling) @ keys.double().transpose(1, 2)
+        fitted = layout.mask.clone()
+        fitted[:first_row] = False
+        x = x * fitted
+        diag = torch.stack([x.diagonal(-t, dim1=1, dim2=2).sum(-1) for t in range(n)], dim=1)
+        return diag, x.sum(-1), x.sum(-2), (x**2).sum((-1, -2))
+
+    for part, expected in ((got.total, brute(k)), (got.past, brute(k, split))):
+        for name, a, b in zip(("diag", "rows", "cols", "sumsq"), part, expected, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-9, msg=name)
+    d_diag, _, d_cols, _ = brute(dk)
+    torch.testing.assert_close(got.distance[0], d_diag, rtol=1e-12, atol=1e-9)
+    torch.testing.assert_close(got.distance[1], d_cols, rtol=1e-12, atol=1e-9)
+    with pytest.raises(ValueError, match="split must lie"):
+        layer_qk_sums(q, k, layout, split=n)

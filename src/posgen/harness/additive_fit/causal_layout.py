@@ -33,7 +33,8 @@ dense layout.
 Cost per solve: O(P n) per iteration, about 17 iterations to a relative residual of 1e-12
 at n = 1024 … 16384 (the Jacobi-scaled G is well conditioned); on one intra-op thread, since
 hand-offs between threads cost more than they save on such vectors. Memory: a few
-[P, 3n] float64 vectors.
+[P', 3n] float64 vectors, the heads solved in batches of P' (``SOLVE_CHUNK_BYTES`` per
+vector: small allocations the C allocator reuses instead of mapping fresh pages).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import torch
 
 CG_TOLERANCE = 1e-12  # stop when ‖r‖ ≤ tol · ‖s‖ for every head (preconditioned norms)
 CG_MAX_ITERATIONS = 2000
+SOLVE_CHUNK_BYTES = 4 * 2**20  # float64 [heads, 3n] per batch of heads solved together
 
 
 class LayoutCommon:
@@ -83,7 +85,7 @@ class CausalLayout(LayoutCommon):
     include_diagonal: bool = True
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     extra: dict = field(default_factory=dict)
-    iterations: int = 0  # CG iterations of the last solve (for benchmarks)
+    iterations: int = 0  # CG iterations of the last solve, its slowest batch (for benchmarks)
     window: int | None = None  # fit 0 ≤ i − j < window only (Λ's local band); None: causal
 
     def __post_init__(self) -> None:
@@ -230,14 +232,27 @@ class CausalLayout(LayoutCommon):
         return total, squares + 2 * cross, int(cnt_i.sum())
 
     def solve(self, s_d: torch.Tensor, s_x: torch.Tensor, two_axis: bool = False):
-        """θ [P, n + width of s_x] and ESS = θᵀs [P] of G θ = s, s = (s_d, s_x) (module doc)."""
+        """θ [P, n + width of s_x] and ESS = θᵀs [P] of G θ = s, s = (s_d, s_x) (module doc).
+
+        The heads are solved in batches of ``SOLVE_CHUNK_BYTES`` per [heads, 3n] vector
+        (each head's CG is independent of the others'; a batch stops when all its heads
+        have converged), so the solver's vectors stay small whatever the number of heads."""
         null = self.null2 if two_axis else self.null3
         s = torch.cat([s_d, s_x], dim=-1)
-        s = s - (s @ null) @ null.T  # onto the range of G
         diag = torch.cat([self.count_d, self.count_j] if two_axis else self._counts())
+        rows = max(1, SOLVE_CHUNK_BYTES // (s.shape[-1] * s.element_size()))
+        thetas, esses, self.iterations = [], [], 0
         with one_thread():  # O(P n) vectors: thread hand-offs cost more than they save
-            theta = _conjugate_gradients(lambda x: self._product(x, two_axis), s, diag, self)
-        return theta, (theta * s).sum(-1)
+            for start in range(0, s.shape[0], rows):
+                part = s[start : start + rows]
+                part = part - (part @ null) @ null.T  # onto the range of G
+                theta, iterations = _conjugate_gradients(
+                    lambda x: self._product(x, two_axis), part, diag
+                )
+                thetas.append(theta)
+                esses.append((theta * part).sum(-1))
+                self.iterations = max(self.iterations, iterations)
+        return torch.cat(thetas), torch.cat(esses)
 
     def _counts(self) -> list[torch.Tensor]:
         return [self.count_d, self.count_i, self.count_j]
@@ -267,9 +282,10 @@ def _orthonormal(vectors: list[torch.Tensor]) -> torch.Tensor:
     return torch.linalg.qr(torch.stack(vectors, dim=1)).Q
 
 
-def _conjugate_gradients(product, s: torch.Tensor, diag: torch.Tensor, layout) -> torch.Tensor:
-    """x [P, m] with G x = s for every row of ``s`` [P, m] (G PSD via ``product``, s in its
-    range), Jacobi-preconditioned; zero diagonal entries (unused parameters) stay 0."""
+def _conjugate_gradients(product, s: torch.Tensor, diag: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(x [P, m], iterations) with G x = s for every row of ``s`` [P, m] (G PSD via
+    ``product``, s in its range), Jacobi-preconditioned; zero diagonal entries (unused
+    parameters) stay 0."""
     if not bool(torch.isfinite(s).all()):
         raise ValueError("the logit sums are not finite (NaN or inf in the captured logits)")
     inv = torch.where(diag > 0, 1.0 / diag.clamp(min=1), 0.0)
@@ -288,8 +304,7 @@ def _conjugate_gradients(product, s: torch.Tensor, diag: torch.Tensor, layout) -
         torch.mul(r, inv, out=z)
         rz_next = (r * z).sum(-1)
         if bool((rz_next <= stop).all()):
-            layout.iterations = it
-            return x
+            return x, it
         beta = torch.where(rz > 0, rz_next / rz.clamp(min=1e-300), 0.0)[:, None]
         p.mul_(beta).add_(z)
         rz = rz_next

@@ -1,19 +1,25 @@
-"""``posgen tasks``: list the perturbed task family, or write a perturbed task config.
+"""``posgen tasks``: list the perturbed task family, show which fields of a task move, or
+write a perturbed task config.
 
     posgen tasks list                     the shipped groups, the suite, the name grammar
+    posgen tasks fields gsm8k mmlu_anatomy [--include-path DIR]
     posgen tasks name hellaswag --scheme swap --rate 0.05 --seed 7
     posgen tasks write hellaswag --scheme swap --rate 0.05 [--seed S] [--fields a,b]
-                      [--perturb-fewshot] [--output-dir DIR]
+                      [--perturb-fewshot] [--output-dir DIR] [--include-path DIR]
 
-``write`` produces one YAML file that includes the base task's own YAML, so it runs
-with ``lm_eval --include_path DIR --tasks <name>`` even where posgen's start-up hook is
-off; it pins the content fields (needed for tasks posgen does not know).
+``fields`` prints each task's content fields and how they were decided (posgen's table,
+inherited from a group or tag, or inferred from its ``doc_to_text``). ``write`` produces
+one YAML file that includes the base task's own YAML, so it runs with
+``lm_eval --include_path DIR --tasks <name>`` even where posgen's start-up hook is off;
+it pins the content fields (needed for tasks posgen does not know) and prints how they
+were decided.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +37,15 @@ def _text_schemes() -> dict[str, str | None]:
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="tasks_command", metavar="ACTION", required=True)
     sub.add_parser("list", help="the shipped task family, the offline suite, the name grammar")
+    fields = sub.add_parser(
+        "fields",
+        help="which doc fields of a task are perturbed, and how posgen decided",
+        description="Print each task's content fields and how they were decided: posgen's "
+        "table (the task's own entry, or its nearest tag, group or included config), or "
+        "inferred (the one field its doc_to_text reads besides the target and the choices).",
+    )
+    fields.add_argument("task", nargs="+", help="lm-eval task names")
+    _add_include_path(fields)
     for name, text in (
         ("name", "print the task name of a perturbation"),
         ("write", "write a perturbed task YAML for an lm-eval task"),
@@ -54,6 +69,29 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                 "--perturb-fewshot", action="store_true", help="perturb the few-shot examples too"
             )
             p.add_argument("--output-dir", type=Path, default=Path("posgen_tasks"))
+            _add_include_path(p)
+
+
+def _add_include_path(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--include-path",
+        action="append",
+        type=Path,
+        metavar="DIR",
+        help="a folder of your own lm-eval task YAML (repeatable), as lm_eval --include_path",
+    )
+
+
+def _task_manager(args: argparse.Namespace) -> Any:
+    """posgen's TaskManager, with ``--include-path`` folders (each checked first)."""
+    from posgen.tasks.lm_eval_tasks import task_manager
+
+    paths = getattr(args, "include_path", None) or []
+    for path in paths:
+        if not path.is_dir():
+            print(f"posgen tasks: --include-path {path}: no such folder", file=sys.stderr)
+            raise SystemExit(2)
+    return task_manager(include_path=[str(p) for p in paths]) if paths else task_manager()
 
 
 def _perturbation(args: argparse.Namespace) -> Any:
@@ -72,7 +110,7 @@ def _perturbation(args: argparse.Namespace) -> Any:
 def _list() -> int:
     from posgen.results.scores.scoring import primary_metric
     from posgen.tasks import family, naming, offline
-    from posgen.tasks.content_fields import KNOWN_FIELDS
+    from posgen.tasks.content_fields_table import KNOWN
 
     print("Offline suite (primary metric):")
     for task in offline.SUITE_TASKS:
@@ -82,20 +120,38 @@ def _list() -> int:
     for p in family.shipped_perturbations():
         print(f"  {naming.format_name(p, None):<26} {p.spec.to_string()}")
     print(f"\nAny task, rate or seed resolves by name:\n  {naming.grammar()}")
-    print(f"\nTasks with known content fields: {', '.join(sorted(KNOWN_FIELDS))}")
+    print(
+        f"\nContent fields known for {len(KNOWN)} lm-eval tasks, groups and tags (a task "
+        "inherits its group's or tag's; `posgen tasks fields TASK` shows them):"
+    )
+    print(textwrap.fill(", ".join(KNOWN), width=88, initial_indent="  ", subsequent_indent="  "))
     return 0
+
+
+def _fields(args: argparse.Namespace) -> int:
+    from posgen.tasks.content_fields import UnknownContentFields
+
+    tm = _task_manager(args)
+    status = 0
+    for task in args.task:
+        try:
+            print(tm.content_fields(task).describe())
+        except (UnknownContentFields, KeyError) as exc:
+            message = exc.args[0] if isinstance(exc, KeyError) else str(exc)
+            print(f"posgen tasks fields: {message}", file=sys.stderr)
+            status = 2
+    return status
 
 
 def _write(args: argparse.Namespace, p: Any, name: str) -> int:
     import json
 
     from posgen.perturbations.seeding import DEFAULT_SEED
-    from posgen.tasks.content_fields import UnknownContentFields, resolve_fields
+    from posgen.tasks.content_fields import UnknownContentFields
     from posgen.tasks.family import Fn, yaml_text
-    from posgen.tasks.lm_eval_tasks import task_manager
     from posgen.tasks.perturbed_task import TaskPerturbation
 
-    tm = task_manager()
+    tm = _task_manager(args)
     entry = tm.task_index.get(args.task)
     if entry is None or entry.yaml_path is None or "class" in (entry.cfg or {}):
         raise SystemExit(
@@ -104,9 +160,11 @@ def _write(args: argparse.Namespace, p: Any, name: str) -> int:
         )
     fields_arg = args.fields.split(",") if args.fields else None
     try:
-        fields = resolve_fields(args.task, tm.task_config(args.task), fields_arg)
-    except UnknownContentFields as exc:
-        raise SystemExit(f"posgen tasks write: {exc}") from None
+        choice = tm.content_fields(args.task, fields_arg)
+    except (UnknownContentFields, KeyError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) else exc
+        raise SystemExit(f"posgen tasks write: {message}") from None
+    fields = choice.fields
     seed = DEFAULT_SEED if args.seed is None else args.seed
     tp = TaskPerturbation(p, seed, args.task, fields, args.perturb_fewshot)
     text = yaml_text(
@@ -123,6 +181,7 @@ def _write(args: argparse.Namespace, p: Any, name: str) -> int:
     tmp = path.with_suffix(".yaml.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
+    print(choice.describe())
     print(f"wrote {path}\nrun: lm_eval --include_path {args.output_dir} --tasks {name} ...")
     print(json.dumps(tp.to_dict()), file=sys.stderr)
     return 0
@@ -131,6 +190,8 @@ def _write(args: argparse.Namespace, p: Any, name: str) -> int:
 def main(args: argparse.Namespace) -> int:
     if args.tasks_command == "list":
         return _list()
+    if args.tasks_command == "fields":
+        return _fields(args)
     p = _perturbation(args)
     from posgen.perturbations.seeding import DEFAULT_SEED
     from posgen.tasks.naming import format_name

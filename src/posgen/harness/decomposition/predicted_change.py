@@ -64,7 +64,7 @@ from posgen.harness.additive_fit.logit_fit import (
     fit_sums,
     head_sums,
 )
-from posgen.harness.decomposition.qk_sums import causal_qk_sums
+from posgen.harness.decomposition.qk_sums import layer_qk_sums
 from posgen.harness.hf_posgen.lambda_attention import local_attention
 from posgen.harness.hf_posgen.layer_hooks import TWIN_ROTATIONS, layer_count, layer_positions
 from posgen.harness.hf_posgen.logit_replacement import fit_layout
@@ -278,15 +278,12 @@ class ChangePredictor:
         query, key = moved
         heads, n = cap.query.shape[1], cap.query.shape[2]
         key = family_of(cap.module).expand_kv(cap.module, key, heads)
-        fitted = self.options.apply(cap.attended[0, 0])
-        layout = fit_layout(self.layouts, fitted, self.options)
-        if self.dense or cap.softcap is not None or not _causal(layout, n):
-            fits = fit_sums(head_sums(cap.logits[0], layout, dtype=torch.float32), layout)
-            w_moved = dataclasses.replace(cap, query=query, key=key, _logits=None).logits[0]
-            figures = change_figures(cap.logits[0], w_moved, fits.a, fitted, self.positions)
-        else:
+        layout = None
+        if not self.dense and cap.softcap is None and cap.causal and cap.window is None:
+            layout = self.layouts.causal(n, self.options, cap.query.device)
+        if isinstance(layout, CausalLayout):  # the strips (module doc)
             q, k = cap.query[0], cap.key[0]
-            raw = causal_qk_sums(q.double() * cap.scaling, k, layout)
+            raw = layer_qk_sums(q, k, layout, scaling=cap.scaling).total
             zero = torch.zeros(heads, dtype=torch.float64, device=q.device)
             fits = fit_sums(centred_sums(*raw, zero, layout), layout)
             if self._strips is None:
@@ -294,18 +291,16 @@ class ChangePredictor:
             figures = strip_change_figures(
                 q, k, query[0], key[0], cap.scaling, fits.a, self._strips
             )
+        else:
+            fitted, fits = fit_capture(cap, self.layouts, self.options)
+            w_moved = dataclasses.replace(cap, query=query, key=key, _logits=None).logits[0]
+            figures = change_figures(cap.logits[0], w_moved, fits.a, fitted, self.positions)
         values = {k: v.cpu().tolist() for k, v in figures.items()}
         for head in range(heads):
             row = {**self.key, "layer": cap.layer, "head": head, "n": n}
             row.update({k: v[head] for k, v in values.items()})
             row.update(r_and_share(row))
             self.rows.append(row)
-
-
-def _causal(layout, n: int) -> bool:
-    """Whether the fitted entries are the whole causal mask (the strips' case)."""
-    whole = (layout.sink_keys, layout.diag_offset, layout.band) == (0, 0, n)
-    return isinstance(layout, CausalLayout) and whole
 
 
 def predict_windows(

@@ -30,7 +30,7 @@ from posgen.harness.decomposition.block_sums import (
 from posgen.harness.decomposition.past_context import COLUMNS as PAST_COLUMNS
 from posgen.harness.decomposition.past_context import past_context_figures
 from posgen.harness.decomposition.qk_pattern import DistanceMap, distance_key_r
-from posgen.harness.decomposition.qk_sums import causal_qk_sums
+from posgen.harness.decomposition.qk_sums import layer_qk_sums
 
 
 class _LayerSums(NamedTuple):
@@ -64,7 +64,7 @@ class LayerFitter:
 
         if cap.query.shape[0] != 1:
             raise ValueError("decompose fits one document per forward (batch size 1)")
-        layout, window, fit_mask = self._layout(cap.attended, cap.window)
+        layout, window, fit_mask = self._layout(cap)
         split = self.context if isinstance(layout, CausalLayout) else None
         if isinstance(layout, CausalLayout) and cap.softcap is None:
             sums, d_sums, split_sums = _bilinear_sums(cap, layout, split)
@@ -74,25 +74,35 @@ class LayerFitter:
             _LayerSums(cap.layer, layout, sums, d_sums, window, split_sums, fit_mask)
         )
 
-    def _layout(self, attended_bhnn, band: int | None = None):
-        """(layout, restricted, fit_mask) for ``cap.attended`` (Λ's band of width ``band``,
-        if given); layers sharing one mask share the work."""
+    def _layout(self, cap):
+        """(layout, restricted, fit_mask) for the entries ``cap`` attends (under Λ its band
+        of width ``cap.window``); layers sharing one mask share the work. A layer the
+        model's own mask says is causal (``cap.causal``) gets the structured layout without
+        an n × n mask ever being built."""
         import torch
 
+        band = cap.window
+        if cap.causal:
+            return self._causal_layout(cap.key.shape[-2], band, cap.query.device)
+        attended_bhnn = cap.attended
         if self._last is not None and self._last[0] is attended_bhnn:
             return self._last[1:]
         attended = attended_bhnn[0, 0]
         n = attended.shape[-1]
         if is_causal(attended, band):  # the structured layout: no n × n work or memory
-            layout = self.layouts.causal(n, self.options, attended.device, window=band)
-            window = band is not None and band < n
-            fit_mask = f"lambda-band:{band}" if window else "causal"
+            layout, window, fit_mask = self._causal_layout(n, band, attended.device)
         else:
             layout = self.layouts.get(self.options.apply(attended), attended.device)
             window = bool((~attended & torch.ones_like(attended).tril()).any())  # e.g. sliding
             fit_mask = "model-mask" if window else "causal"
         self._last = (attended_bhnn, layout, window, fit_mask)
         return layout, window, fit_mask
+
+    def _causal_layout(self, n: int, band: int | None, device):
+        """(layout, restricted, fit_mask) of the causal mask of n keys, or its band."""
+        layout = self.layouts.causal(n, self.options, device, window=band)
+        window = band is not None and band < n
+        return layout, window, f"lambda-band:{band}" if window else "causal"
 
     def finish(self) -> None:
         """Fit the layers captured since the last ``finish`` and append their rows."""
@@ -197,17 +207,15 @@ def _bilinear_sums(cap, layout, split):
     (:mod:`posgen.harness.decomposition.qk_sums`): no [n, n] map at all."""
     import torch
 
-    q = cap.query[0].double() * cap.scaling  # [H, n, d]
+    q = cap.query[0]  # [H, n, d]
     shift = torch.zeros(q.shape[0], dtype=torch.float64, device=q.device)
-    split_sums = None
-    d_map = _distance_axis(cap, layout)
+    split = split if split is not None and 0 < split < layout.n else None
+    d_keys = _distance_axis(cap, layout).keys
     with one_thread():  # O(n d) tensors: on a loaded CPU, thread hand-offs cost 2-5x
-        total = causal_qk_sums(q, cap.key[0], layout)
-        if split is not None and 0 < split < layout.n:
-            past = causal_qk_sums(q, cap.key[0], layout, first_row=split)
-            split_sums = (shift, total - past, past)
-        d_raw = causal_qk_sums(q, d_map.keys, layout, squares=False)
-    return centred_sums(*total, shift, layout), (d_raw.diag, d_raw.cols), split_sums
+        sums = layer_qk_sums(q, cap.key[0], layout, cap.scaling, split, d_keys)
+    total, past = sums.total, sums.past
+    split_sums = None if past is None else (shift, total - past, past)
+    return centred_sums(*total, shift, layout), sums.distance, split_sums
 
 
 def _block_sums(cap, layout, split):
