@@ -52,7 +52,6 @@ def _vm(field: str) -> int:
 
 
 def child(scheme_text: str, tokens: int, model_name: str, layers: int | None) -> dict:
-    import argparse
 
     import torch
 
@@ -64,7 +63,7 @@ def child(scheme_text: str, tokens: int, model_name: str, layers: int | None) ->
     from posgen.tasks.long_documents import long_documents
 
     scheme = parse_length(scheme_text)
-    (entry,) = model_entries([model_name], argparse.Namespace())
+    (entry,) = model_entries([model_name])
     loaded = load_model(entry, "cpu", length=scheme)
     model = loaded.model
     if layers:  # keep the first decoder layers only (see --layers)

@@ -2,7 +2,9 @@
 
 The per-document values are planted: each model has a ``sensitivity`` s, and a document's
 per-word NLL rises by ``s * rate`` (times a per-document factor), so degradation grows
-with s and the rate; cloze accuracy drops with probability ``s * rate``.
+with s and the rate; cloze accuracy drops with probability ``s * rate``. An optional
+``base_shift`` b raises every document's per-word NLL in every cell, unperturbed
+included, by ``b`` times a fixed per-document factor in [0.5, 1.5] (a model worse at base).
 """
 
 from __future__ import annotations
@@ -133,12 +135,13 @@ def cloze_output(name: str, acc: np.ndarray, perturbed: bool = False):
     }
 
 
-def planted_cells(sensitivity: float, seed: int):
+def planted_cells(sensitivity: float, seed: int, base_shift: float = 0.0):
     """(cell, results, samples) for every cell of one model."""
     rng = np.random.default_rng(7)  # documents: the same for every model and seed
     words = rng.integers(40, 160, 30)
     nll = rng.normal(2.5, 0.3, 30)
     acc = (rng.random(60) < 0.8).astype(float)
+    nll = nll + base_shift * np.random.default_rng(11).uniform(0.5, 1.5, 30)
     noise = np.random.default_rng(seed)  # the perturbation draw
     grid = (
         [("none", "none", 0.0)]
@@ -247,7 +250,7 @@ def make_run(root, models: dict[str, dict], seed: int = 1234, draws: int = 1, **
         drawn = [
             (k, c)
             for k in range(draws)
-            for c in planted_cells(spec["sensitivity"], seed + k)
+            for c in planted_cells(spec["sensitivity"], seed + k, spec.get("base_shift", 0.0))
             if k == 0 or c[0]["kind"] != "none"
         ]
         for k, (cell, results, samples) in drawn:
@@ -307,7 +310,7 @@ def add_length(
     rerun noise) and ``drop[scheme]`` past C (a planted regression)."""
     from pathlib import Path
 
-    from posgen.harness.length.runner import LengthRunConfig, prepare_folder
+    from posgen.results.folder.length_config import LengthConfig, prepare_length_folder
     from posgen.results.folder.store import atomic_write_json, slug
     from posgen.results.scores.length import result_path
 
@@ -320,10 +323,10 @@ def add_length(
         "bucket_width": 16,
         **settings,
     }
-    config = LengthRunConfig(**fields)
+    config = LengthConfig(**fields)
     folder = Path(run_root) / "length" / slug(label)
     folder.mkdir(parents=True, exist_ok=True)
-    prepare_folder(folder, config)
+    prepare_length_folder(folder, config)
     n_docs, n_buckets = len(config.documents), config.n_buckets
     c_bucket = config.trained_context // config.bucket_width
     fixed = np.random.default_rng(7)

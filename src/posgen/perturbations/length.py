@@ -21,6 +21,7 @@ does not apply).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -28,6 +29,8 @@ import numpy as np
 
 from posgen.perturbations.base import Perturbation, PerturbationError, registry
 from posgen.perturbations.positions import PositionPerturbation
+
+_CONTEXT = re.compile(r"\bC\b")  # the trained context in a scheme (``lambda:4,C``)
 
 
 def _check_factor(name: str, value: float, minimum: float) -> None:
@@ -238,12 +241,51 @@ def parse_length(text: str) -> LengthPerturbation:
     return scheme
 
 
-def parse_length_list(text: str) -> list[LengthPerturbation]:
-    """Parse a ``;``-separated list (``lambda`` uses the comma): ``none;lambda:4,2048;yarn:2``."""
+def with_context(text: str, trained_context: int) -> str:
+    """Schemes text with every stand-alone ``C`` (the trained context) replaced by its
+    value: ``with_context("none;lambda:4,C", 8192) == "none;lambda:4,8192"``."""
+    return _CONTEXT.sub(str(trained_context), text)
+
+
+def parse_length_list(text: str, trained_context: int | None = None) -> list[LengthPerturbation]:
+    """Parse a ``;``-separated list (``lambda`` uses the comma): ``none;lambda:4,2048;yarn:2``;
+    ``C`` stands for ``trained_context`` (:func:`with_context`). A scheme listed twice is
+    refused."""
+    return [s for s in _parse_items(text, trained_context, False) if s is not None]
+
+
+def _resolved(item: str, context: int | None) -> str:
+    return item if context is None else with_context(item, context)
+
+
+def check_length_list(text: str) -> None:
+    """Refuse a scheme list that cannot parse whatever the trained context C is: every
+    scheme is checked with C unresolved, and none may be listed twice."""
+    _parse_items(text, None, True)
+
+
+def _parse_items(
+    text: str, context: int | None, unresolved: bool
+) -> list[LengthPerturbation | None]:
+    """Each scheme of ``text`` with C = ``context``; with ``unresolved`` and no context, a
+    scheme written with C is checked with a stand-in value and given as None."""
     items = [t for t in (s.strip() for s in text.split(";")) if t]
     if not items:
         raise PerturbationError("no length scheme given; e.g. none;lambda:4,2048;scale:2")
-    return [parse_length(t) for t in items]
+    seen: dict[str, str] = {}
+    out: list[LengthPerturbation | None] = []
+    for item in items:
+        symbolic = unresolved and context is None and _CONTEXT.search(item) is not None
+        scheme = parse_length(with_context(item, 2) if symbolic else _resolved(item, context))
+        key = " ".join(item.split()) if symbolic else scheme.to_string()
+        if key in seen:
+            raise PerturbationError(
+                f"length scheme {key} is listed twice ({seen[key]!r} and {item!r}); "
+                "give each scheme once"
+            )
+        seen[key] = item
+        out.append(None if symbolic else scheme)
+    return out
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,7 @@ def test_a_rerun_resumes_and_other_settings_are_refused(folder, planted, capsys)
     assert run(*argv, *ARGS) == 0
     assert "0 step(s)" in capsys.readouterr().out
     assert run(*argv, "--limit", "3", "--forms", "additive", "--no-progress") == 2
-    assert "other settings (forms)" in capsys.readouterr().err
+    assert "other settings (forms: " in capsys.readouterr().err
 
 
 def test_the_prediction_draws_are_the_cells_draws(planted):

@@ -148,3 +148,134 @@ def test_a_one_document_length_run_writes_strict_json(models, tmp_path):
     assert scores["curves"][0]["ci_low"] is None  # one document: no interval, null
     for path in [out / "config.json", *(out / "docs").rglob("*.json")]:
         json.loads(path.read_text(), parse_constant=refuse)
+
+
+@pytest.fixture
+def no_weights(monkeypatch, tmp_path):
+    """As ``no_loading``, but a model's config (config.json, no weights) may be read:
+    what a command checks against the model before anything heavier."""
+    from posgen.harness import embedded, loading
+    from posgen.harness.run import cells
+
+    def refuse(*a, **k):
+        raise AssertionError("a model or tokenizer was loaded")
+
+    for name in ("load_model", "load_tokenizer"):
+        monkeypatch.setattr(loading, name, refuse)
+    monkeypatch.setattr(embedded, "embedded_model_path", refuse)
+    monkeypatch.setattr(cells.ModelSession, "__enter__", refuse)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+def capped(tmp_path_factory) -> dict[str, Path]:
+    """Config-only model folders: Gemma-2 as configured (final logit soft-capping), and
+    one with attention soft-capping only (its logits are lm_head(hidden))."""
+    from transformers import AutoConfig
+
+    from tiny_models import CONFIGS
+
+    root = tmp_path_factory.mktemp("capped")
+    final = AutoConfig.for_model("gemma2", **CONFIGS["gemma2"])
+    final.save_pretrained(root / "final")
+    attention = AutoConfig.for_model(
+        "gemma2", **{**CONFIGS["gemma2"], "final_logit_softcapping": None}
+    )
+    attention.save_pretrained(root / "attention")
+    return {"final": root / "final", "attention": root / "attention"}
+
+
+def test_length_refuses_a_scheme_listed_twice(models, no_loading, capsys):
+    argv = ["length", "--model", str(models["short"]), "--schemes", "none;none"]
+    _refused(argv, "length scheme none is listed twice", capsys, no_loading)
+
+
+def test_length_refuses_a_revision_of_a_local_folder(models, no_loading, capsys):
+    argv = ["length", "--model", str(models["short"]), "--revision", "main"]
+    message = f"--revision main: {models['short']} is a local folder, which has no revisions"
+    _refused(argv, message, capsys, no_loading)
+
+
+@pytest.mark.parametrize(("value", "found"), [("3", "is a number (3)"), ("null", "is null")])
+def test_length_says_what_a_jsonl_text_field_holds(models, no_loading, capsys, value, found):
+    data = no_loading.parent / f"rows-{value}.jsonl"
+    data.write_text('{"text": "a long text"}\n{"text": ' + value + "}\n")
+    argv = ["length", "--model", str(models["short"]), "--data", str(data)]
+    _refused(argv, f"line 2: field 'text' {found}, not text", capsys, no_loading)
+
+
+def test_length_refuses_final_soft_capping_from_the_config(capped, no_weights, capsys):
+    argv = ["length", "--model", str(capped["final"]), "--schemes", "none"]
+    _refused(argv, "final_logit_softcapping=30.0", capsys, no_weights)
+
+
+def test_length_refuses_lambda_on_attention_soft_capping(capped, no_weights, capsys):
+    argv = ["length", "--model", str(capped["attention"]), "--schemes", "lambda:4,C"]
+    _refused(
+        [*argv, "--decompose"],
+        "length scheme lambda:4,2048: lambda attention does not support logit soft-capping",
+        capsys,
+        no_weights,
+    )
+
+
+DECOMPOSE = [
+    (["--trained-context", "1", "--tokens", "64"], "--trained-context must be an integer >= 2"),
+    (["--tokens", "100000000"], "the probe text"),
+    (["--length", "none;scale:2"], "--length 'none;scale:2': one scheme only (got 2)"),
+    (["--length", "scale"], "--length: length scheme 'scale' needs a value"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), DECOMPOSE)
+def test_decompose_refuses_bad_numbers_and_schemes(models, no_loading, capsys, args, message):
+    argv = ["decompose", "--model", str(models["short"]), "--out", str(no_loading / "out")]
+    _refused([*argv, *args], message, capsys, no_loading)
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [(["--length", "scale:2"], "--length"), (["--trained-context", "64"], "--trained-context")],
+)
+def test_decompose_refuses_past_context_figures_without_tokens_past_c(
+    models, no_weights, capsys, args, flag
+):
+    argv = ["decompose", "--model", str(models["short"]), "--tokens", "64", *args]
+    message = f"{flag}: the past-context figures compare the fit before and past C = 64"
+    _refused([*argv, "--out", str(no_weights / "out")], message, capsys, no_weights)
+
+
+def test_layers_refuses_an_empty_layer_list(models, no_loading, capsys):
+    argv = ["layers", "--model", str(models["short"]), "--layers", ""]
+    _refused(argv, "--layers '': give a layer (12)", capsys, no_loading)
+
+
+def test_layers_refuses_a_length_run_without_the_plain_model(models, no_loading, capsys):
+    run = no_loading.parent / "length-run"
+    run.mkdir()
+    drift = [{"scheme": "scale:2.0", "layer": 0, "drift": 0.1}]
+    (run / "length_scores.json").write_text(json.dumps({"drift": drift}))
+    argv = ["layers", "--model", str(models["short"]), "--length-run", str(run)]
+    _refused(argv, "no drift of the plain model (scheme 'none')", capsys, no_loading)
+
+
+def test_an_unknown_suite_is_refused_before_the_task_index_is_built(
+    models, no_loading, capsys, monkeypatch
+):
+    from posgen.harness.run import plan
+
+    def refuse():
+        raise AssertionError("lm-eval's task index was built")
+
+    monkeypatch.setenv("POSGEN_CACHE", str(no_loading.parent / "fresh-cache"))
+    monkeypatch.setattr(plan, "shared_task_manager", refuse)
+    argv = ["run", "--model", str(models["short"]), "--suite", "hellaswag,nosuch_task_xyz"]
+    _refused(argv, "unknown suite or lm-eval task 'nosuch_task_xyz'", capsys, no_loading)
+
+
+def test_run_length_refuses_a_model_length_cannot_measure_before_the_sweep(
+    capped, no_weights, capsys
+):
+    argv = ["run", "--model", str(capped["final"]), "--kinds", "text", "--length", "quick"]
+    _refused(argv, "final_logit_softcapping=30.0", capsys, no_weights)

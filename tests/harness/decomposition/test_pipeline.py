@@ -186,14 +186,20 @@ def test_cli_modules_import_light():
         ["--length", "lambda:-1,C"],
         ["--length", "bogus:3"],
         ["--length", "scale:0"],
-        ["--trained-context", "0"],
     ],
 )
-def test_cli_refuses_bad_length_input_before_loading(argv, capsys):
+def test_cli_refuses_bad_length_input_before_loading(argv, capsys, tmp_path):
+    out = tmp_path / "out"
+    assert decompose.main(_parse([*argv, "--out", str(out)])) == 2  # embedded: not converted
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("posgen decompose: --length"), err
+    assert not out.exists()
+
+
+def test_cli_refuses_a_trained_context_below_one_when_parsing(capsys):
     with pytest.raises(SystemExit) as exc:
-        _parse(argv)
-    assert exc.value.code == 2
-    assert "--length" in capsys.readouterr().err or "--trained-context" in argv
+        _parse(["--trained-context", "0"])
+    assert exc.value.code == 2 and "--trained-context" in capsys.readouterr().err
 
 
 def test_cli_length_scheme_past_a_trained_context(tiny_model_dir, tmp_path, capsys):

@@ -4,7 +4,6 @@ scheme; resume, the --decompose upgrade and refusal; bad input before any model 
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 
@@ -68,7 +67,7 @@ def test_folder_rows_equal_decompose_model_on_the_same_ids(
     ids = _document_ids(tiny_path)
     assert record["n_tokens"] == len(ids) == 2 * C
     monkeypatch.setattr(pipeline, "probe_token_windows", lambda tok, docs, tokens: [ids])
-    (entry,) = model_entries([str(tiny_path)], argparse.Namespace())
+    (entry,) = model_entries([str(tiny_path)])
     table = pipeline.decompose_model(
         entry,
         docs=1,

@@ -105,14 +105,12 @@ def test_a_saved_dataset(short_model, tmp_path):
 
 
 def test_the_gate_refuses_a_run_on_other_documents(short_model, tmp_path):
-    import argparse
-
     from posgen.harness.loading import model_entries
     from posgen.results.folder.store import slug
     from posgen.results.gate.check import GateInputError
     from posgen.results.gate.length import length_pairs, length_section
 
-    (entry,) = model_entries([str(short_model)], argparse.Namespace())
+    (entry,) = model_entries([str(short_model)])
     sections = []
     for k, texts in enumerate((_texts()[:2], _texts()[1:3])):
         data = tmp_path / f"docs{k}"

@@ -3,7 +3,6 @@ capture, the command and its resumable folder."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 
@@ -36,12 +35,10 @@ def model():
 
 def load_model(path, scheme):
     """The tiny model loaded as ``posgen length`` loads it, with ``scheme``'s rope settings."""
-    import argparse
-
     from posgen.harness.loading import load_model as load
     from posgen.harness.loading import model_entries
 
-    (entry,) = model_entries([str(path)], argparse.Namespace())
+    (entry,) = model_entries([str(path)])
     return load(entry, "cpu", length=scheme).model
 
 
@@ -173,19 +170,22 @@ def test_bad_input_is_refused_with_a_message(tiny_path, tmp_path, args, match, c
     assert not out.exists()
 
 
-def test_run_for_models_writes_length_folders_and_report_blocks(tiny_path, tmp_path, monkeypatch):
-    from posgen.harness.length import command
-    from posgen.results.report import build as report
+def test_jobs_for_run_write_length_folders_and_report_blocks(tiny_path, tmp_path):
+    from posgen.harness.length.job import jobs_for_run, run_job
+    from posgen.harness.loading import model_entries
     from posgen.results.report.length import run_blocks
     from posgen.results.tables.tidy import length_tables
 
-    monkeypatch.setattr(report, "regenerate", lambda root: {"root": root})
-    from posgen.harness.loading import model_entries
-
-    models = model_entries([str(tiny_path)], argparse.Namespace(), random_init=True)
-    # 'quick' = 2 documents, none;lambda:4,C;scale:2 with C from the model config (64)
-    assert command.run_for_models(tmp_path, models, "quick") == {"root": tmp_path}
+    models = model_entries([str(tiny_path)], random_init=True)
+    # 'quick' = 2 documents, none;lambda:4,C;scale:2 with C from the model config (64);
+    # the random-init twin gets none
+    (job,) = jobs_for_run(tmp_path, models, "quick", "cpu")
+    assert job.config.schemes == ("none", "lambda:4,64", "scale:2.0") and job.wanted == 2
+    lines = []
+    outcome = run_job(job, progress=lines.append, note=lines.append)
+    assert len(lines) == 3 * 2  # one line per (scheme, document) computed
     (folder,) = (tmp_path / "length").iterdir()
+    assert outcome.folder == folder and (folder / "length.md").read_text() == outcome.markdown
     scores = json.loads((folder / "length_scores.json").read_text())
     assert sorted(scores["effective"]) == ["lambda:4,64", "none", "scale:2.0"]
     for name, table in length_tables(tmp_path).items():  # what regenerate writes

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from posgen.harness.cli import run as run_cli
-from posgen.harness.run.plan import plan_cells, resolve_config
+from posgen.harness.run.plan import resolve_config
 from posgen.results.folder.config import Cell, RunConfig
+from posgen.results.folder.plan import plan_cells
 from posgen.results.folder.schema import config_hash
 
 BEFORE = json.loads((Path(__file__).parent / "data" / "plan_before_dataclasses.json").read_text())
@@ -124,7 +125,7 @@ def test_bad_loading_options_are_refused(tmp_path, argv, message) -> None:
 
 
 def test_a_hub_model_is_recorded_and_loaded_at_its_commit(offline_cache) -> None:
-    sha = "0123456789abcdef0123456789abcdef01234567"  # conftest.HUB_SHA
+    sha = "0123456789abcdef0123456789abcdef01234567"  # tests/harness/conftest.HUB_SHA
     (entry,) = resolve_config(_args(["--model", "org/tiny"])).models
     assert entry.label == "org/tiny" and entry.revision == sha
     assert entry.load_options() == {"revision": sha}

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from posgen.harness.cli.run import configure_parser
-from posgen.harness.run.plan import plan_cells, resolve_config
+from posgen.harness.run.plan import resolve_config
+from posgen.results.folder.plan import plan_cells
 from posgen.results.folder.schema import config_hash
 
 

@@ -23,7 +23,7 @@ def baseline(tmp_path_factory):
 
 def test_baseline_file_holds_per_document_values_of_the_primary_metrics(baseline):
     data = json.loads(baseline.read_text())
-    assert data["kind"] == "posgen-baseline" and data["baseline_version"] == 4
+    assert data["kind"] == "posgen-baseline" and data["baseline_version"] == 5
     assert data["model"] == "embedded" and data["pairing"]["limits"]
     assert data["pairing"]["seed"] == 1 and data["pairing"]["seeds"] == 1
     assert data["pairing"]["num_fewshot"] is None
@@ -46,7 +46,7 @@ def test_same_model_same_seed_passes_with_identical_perturbations(baseline, tmp_
     make_run(tmp_path / "rerun", MODEL, seed=1)
     assert cli(["check", str(tmp_path / "rerun"), "--baseline", str(baseline)]) == 0
     out = capsys.readouterr().out
-    assert "0 of 16 cells" in out and "identical perturbations" in out
+    assert "0 of 18 cells" in out and "identical perturbations" in out
 
 
 def test_same_model_other_seed_passes_with_allow_other_seed_naming_the_draw_noise(
@@ -70,7 +70,7 @@ def test_same_model_other_seed_passes_with_allow_other_seed_naming_the_draw_nois
         t for t in suite.iter("testcase") if t.get("name") == "posgen_cloze/acc/text/swap@0.5"
     )
     props = {p.get("name"): p.get("value") for p in case.iter("property")}
-    assert props["powered"] == "False" and float(props["mde"]) > float(props["margin"]) * 2
+    assert props["power"] == "underpowered" and float(props["mde"]) > float(props["margin"]) * 2
     assert props["unit"] == "points" and "MDE80" in case.find("system-out").text
 
 
@@ -126,11 +126,12 @@ def _set(path: str, value):
         (None, "baseline not found"),
         ("{oops", "not valid JSON"),
         ("[1, 2]", "JSON object"),
-        ('{"kind": "posgen-baseline", "baseline_version": 4, "model": NaN}', "should be str"),
+        ('{"kind": "posgen-baseline", "baseline_version": 5, "model": NaN}', "should be str"),
         ('{"kind": "something-else"}', "not a posgen baseline"),
         ('{"kind": "posgen-baseline", "baseline_version": 1, "entries": []}', "regenerate"),
         ('{"kind": "posgen-baseline", "baseline_version": 3}', "regenerate it with"),
-        ('{"kind": "posgen-baseline", "baseline_version": 4}', "missing key 'model'"),
+        ('{"kind": "posgen-baseline", "baseline_version": 4}', "unperturbed per-document"),
+        ('{"kind": "posgen-baseline", "baseline_version": 5}', "missing key 'model'"),
         (b"\xff\xfe\x00", "baseline"),
     ],
 )
@@ -207,14 +208,22 @@ def test_unwritable_junit_xml_exits_2(baseline, tmp_path, capsys):
         (["--margin-ppl", "inf"], "--margin-ppl must be a finite number >= 0"),
         (["--margin-acc", "-0.5"], "--margin-acc must be a finite number >= 0"),
         (["--margin-length", "nan"], "--margin-length must be a finite number >= 0"),
+        (["--margin-base-ppl", "-0.1"], "--margin-base-ppl must be a finite number >= 0"),
+        (["--margin-base-ppl", "inf"], "--margin-base-ppl must be a finite number >= 0"),
+        (["--margin-base-acc", "-1"], "--margin-base-acc must be a finite number >= 0"),
+        (["--margin-base-acc", "nan"], "--margin-base-acc must be a finite number >= 0"),
         (["--statistic", "median"], "--statistic: 'median'; give mean or worst"),
         (["--tolerance", "0.1"], "--tolerance was removed"),
     ],
 )
-def test_bad_gate_options_exit_2_before_reading_anything(tmp_path, capsys, flags, message):
-    run = ["check", str(tmp_path / "no-run"), "--baseline", str(tmp_path / "no-baseline")]
-    assert cli([*run, *flags]) == 2
-    assert message in capsys.readouterr().err
+def test_bad_gate_options_exit_2_before_reading_anything(baseline, capsys, flags, message):
+    folder = baseline.parent  # the baseline and its run
+    before = sorted(p.name for p in folder.rglob("*"))
+    run = ["check", str(folder / "base"), "--baseline", str(baseline)]
+    assert cli([*run, *flags, "--junit-xml", str(folder / "gate.xml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+    assert sorted(p.name for p in folder.rglob("*")) == before  # nothing written
 
 
 def test_mismatched_rates_exit_2(baseline, tmp_path, capsys):

@@ -47,7 +47,7 @@ def _check(run, baseline, *extra):
 
 def test_baseline_stores_each_schemes_per_document_excess_past_c_and_the_settings(baseline):
     data = json.loads(baseline.read_text())
-    assert data["baseline_version"] == 4
+    assert data["baseline_version"] == 5
     length = data["length"]
     assert length["settings"] == {
         "max_length": 128,

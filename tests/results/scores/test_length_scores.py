@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from posgen.results.folder.length_config import LengthConfig
 from posgen.results.report.length import curves_figure, markdown
 from posgen.results.scores.length import (
     crossing,
@@ -16,15 +17,16 @@ from posgen.results.scores.length import (
     t_interval,
 )
 
-CONFIG = {
-    "model": "m",
-    "trained_context": 64,
-    "max_length": 128,
-    "bucket_width": 16,
-    "threshold": 0.10,
-    "seed": 1,
-    "documents": ["a", "b", "c"],
-}
+CONFIG = LengthConfig(
+    model="m",
+    trained_context=64,
+    max_length=128,
+    bucket_width=16,
+    threshold=0.10,
+    seed=1,
+    schemes=("none",),
+    documents=("a", "b", "c"),
+)
 
 
 def _record(scheme: str, doc: str, means: list[float], n: int = 16) -> dict:

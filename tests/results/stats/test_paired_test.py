@@ -7,8 +7,8 @@ import pytest
 from scipy import stats
 
 from posgen.results.gate.check import Margins, compare
-from posgen.results.gate.margins import documents_needed, margin_on_test_scale, noise_term, to_user
-from posgen.results.stats.paired_test import holm, weighted_paired_t
+from posgen.results.gate.margins import margin_on_test_scale, to_user
+from posgen.results.stats.paired_test import holm, holm_factors, weighted_paired_t
 
 SUITE = {"suite": "offline", "tasks": ["posgen_prose"]}
 
@@ -31,6 +31,17 @@ def test_holm_matches_the_step_down_rule():
     p = np.array([0.01, 0.04, 0.03, 0.5])
     assert holm(p) == pytest.approx([0.04, 0.09, 0.09, 0.5])
     assert holm([]).size == 0
+
+
+def test_holm_factors_give_each_cells_level_of_rejection():
+    p = np.array([0.01, 0.04, 0.03, 0.5, 0.0])
+    k = holm_factors(p)
+    # sorted: 0 (step 5), .01 (4), .03 (3), .04 (max(3 * .03, 2 * .04) / .04), .5 (1)
+    assert k == pytest.approx([4.0, 0.09 / 0.04, 3.0, 1.0, 5.0])
+    adj = holm(p)
+    assert np.minimum(1, k * p) == pytest.approx(adj)
+    for alpha in (0.03, 0.05, 0.1, 0.2):
+        assert ((p <= alpha / k) == (adj <= alpha)).all()
 
 
 def _payload(rng, base_nll, words, effect, draw_sd):
@@ -124,12 +135,3 @@ def test_perplexity_margins_are_percent_of_the_perplexity_ratio():
     base, cur = np.log(1.5), np.log(1.53)
     assert to_user("perplexity", cur - base) == pytest.approx(2.0)
     assert margin_on_test_scale("perplexity", 2.0) == pytest.approx(np.log(1.02))
-
-
-def test_documents_needed_is_the_smallest_n_whose_noise_fits_the_margin():
-    sd, margin, cells = 0.05, 0.04, 30
-    n = documents_needed(sd, margin, cells, 0.05)
-    assert noise_term(n, cells, 0.05) * sd / np.sqrt(n) <= margin
-    assert noise_term(n - 1, cells, 0.05) * sd / np.sqrt(n - 1) > margin
-    assert documents_needed(0.0, margin, cells, 0.05) == 2
-    assert documents_needed(sd, 0.0, cells, 0.05) is None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 from posgen.harness.cause.folder import CauseFolder
@@ -27,7 +28,8 @@ from posgen.harness.decomposition.predicted_change import distance_terms, predic
 from posgen.harness.decomposition.probe import probe_token_windows
 from posgen.harness.hf_posgen.logit_forms import LogitDonor
 from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
-from posgen.harness.layers.runner import load_lm, prose_documents, score_cells
+from posgen.harness.layers.runner import load_entry_lm, prose_documents, score_cells
+from posgen.results.folder.config import ModelEntry
 from posgen.results.folder.store import atomic_write_parquet
 
 
@@ -103,9 +105,11 @@ def predict(folder: CauseFolder, lm: Any, progress: bool = False) -> None:
     atomic_write_parquet(folder.prediction_path, table)
 
 
-def run(folder: CauseFolder, device: str | None, progress: bool = True) -> dict[str, float]:
-    """Load once, score the unfinished cells, run the prediction if missing; seconds per
-    step."""
+def run(
+    folder: CauseFolder, device: str | None, progress: Callable[[str], None] | None = None
+) -> dict[str, float]:
+    """Load once, score the unfinished cells (a line per cell to ``progress``), run the
+    prediction if missing; seconds per step."""
     cfg = folder.config
     cells = cell_plan(cfg)
     todo = [c for c, _ in cells if not folder.has_cell(c)]
@@ -114,12 +118,13 @@ def run(folder: CauseFolder, device: str | None, progress: bool = True) -> dict[
         return {}
     with open(folder.root / "lm_eval.log", "a", encoding="utf-8") as log:
         with contextlib.redirect_stderr(log):  # transformers' and lm-eval's bars and notes
-            lm = load_lm(cfg, device)
+            entry = ModelEntry.from_dict(cfg["model"])
+            lm = load_entry_lm(entry, cfg["batch_size"], cfg["seed"], device)
             if any(c.startswith("foreign-") for c in todo):
                 longest = max(len(w) for _, _, w in document_windows(lm, cfg["limit"]))
                 lm.logit_donor = probe_donor(lm, longest)
         lm.prefix_reuse = PrefixReuse(lm.model)
-        timings = score_cells(folder, lm, cells, progress, log)
+        timings = score_cells(folder, lm, cells, cfg["limit"], cfg["seed"], progress, log)
         if need_prediction:
             start = time.perf_counter()
             predict(folder, lm)

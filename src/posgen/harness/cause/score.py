@@ -29,19 +29,19 @@ def check_layers_run(config: dict[str, Any], layers_run: Path) -> dict[str, Any]
     except (RunConflictError, OSError, ValueError) as e:
         raise LayersRunError(f"--layers-run {layers_run}: {e}") from None
     other = layers.config
-    scheme = " + ".join(x for x in (other.get("positions"), other.get("features")) if x)
+    scheme = other.scheme()
     problems = [
         f"{what} {theirs} (this run: {ours})"
         for what, theirs, ours in (
-            ("model", other["model"]["label"], config["model"]["label"]),
-            ("seed", other["seed"], config["seed"]),
-            ("--limit", other["limit"], config["limit"]),
+            ("model", other.model.label, config["model"]["label"]),
+            ("seed", other.seed, config["seed"]),
+            ("--limit", other.limit, config["limit"]),
         )
         if theirs != ours
     ]
     if scheme not in config["schemes"]:
         problems.append(f"scheme {scheme} (not among --positions {';'.join(config['schemes'])})")
-    if other.get("heads"):
+    if other.heads:
         problems.append("a per-head profile (--heads); give a per-layer one")
     if problems:
         raise LayersRunError(

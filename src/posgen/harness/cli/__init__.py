@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -27,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("posgen.harness.cli.check", "CI gate: exit 1 on a real drop against a baseline"),
     "tasks": ("posgen.harness.cli.tasks", "list or write perturbed lm-eval task configs"),
     "model": ("posgen.harness.cli.model", "prepare the embedded model and print its path"),
-    "length": ("posgen.harness.length.command", "NLL by position past the trained context"),
+    "length": ("posgen.harness.cli.length", "NLL by position past the trained context"),
     "layers": ("posgen.harness.cli.layers", "which layers carry position: per-layer sensitivity"),
     "cause": (
         "posgen.harness.cli.cause",
@@ -60,9 +61,22 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def log_notes_to_stderr() -> None:
+    """Show the library's notes (the ``posgen`` logger, INFO and up) on stderr as
+    ``posgen: <note>``; once per process."""
+    logger = logging.getLogger("posgen")
+    if not any(getattr(h, "_posgen_cli", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("posgen: %(message)s"))
+        handler._posgen_cli = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(chosen_command(argv)).parse_args(argv)
+    log_notes_to_stderr()
     module = importlib.import_module(args._module)
     return int(module.main(args) or 0)
 

@@ -41,8 +41,8 @@ def combine_command(
     any run option given a value other than its default (each folder keeps the settings of
     its own run), draw the folders into ``--out`` (default ``./posgen-<command>/combined``)
     with ``combine(runs, out)``; bad input is one line and exit 2."""
+    from posgen.harness.input_error import InputError
     from posgen.harness.layers.combine import CombineError
-    from posgen.harness.run.plan import PlanError
     from posgen.results.folder.schema import SchemaError
     from posgen.results.folder.store import RunConflictError
 
@@ -62,7 +62,7 @@ def combine_command(
                 "(each folder keeps the settings of its own run)"
             )
         paths = combine(list(args.combine), out)
-    except (CombineError, PlanError, RunConflictError, SchemaError) as e:
+    except (CombineError, InputError, RunConflictError, SchemaError) as e:
         print(f"posgen {command}: {e}", file=sys.stderr)
         return 2
     print(f"posgen {command}: {len(args.combine)} folder(s) combined; report in {paths['md']}")

@@ -1,5 +1,6 @@
-"""``posgen baseline RUN -o FILE``: store a model's per-document degradations, and with
-``posgen run --length`` its per-document NLL excess past C (see :mod:`posgen.results.gate.check`)."""
+"""``posgen baseline RUN -o FILE``: store a model's per-document degradations and
+unperturbed values, and with ``posgen run --length`` its per-document NLL excess past C
+(see :mod:`posgen.results.gate.check`)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def main(args: argparse.Namespace) -> int:
     length = payload["length"]
     extra = f" and {len(length['cells'])} length cells" if length else ""
     print(
-        f"posgen baseline: {len(payload['cells'])} cells{extra} of {payload['model']} "
+        f"posgen baseline: {len(payload['cells'])} perturbed cells, "
+        f"{len(payload['base'])} unperturbed{extra} of {payload['model']} "
         f"written to {args.output}"
     )
     return 0

@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 from posgen.harness.cli.arguments import combine_command
-from posgen.harness.loading import add_loading_arguments
+from posgen.harness.input_error import InputError
+from posgen.harness.loading.options import add_loading_arguments
 from posgen.perturbations.seeding import DEFAULT_SEED
 
 DEFAULT_FORMS = "additive;distance;key"
@@ -66,7 +67,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="DIR",
         help="a finished `posgen layers` folder of the same model, seed and --limit: relate "
-        "its per-layer sensitivity to the predicted change under its scheme",
+        "its per-layer sensitivity to the predicted change under its scheme (remembered: a "
+        "rerun of the folder without it relates to the same one)",
     )
     parser.add_argument(
         "--combine",
@@ -87,16 +89,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no per-cell progress lines")
 
 
-class _BadInput(ValueError):
-    pass
-
-
 def _names(text: str, what: str) -> list[str]:
     parts = [p.strip() for p in text.split(";") if p.strip()]
     if parts == ["none"]:
         return []
     if len(set(parts)) != len(parts):
-        raise _BadInput(f"--{what} {text}: a name is given twice")
+        raise InputError(f"--{what} {text}: a name is given twice")
     return parts
 
 
@@ -107,13 +105,13 @@ def _forms(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     for name in [*forms, *controls]:
         LogitForm(name)  # names the forms on a typo
     if "foreign" in forms:
-        raise _BadInput(
+        raise InputError(
             "--forms: foreign is a control (every layer at once); give it in --controls"
         )
     if set(forms) & set(controls):
-        raise _BadInput("--forms and --controls name the same form twice")
+        raise InputError("--forms and --controls name the same form twice")
     if not forms and not controls:
-        raise _BadInput("give at least one form in --forms or --controls")
+        raise InputError("give at least one form in --forms or --controls")
     return forms, controls
 
 
@@ -126,39 +124,41 @@ def _schemes(text: str, seed: int) -> list[str]:
     for part in _names(text, "positions"):
         scheme = registry.parse("position", part)
         if scheme.is_identity:
-            raise _BadInput(f"--positions {part}: moves nothing; give a rate above 0")
+            raise InputError(f"--positions {part}: moves nothing; give a rate above 0")
         if not np.issubdtype(scheme.position_values(np.arange(64), seed).dtype, np.integer):
-            raise _BadInput(
+            raise InputError(
                 f"--positions {part}: gives non-integer positions; the fit's distance term "
                 "a[d] is known at integer d only (give a reordering or a shift)"
             )
         out.append(scheme.to_string())
     if not out:
-        raise _BadInput("--positions: give at least one position scheme")
+        raise InputError("--positions: give at least one position scheme")
     return out
 
 
 def resolve(args: argparse.Namespace) -> dict:
     """The run's settings, every check done before the model loads."""
     from posgen.harness.hf_posgen.layer_selection import check_layers, parse_layers
-    from posgen.harness.loading import check_device, load_config, model_entries
-    from posgen.harness.run.plan import PlanError
+    from posgen.harness.loading import LoadOptions, check_device, load_config, model_entries
     from posgen.perturbations.base import PerturbationError
 
     if args.limit < 2:
-        raise _BadInput(f"--limit {args.limit}: need at least 2 documents for an interval")
+        raise InputError(f"--limit {args.limit}: need at least 2 documents for an interval")
     try:
         forms, controls = _forms(args)
         schemes = _schemes(args.positions, args.seed)
         layers = parse_layers(args.layers)
         check_device(args.device)
-        entry = model_entries([args.model], args, random_init=args.random_init, seed=args.seed)[-1]
+        options = LoadOptions.from_args(args)
+        entry = model_entries([args.model], options, random_init=args.random_init, seed=args.seed)[
+            -1
+        ]
         count = int(load_config(entry).get_text_config().num_hidden_layers)
         check_layers(layers, count, entry.label)
-    except (PerturbationError, PlanError) as e:
-        raise _BadInput(str(e)) from None
+    except PerturbationError as e:
+        raise InputError(str(e)) from None
     if not entry.rope:
-        raise _BadInput(
+        raise InputError(
             f"{entry.path} has no rotary position embedding: the predicted change of a "
             "position scheme needs RoPE"
         )
@@ -172,6 +172,10 @@ def resolve(args: argparse.Namespace) -> dict:
         "schemes": schemes,
         "batch_size": args.batch_size,
     }
+
+
+def _progress(line: str) -> None:
+    print(f"posgen cause: {line}", file=sys.stderr, flush=True)
 
 
 def combine_main(args: argparse.Namespace) -> int:
@@ -189,7 +193,7 @@ def main(args: argparse.Namespace) -> int:
         config = resolve(args)
         if args.layers_run is not None:
             check_layers_run(config, args.layers_run)
-    except (_BadInput, LayersRunError) as e:
+    except (InputError, LayersRunError) as e:
         print(f"posgen cause: {e}", file=sys.stderr)
         return 2
     import contextlib
@@ -207,9 +211,9 @@ def main(args: argparse.Namespace) -> int:
         with contextlib.ExitStack() as stack:
             folder = CauseFolder.create(out, config)
             stack.enter_context(RunLock(out))
-            timings = run(folder, args.device, progress=not args.no_progress)
-            paths = write_report(folder, args.layers_run)
-    except (RunConflictError, RunLockedError) as e:
+            timings = run(folder, args.device, None if args.no_progress else _progress)
+            paths = write_report(folder, folder.layers_run(args.layers_run))
+    except (RunConflictError, RunLockedError, LayersRunError) as e:
         print(f"posgen cause: {e}", file=sys.stderr)
         return 2
     cells = sum(v for k, v in timings.items() if k != "prediction")

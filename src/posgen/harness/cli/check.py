@@ -4,12 +4,31 @@
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from pathlib import Path
 
 from posgen.results.gate.baseline_file import GateInputError
+
+# per kind of gate cell: the metavar and help of its margin flag
+HELPS = {
+    "perplexity": (
+        "PCT",
+        "perturbed perplexity cells: percent of the perplexity ratio PPL_pert/PPL_base by "
+        "which the candidate's may exceed the baseline's (1.50x -> 1.53x is 2)",
+    ),
+    "accuracy": ("POINTS", "perturbed accuracy cells: accuracy points of extra drop"),
+    "length": (
+        "NATS",
+        "length cells: nats per token of extra NLL excess past the trained context",
+    ),
+    "base_perplexity": (
+        "PCT",
+        "unperturbed perplexity cells: percent by which the candidate's perplexity "
+        "may exceed the baseline's (445.6 -> 450.1 is 1)",
+    ),
+    "base_accuracy": ("POINTS", "unperturbed accuracy cells: accuracy points lost"),
+}
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -25,20 +44,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "margins: the regression allowed per cell, in each metric's unit (a cell fails "
         "only when the data show it worse than the baseline by more than its margin)"
     )
-    helps = {
-        "perplexity": (
-            "PCT",
-            "perplexity cells: percent of the perplexity ratio PPL_pert/PPL_base by "
-            "which the candidate's may exceed the baseline's (1.50x -> 1.53x is 2)",
-        ),
-        "accuracy": ("POINTS", "accuracy cells: accuracy points of extra drop"),
-        "length": (
-            "NATS",
-            "length cells: nats per token of extra NLL excess past the trained context",
-        ),
-    }
     for kind, flag in FLAGS.items():
-        metavar, text = helps[kind]
+        metavar, text = HELPS[kind]
         default = d.of(kind)
         margins.add_argument(
             flag, type=float, default=default, metavar=metavar, help=f"{text}; default {default:g}"
@@ -83,7 +90,8 @@ def _writable(path: Path | None) -> None:
 
 def _options(args: argparse.Namespace):
     """The margins, checked before anything is read (GateInputError)."""
-    from posgen.results.gate.margins import Margins
+    from posgen.results.gate.check import check_options
+    from posgen.results.gate.margins import FLAGS, Margins
 
     if args.tolerance is not None:
         raise GateInputError(
@@ -92,20 +100,18 @@ def _options(args: argparse.Namespace):
             "ratio PPL_pert/PPL_base), --margin-acc (accuracy points), --margin-length "
             "(nats per token)"
         )
-    if not 0 < args.alpha < 1 or not math.isfinite(args.alpha):
-        raise GateInputError(f"--alpha must be in (0, 1), got {args.alpha}")
-    if args.statistic not in ("mean", "worst"):
-        raise GateInputError(f"--statistic: {args.statistic!r}; give mean or worst")
-    try:
-        return Margins(args.margin_ppl, args.margin_acc, args.margin_length)
-    except ValueError as e:
-        raise GateInputError(str(e)) from None
+    check_options(args.alpha, args.statistic)
+    return Margins(**{kind: getattr(args, _dest(flag)) for kind, flag in FLAGS.items()})
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
 
 
 def main(args: argparse.Namespace) -> int:
     from posgen.results.folder.schema import SchemaError
     from posgen.results.folder.store import atomic_write_text
-    from posgen.results.gate.check import baseline_payload, compare, load_baseline
+    from posgen.results.gate.check import compare, gate_payload, load_baseline
     from posgen.results.gate.output import format_table, junit_xml, summary
     from posgen.results.gate.pairing import check_pairing
 
@@ -113,7 +119,7 @@ def main(args: argparse.Namespace) -> int:
         margins = _options(args)
         _writable(args.junit_xml)
         baseline = load_baseline(args.baseline)
-        current = baseline_payload(args.run, args.model)
+        current = gate_payload(args.run, args.model)
         draw = check_pairing(baseline["pairing"], current["pairing"], args.allow_other_seed)
         rows = compare(baseline, current, margins, args.alpha, args.statistic)
         info = {

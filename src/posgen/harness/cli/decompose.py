@@ -24,7 +24,9 @@ from posgen.harness.decomposition.tables import (
     summarize,
     write_outputs,
 )
+from posgen.harness.input_error import InputError
 from posgen.harness.loading import (
+    LoadOptions,
     add_loading_arguments,
     check_device,
     default_device,
@@ -32,7 +34,6 @@ from posgen.harness.loading import (
     require_rope,
 )
 from posgen.harness.out_folder import check_out_folder
-from posgen.harness.run.options import PlanError
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -61,11 +62,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the random-init twin")
     parser.add_argument(
         "--length",
-        type=_length_scheme,
         default=None,
-        help="run the model under a length scheme of posgen length: none, scale:F, yarn:F or "
+        help="run the model under one length scheme of posgen length: none, scale:F, yarn:F or "
         "lambda:G,W (C in it stands for the trained context; default: as trained); the table "
-        "then gets r before/past the trained context C. Under lambda:G,W the fit covers "
+        "then gets r before/past the trained context C (needs --tokens > C). Under lambda:G,W "
+        "the fit covers "
         "Lambda's local band (keys at distance < W, fit_mask lambda-band:W), not its G global "
         "keys",
     )
@@ -73,8 +74,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--trained-context",
         type=_positive,
         default=None,
-        help="C for the past-context figures (default: the config's max_position_embeddings); "
-        "they are computed when --tokens > C, --length or --trained-context is given",
+        help="C (>= 2) for the past-context figures (default: the config's "
+        "max_position_embeddings); they are computed when --tokens > C, and --length or "
+        "--trained-context asks for them (then --tokens must be > C)",
     )
     parser.add_argument(
         "--experiments",
@@ -111,28 +113,28 @@ def _experiments(args: argparse.Namespace, entry, device: str) -> None:
         print(f"{name}:\n{frame.to_string(index=False)}")
 
 
-def _length_scheme(text: str) -> str:
-    """``text`` checked as a length scheme (``C`` read as a placeholder for the trained
-    context, resolved by :func:`_resolve_length` once the config is read)."""
-    _parse_length(text, 2)
-    return text
-
-
-def _parse_length(text: str, context: int):
-    from posgen.harness.length.command import with_context
+def _parse_length(text: str, context: int | None):
+    """``--length``: one length scheme, ``C`` in it read as the trained context (a stand-in
+    value when ``context`` is None: syntax only)."""
     from posgen.perturbations.base import PerturbationError
-    from posgen.perturbations.length import parse_length
+    from posgen.perturbations.length import parse_length, with_context
 
+    if ";" in text:
+        n = len([t for t in text.split(";") if t.strip()])
+        raise InputError(
+            f"--length {text!r}: one scheme only (got {n}); run posgen decompose once per "
+            "scheme, or posgen length --decompose for several"
+        )
     try:
-        return parse_length(with_context(text, context))
+        return parse_length(with_context(text, 2 if context is None else context))
     except (PerturbationError, ValueError) as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        raise InputError(f"--length: {exc}") from None
 
 
 def _resolve_length(args: argparse.Namespace, entry, context: int | None):
     """The length scheme of ``--length`` with ``C`` = the trained context (known whenever
-    ``--length`` is given, see :func:`_context`), or None; a PlanError where Λ cannot run
-    the model (read from its config)."""
+    ``--length`` is given, see :func:`_context`), or None; refused where Λ cannot run the
+    model (read from its config)."""
     if args.length is None:
         return None
     from posgen.harness.hf_posgen.lambda_attention import config_refusal
@@ -143,7 +145,7 @@ def _resolve_length(args: argparse.Namespace, entry, context: int | None):
     if isinstance(scheme, LengthLambda):
         reason = config_refusal(loading.load_config(entry))
         if reason is not None:
-            raise PlanError(f"--length {scheme.to_string()}: {reason}")
+            raise InputError(f"--length {scheme.to_string()}: {reason}")
     return scheme
 
 
@@ -163,17 +165,35 @@ def _length_forward(length):
 
 
 def _context(args: argparse.Namespace, entry) -> int | None:
-    """C for the past-context figures (config only, no weights), or None when not asked for."""
+    """C for the past-context figures (config only, no weights), or None when not asked
+    for (``--length``, ``--trained-context``) and ``--tokens`` does not pass it."""
     trained = getattr(loading.load_config(entry), "max_position_embeddings", None)
     c = args.trained_context or trained
-    wanted = args.length is not None or args.trained_context is not None
     if c is None:
-        if wanted:
-            raise PlanError(
+        if _asked_for_context(args):
+            raise InputError(
                 "the model config has no max_position_embeddings; pass --trained-context"
             )
         return None
-    return c if wanted or args.tokens > c else None
+    return c if _asked_for_context(args) or args.tokens > c else None
+
+
+def _asked_for_context(args: argparse.Namespace) -> list[str]:
+    """The flags that ask for the past-context figures."""
+    flags = (("--length", args.length), ("--trained-context", args.trained_context))
+    return [flag for flag, value in flags if value is not None]
+
+
+def _check_tokens_past(args: argparse.Namespace, context: int | None) -> None:
+    """Asked for, the past-context figures need ``--tokens`` > C (else every past-C
+    column would be empty)."""
+    asked = _asked_for_context(args)
+    if asked and context is not None and args.tokens <= context:
+        raise InputError(
+            f"{' and '.join(asked)}: the past-context figures compare the fit before and "
+            f"past C = {context}: they need --tokens > C, got {args.tokens} (every past-C "
+            "column would be empty)"
+        )
 
 
 def _positive(text: str) -> int:
@@ -183,18 +203,52 @@ def _positive(text: str) -> int:
     return value
 
 
+def check_probe_size(docs: int, tokens: int) -> None:
+    """Refuse more tokens than the probe text can hold for any tokenizer (before the
+    tokenizer loads): a token covers at least one byte, and each paragraph, tokenized on
+    its own, may add one marker token and its paragraph break two more."""
+    from posgen.harness.decomposition.probe import probe_text
+
+    text = probe_text()
+    bound = len(text.encode("utf-8")) + 3 * (text.count("\n\n") + 1)
+    if docs * tokens > bound:
+        raise InputError(
+            f"--docs {docs} × --tokens {tokens} = {docs * tokens} tokens: the probe text "
+            f"({len(text.encode('utf-8'))} bytes) holds fewer than {bound} tokens for any "
+            "tokenizer; lower --docs or --tokens"
+        )
+
+
+def check_probe_windows(entry, docs: int, tokens: int) -> None:
+    """Refuse windows the probe text cannot fill with this model's tokenizer (it loads,
+    no weights)."""
+    from posgen.harness.decomposition.probe import probe_token_windows
+
+    try:
+        probe_token_windows(loading.load_tokenizer(entry), docs=docs, tokens=tokens)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+
+
 def check_arguments(args: argparse.Namespace):
     """Every argument checked before any model loads: the model entry, the device, the
     trained context C of the past-context figures (None when they are not asked for) and
     the length scheme (None without ``--length``)."""
     if not 0 <= args.seed < 2**32:
-        raise PlanError(f"--seed must be an integer in [0, 2**32), got {args.seed}")
+        raise InputError(f"--seed must be an integer in [0, 2**32), got {args.seed}")
+    if args.trained_context is not None and args.trained_context < 2:
+        raise InputError(f"--trained-context must be an integer >= 2, got {args.trained_context}")
+    if args.length is not None:
+        _parse_length(args.length, None)
+    check_probe_size(args.docs, args.tokens)
     check_out_folder(args.out)
     device = check_device(args.device)
-    (entry,) = model_entries([args.model], args)
+    (entry,) = model_entries([args.model], LoadOptions.from_args(args))
     require_rope(entry, "posgen decompose")
     context = _context(args, entry)
-    return entry, device, context, _resolve_length(args, entry, context)
+    length = _resolve_length(args, entry, context)
+    _check_tokens_past(args, context)
+    return entry, device, context, length
 
 
 def main(args: argparse.Namespace) -> int:
@@ -202,7 +256,8 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         entry, device, context, length = check_arguments(args)
-    except PlanError as e:
+        check_probe_windows(entry, args.docs, args.tokens)
+    except InputError as e:
         print(f"posgen decompose: {e}", file=sys.stderr)
         return 2
     device = device or default_device()

@@ -13,10 +13,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from posgen.harness.cli.arguments import combine_command
-from posgen.harness.loading import add_loading_arguments
+from posgen.harness.input_error import InputError
+from posgen.harness.loading.options import add_loading_arguments
 from posgen.perturbations.seeding import DEFAULT_SEED
+
+if TYPE_CHECKING:
+    from posgen.results.folder.layers_config import LayersConfig
 
 DEFAULT_POSITIONS = "swap:0.2"
 DEFAULT_LIMIT = 12  # posgen run's default posgen_prose documents
@@ -87,48 +92,76 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no per-cell progress lines")
 
 
-class _BadInput(ValueError):
-    pass
-
-
-def resolve(args: argparse.Namespace) -> dict:
-    """The run's settings, every check done before the model loads."""
+def resolve(args: argparse.Namespace) -> LayersConfig:
+    """The run's :class:`~posgen.results.folder.layers_config.LayersConfig`, every check
+    done before the model loads (its config is read, no weights): numbers, schemes,
+    ``--layers``, ``--length-run`` (its drift of the plain model read now), the device and
+    the model. Raises :class:`~posgen.harness.input_error.InputError`."""
     from posgen.harness.hf_posgen.layer_selection import check_layers, parse_layers
     from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
-    from posgen.harness.loading import check_device, load_config, model_entries, require_rope
-    from posgen.harness.run.plan import PlanError
+    from posgen.harness.loading import LoadOptions, check_device, model_entries, require_rope
     from posgen.perturbations.base import PerturbationError
+    from posgen.results.folder.config import Decompose
+    from posgen.results.folder.layers_config import LayersConfig
 
     if args.limit < 2:
-        raise _BadInput(f"--limit {args.limit}: need at least 2 documents for an interval")
+        raise InputError(f"--limit {args.limit}: need at least 2 documents for an interval")
     if args.decompose_docs < 0 or args.decompose_tokens < 8:
-        raise _BadInput("--decompose-docs must be >= 0 and --decompose-tokens >= 8")
-    if args.length_run is not None and not (args.length_run / "length_scores.json").is_file():
-        raise _BadInput(f"--length-run {args.length_run}: no length_scores.json there")
+        raise InputError("--decompose-docs must be >= 0 and --decompose-tokens >= 8")
+    if args.layers is not None and not args.layers.strip():
+        raise InputError(
+            "--layers '': give a layer (12), a range (0-5) or ';'-separated ones (3;7;11), "
+            "or leave --layers out for every layer"
+        )
+    if args.length_run is not None:
+        _check_length_run(args.length_run)
     try:
         spec = ModelPerturbation.parse(args.positions, args.features, args.seed)
         if not spec.changes_model:
-            raise _BadInput("give a position or feature scheme that changes the model")
+            raise InputError("give a position or feature scheme that changes the model")
         layers = parse_layers(args.layers)
         check_device(args.device)
-        entry = model_entries([args.model], args, random_init=args.random_init, seed=args.seed)[-1]
+        options = LoadOptions.from_args(args)
+        entry = model_entries([args.model], options, random_init=args.random_init, seed=args.seed)[
+            -1
+        ]
         require_rope(entry, "posgen layers")
-        text = load_config(entry).get_text_config()
+        text = _model_config(entry).get_text_config()
         count, n_heads = int(text.num_hidden_layers), int(text.num_attention_heads)
         check_layers(layers, count, entry.label)
-    except (PerturbationError, PlanError) as e:
-        raise _BadInput(str(e)) from None
-    return {
-        "model": entry.to_dict(),
-        "positions": None if spec.positions is None else spec.positions.to_string(),
-        "features": None if spec.features is None else spec.features.to_string(),
-        "seed": args.seed,
-        "limit": args.limit,
-        "layers": list(layers if layers is not None else range(count)),
-        "batch_size": args.batch_size,
-        "decompose": {"docs": args.decompose_docs, "tokens": args.decompose_tokens},
-        **({"heads": n_heads} if args.heads else {}),  # query heads per layer
-    }
+    except PerturbationError as e:
+        raise InputError(str(e)) from None
+    return LayersConfig(
+        model=entry,
+        positions=None if spec.positions is None else spec.positions.to_string(),
+        features=None if spec.features is None else spec.features.to_string(),
+        seed=args.seed,
+        limit=args.limit,
+        layers=tuple(layers if layers is not None else range(count)),
+        batch_size=args.batch_size,
+        decompose=Decompose(args.decompose_docs, args.decompose_tokens),
+        heads=n_heads if args.heads else None,  # query heads per layer
+    )
+
+
+def _check_length_run(folder: Path) -> None:
+    """``--length-run``: a finished length folder with the plain model's drift."""
+    from posgen.harness.layers.score import read_drift
+    from posgen.results.folder.schema import SchemaError
+
+    if not (folder / "length_scores.json").is_file():
+        raise InputError(f"--length-run {folder}: no length_scores.json there")
+    try:
+        read_drift(folder)
+    except (SchemaError, ValueError) as e:
+        raise InputError(f"--length-run {e}") from None
+
+
+def _model_config(entry):
+    """The model's transformers config (no weights), looked up at call time."""
+    from posgen.harness import loading
+
+    return loading.load_config(entry)
 
 
 def combine_main(args: argparse.Namespace) -> int:
@@ -137,12 +170,16 @@ def combine_main(args: argparse.Namespace) -> int:
     return combine_command(args, "layers", configure_parser, combine)
 
 
+def _progress(line: str) -> None:
+    print(f"posgen layers: {line}", file=sys.stderr, flush=True)
+
+
 def main(args: argparse.Namespace) -> int:
     if args.combine is not None:
         return combine_main(args)
     try:
         config = resolve(args)
-    except _BadInput as e:
+    except InputError as e:
         print(f"posgen layers: {e}", file=sys.stderr)
         return 2
     import contextlib
@@ -154,13 +191,13 @@ def main(args: argparse.Namespace) -> int:
     from posgen.results.folder.lock import RunLock, RunLockedError
     from posgen.results.folder.store import RunConflictError, slug
 
-    out = args.out or Path("posgen-layers") / slug(config["model"]["label"])
+    out = args.out or Path("posgen-layers") / slug(config.model.label)
     start = time.perf_counter()
     try:
         with contextlib.ExitStack() as stack:
             folder = LayersFolder.create(out, config)
             stack.enter_context(RunLock(out))
-            timings = run(folder, args.device, progress=not args.no_progress)
+            timings = run(folder, args.device, progress=None if args.no_progress else _progress)
             paths = write_report(folder, args.length_run)
     except (RunConflictError, RunLockedError) as e:
         print(f"posgen layers: {e}", file=sys.stderr)

@@ -13,14 +13,10 @@ import sys
 from pathlib import Path
 
 from posgen.harness.cli.arguments import add_threshold_arguments
-from posgen.harness.loading import add_loading_arguments, check_device
+from posgen.harness.input_error import InputError
+from posgen.harness.loading.options import add_loading_arguments, check_device
 from posgen.harness.out_folder import check_out_folder
-from posgen.harness.run.plan import (
-    PlanError,
-    check_model_side_kinds,
-    default_out,
-    resolve_config,
-)
+from posgen.harness.run.plan import check_model_side_kinds, default_out, resolve_config
 from posgen.perturbations.seeding import DEFAULT_SEED
 
 
@@ -116,7 +112,8 @@ def main(args: argparse.Namespace) -> int:
             _check_length(args.length)
         check_device(args.device)
         out = check_out_folder(args.out or default_out(config))
-    except PlanError as e:
+        length = _length_jobs(args, config, out)
+    except InputError as e:
         print(f"posgen run: {e}", file=sys.stderr)
         return 2
     from posgen.harness.run.launch import Launch
@@ -132,14 +129,14 @@ def main(args: argparse.Namespace) -> int:
             fresh = launch.share(_lock(stack, out) if launch.is_main else None)
             if isinstance(fresh, str):  # rank 0 could not take the folder: all ranks stop
                 raise RunConflictError(fresh)
-            paths = _run_locked(args, config, out, bool(fresh), launch)
-    except (RunConflictError, RunLockedError) as e:
+            paths = _run_locked(args, config, out, bool(fresh), launch, length)
+    except (RunConflictError, RunLockedError, InputError) as e:
         if launch.is_main:
             print(f"posgen run: {e}", file=sys.stderr)
         return 2
     finally:
         launch.finish()
-    if launch.is_main:
+    if launch.is_main and paths is not None:
         print(f"posgen run: report in {paths['html']} (and {paths['md'].name})")
     return 0
 
@@ -162,42 +159,65 @@ def _lock(stack: contextlib.ExitStack, out: Path) -> bool | str:
     return lock.created
 
 
-def _run_locked(args: argparse.Namespace, config, out: Path, fresh: bool, launch) -> dict:
-    """The run, with the folder's lock held; a folder this run created is removed again
-    if the run fails before anything finished (no half-made run folder is left)."""
+def _run_locked(
+    args: argparse.Namespace, config, out: Path, fresh: bool, launch, length: list
+) -> dict | None:
+    """The run, with the folder's lock held: the sweep, the length runs, then the scores
+    and report once (rank 0; the other ranks get None). A folder this run created is
+    removed again if the run fails before anything finished (no half-made run folder is
+    left)."""
     from posgen.harness.run.sweep import run_sweep
     from posgen.results.folder.store import RunConflictError, RunStore
+    from posgen.results.report.build import regenerate
 
     store = None
     try:
         error = None
         if launch.is_main:
             try:
-                store = RunStore.create(out, config.to_dict())  # results/ stores plain data
+                store = RunStore.create(out, config)
             except RunConflictError as e:
                 error = str(e)
         error = launch.share(error)
         if error is not None:
             raise RunConflictError(error)
         store = store or RunStore.open(out)
-        paths = run_sweep(store, device=args.device, progress=not args.no_progress, launch=launch)
-        if args.length and launch.is_main:
-            from posgen.harness.length.command import run_for_models
-
-            paths = run_for_models(store.root, list(config.models), args.length, args.device)
-        return paths
+        run_sweep(store, device=args.device, progress=not args.no_progress, launch=launch)
+        if not launch.is_main:
+            return None
+        _run_length(length)
+        return regenerate(store.root)
     except BaseException:
         if launch.is_main and fresh and (store is None or not store.has_results()):
             shutil.rmtree(out, ignore_errors=True)
         raise
 
 
+def _length_jobs(args: argparse.Namespace, config, out: Path) -> list:
+    """``--length``: a checked length run per model (each model's config read, no
+    weights), into ``RUN/length/<model>/``."""
+    if not args.length:
+        return []
+    from posgen.harness.length.job import jobs_for_run
+
+    return jobs_for_run(out, config.models, args.length, args.device)
+
+
+def _run_length(jobs: list) -> None:
+    from posgen.harness.length.job import run_job
+
+    def note(message: str) -> None:
+        print(f"posgen run: length: {message}", file=sys.stderr)
+
+    for job in jobs:
+        print(run_job(job, progress=print, note=note).markdown)
+
+
 def _check_length(text: str) -> None:
-    from posgen.harness.length.command import with_context
     from posgen.perturbations.base import PerturbationError
-    from posgen.perturbations.length import parse_length_list
+    from posgen.perturbations.length import check_length_list
 
     try:
-        parse_length_list(with_context(text, 2))
+        check_length_list(text)
     except PerturbationError as e:
-        raise PlanError(f"--length: {e}") from None
+        raise InputError(f"--length: {e}") from None

@@ -37,15 +37,12 @@ def load_model(
     ``model`` is a name or folder (``embedded`` = SmolLM2-135M, float32) or a ModelEntry
     (its dtype, revision, adapter, ... as given); ``length`` a length scheme (a rope
     scaling is applied at load)."""
-    import argparse
     from dataclasses import replace
 
     from posgen.harness.loading import load_model as load
     from posgen.harness.loading import model_entries
 
-    entry = (
-        model if isinstance(model, ModelEntry) else model_entries([model], argparse.Namespace())[0]
-    )
+    entry = model if isinstance(model, ModelEntry) else model_entries([model])[0]
     if random_init and not entry.random_init:
         entry = replace(entry, random_init=True)
     loaded = load(entry, device or "cpu", seed=seed, length=length)

@@ -1,8 +1,10 @@
 """The folder of one ``posgen layers`` run: its settings, one file per cell, its outputs.
 
-``layers.json`` holds the settings; a rerun with the same settings resumes (cells already
-written are kept), other settings are refused before anything is written, and so is a
-non-empty folder that is not a layers run. Every file is written atomically, and a lock
+``layers.json`` holds the settings (a
+:class:`~posgen.results.folder.layers_config.LayersConfig`); a rerun with the same settings
+resumes (cells already written are kept), other settings are refused before anything is
+written (naming each setting that differs), and so is a non-empty folder that is not a
+layers run. Every file is written atomically, and a lock
 (:class:`posgen.results.folder.lock.RunLock`) keeps two runs out of one folder.
 
 Layout::
@@ -19,7 +21,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from posgen.results.folder.store import RunConflictError, atomic_write_json, read_json
+from posgen.results.folder.layers_config import LayersConfig
+from posgen.results.folder.schema import SchemaError
+from posgen.results.folder.store import (
+    RunConflictError,
+    atomic_write_json,
+    describe_diff,
+    read_json,
+)
 
 SETTINGS = "layers.json"
 KIND = "posgen-layers"
@@ -30,31 +39,30 @@ class LayersFolder:
     """``LayersFolder.create(root, config)`` to start or resume; ``.open(root)`` to read.
 
     A subclass is the folder of another command with the same shape (settings file, one
-    file per cell): it names its ``settings`` file, ``kind``, ``schema`` and ``command``."""
+    file per cell): it names its ``settings`` file, ``kind``, ``schema`` and ``command``,
+    and how its config is stored (``config_dict``, ``read_config``)."""
 
     settings: str = SETTINGS
     kind: str = KIND
     schema: int = SCHEMA
     command: str = "layers"
 
-    def __init__(self, root: Path, config: dict[str, Any]) -> None:
+    def __init__(self, root: Path, config: LayersConfig) -> None:
         self.root, self.config = Path(root), config
 
     @classmethod
-    def create(cls, root: Path | str, config: dict[str, Any]) -> LayersFolder:
+    def create(cls, root: Path | str, config: LayersConfig) -> LayersFolder:
         root = Path(root)
-        config = json.loads(json.dumps(config, sort_keys=True))
+        new = json.loads(json.dumps(cls.config_dict(config), sort_keys=True))
         path = root / cls.settings
         if path.exists():
             old = cls.open(root)
-            if old.config != config:
-                changed = sorted(
-                    k for k in set(old.config) | set(config) if old.config.get(k) != config.get(k)
-                )
+            stored = json.loads(json.dumps(cls.config_dict(old.config), sort_keys=True))
+            if stored != new:
                 raise RunConflictError(
                     f"{root} holds a {cls.command} run with other settings "
-                    f"({', '.join(changed)}); "
-                    "nothing was overwritten: use another --out, or the same settings to resume"
+                    f"({describe_diff(stored, new)}); nothing was overwritten: use another "
+                    "--out, or the same settings to resume"
                 )
             return old
         if root.exists() and any(not p.name.startswith(".") for p in root.iterdir()):
@@ -62,8 +70,8 @@ class LayersFolder:
                 f"{root} exists, is not empty and is not a posgen {cls.command} folder; "
                 "choose another --out"
             )
-        atomic_write_json(path, {"kind": cls.kind, "schema": cls.schema, "config": config})
-        return cls(root, config)
+        atomic_write_json(path, {"kind": cls.kind, "schema": cls.schema, "config": new})
+        return cls(root, cls.read_config(new))
 
     @classmethod
     def open(cls, root: Path | str) -> LayersFolder:
@@ -73,7 +81,23 @@ class LayersFolder:
             raise RunConflictError(
                 f"{root / cls.settings} is not a posgen {cls.command} run (schema {cls.schema})"
             )
-        return cls(root, data["config"])
+        try:
+            config = cls.read_config(data["config"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise SchemaError(
+                f"{root / cls.settings}: not a readable {cls.command} run config ({e!s:.200})"
+            ) from None
+        return cls(root, config)
+
+    @staticmethod
+    def config_dict(config: Any) -> dict[str, Any]:
+        """The settings as stored (a subclass with another config type overrides both)."""
+        return config.to_dict()
+
+    @staticmethod
+    def read_config(data: dict[str, Any]) -> Any:
+        """The config of stored settings ``data``."""
+        return LayersConfig.from_dict(data)
 
     def cell_path(self, cell: str) -> Path:
         return self.root / "cells" / f"{cell}.json"

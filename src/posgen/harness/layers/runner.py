@@ -23,8 +23,9 @@ import contextlib
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from posgen.harness.decomposition.pipeline import decompose_model
 from posgen.harness.hf_posgen.model import HFPosgenLM
@@ -32,28 +33,11 @@ from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
 from posgen.harness.layers.folder import LayersFolder
 from posgen.harness.loading import hflm_kwargs, load_model
 from posgen.results.folder.config import ModelEntry
+from posgen.results.folder.layers_config import LayersConfig
 from posgen.results.folder.store import atomic_write_parquet
 from posgen.tasks.offline import load_rows
 
 TASK = "posgen_prose"
-
-
-def cell_name(layer: int | None, head: int | None = None) -> str:
-    if layer is None:
-        return "all"
-    return f"layer-{layer:03d}" if head is None else f"layer-{layer:03d}-head-{head:02d}"
-
-
-def cell_plan(config: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """``(cell, layers, heads)`` in order: plain, each layer (or each head of each
-    chosen layer with ``heads`` in the config), all layers."""
-    cells: list[tuple[str, Any, Any]] = [("plain", "plain", None)]
-    for i in config["layers"]:
-        if config.get("heads"):
-            cells += [(cell_name(i, h), (i,), (h,)) for h in range(config["heads"])]
-        else:
-            cells.append((cell_name(i), (i,), None))
-    return [*cells, ("all", None, None)]
 
 
 def prose_documents(limit: int) -> list[dict[str, Any]]:
@@ -67,22 +51,22 @@ def word_count(text: str) -> int:
     return len(re.split(r"\s+", text))
 
 
-def load_lm(config: dict[str, Any], device: str | None) -> Any:
+def load_lm(config: LayersConfig, device: str | None) -> Any:
     """The model as ``posgen run`` loads it: ``HFPosgenLM`` with the entry's loading
-    options (:func:`posgen.harness.loading.hflm_kwargs`); a random-init twin is built
-    from the entry's architecture with the run's ``seed`` and handed in loaded."""
+    options (:func:`posgen.harness.loading.hflm_kwargs`)."""
+    return load_entry_lm(config.model, config.batch_size, config.seed, device)
 
-    entry = ModelEntry.from_dict(config["model"])
+
+def load_entry_lm(entry: ModelEntry, batch_size: str, seed: int, device: str | None) -> Any:
+    """``HFPosgenLM`` of ``entry`` with its loading options; a random-init twin is built
+    from the entry's architecture with ``seed`` and handed in loaded."""
     kwargs = hflm_kwargs(entry, device)
     if entry.random_init:
-        twin = load_model(entry, kwargs["device"], seed=config["seed"])
+        twin = load_model(entry, kwargs["device"], seed=seed)
         return HFPosgenLM(
-            pretrained=twin.model,
-            tokenizer=twin.tokenizer,
-            batch_size=config["batch_size"],
-            **kwargs,
+            pretrained=twin.model, tokenizer=twin.tokenizer, batch_size=batch_size, **kwargs
         )
-    return HFPosgenLM(pretrained=entry.path, batch_size=config["batch_size"], **kwargs)
+    return HFPosgenLM(pretrained=entry.path, batch_size=batch_size, **kwargs)
 
 
 def score_documents(lm: Any, texts: list[str]) -> list[float]:
@@ -94,103 +78,107 @@ def score_documents(lm: Any, texts: list[str]) -> list[float]:
 
 
 def run_cells(
-    folder: LayersFolder, lm: Any, layers: list[int], progress: bool = True, log: Any = None
+    folder: LayersFolder,
+    lm: Any,
+    progress: Callable[[str], None] | None = None,
+    log: TextIO | None = None,
 ) -> dict[str, float]:
-    """Score every unfinished cell of ``folder`` (lm-eval's own output into ``log``);
-    returns seconds per cell scored."""
+    """Score every unfinished cell of ``folder`` (lm-eval's own output into ``log``; a
+    line per cell scored, and one on the prefix reuse, to ``progress``); returns seconds
+    per cell scored."""
     cfg = folder.config
-    schemes = {"positions": cfg["positions"], "features": cfg["features"], "seed": cfg["seed"]}
+    schemes = {"positions": cfg.positions, "features": cfg.features, "seed": cfg.seed}
     cells = [
-        (cell, None if layer_set == "plain" else {**schemes, "layers": layer_set, "heads": heads})
-        for cell, layer_set, heads in cell_plan(cfg)
+        (c.name, None if c.plain else {**schemes, "layers": c.layers, "heads": c.heads})
+        for c in cfg.cells()
     ]
-    return score_cells(folder, lm, cells, progress, log)
+    return score_cells(folder, lm, cells, cfg.limit, cfg.seed, progress, log)
 
 
 def score_cells(
     folder: LayersFolder,
     lm: Any,
     cells: list[tuple[str, dict[str, Any] | None]],
-    progress: bool = True,
-    log: Any = None,
+    limit: int,
+    seed: int,
+    progress: Callable[[str], None] | None = None,
+    log: TextIO | None = None,
 ) -> dict[str, float]:
     """Score the unfinished ``cells`` of ``folder`` in order: each a name and the keyword
-    arguments of ``lm.set_perturbation`` (None: the plain model), on the folder's
-    ``limit`` posgen_prose documents with its ``seed``; every cell is written as soon as it
-    is scored. With ``lm.prefix_reuse`` the plain cell must come first (a resumed run
-    records the plain layers once more, unwritten). Returns seconds per cell scored."""
-    cfg = folder.config
-    docs = prose_documents(cfg["limit"])
+    arguments of ``lm.set_perturbation`` (None: the plain model), on the first ``limit``
+    posgen_prose documents with ``seed``; every cell is written as soon as it is scored
+    (a line per cell, and one on the prefix reuse, to ``progress``). With
+    ``lm.prefix_reuse`` the plain cell must come first (a resumed run records the plain
+    layers once more, unwritten). Returns seconds per cell scored."""
+    docs = prose_documents(limit)
     texts = [d["text"] for d in docs]
     timings: dict[str, float] = {}
     todo = [c for c in cells if not folder.has_cell(c[0])]
     reuse = lm.prefix_reuse
     if reuse is not None and todo and todo[0][1] is not None and len(todo) > 2:
         # resumed after the plain cell: one plain pass (not written) records the layers
-        lm.set_perturbation(None, None, cfg["seed"])
+        lm.set_perturbation(None, None, seed)
         with contextlib.redirect_stderr(log or sys.stderr):
             score_documents(lm, texts)
     for k, (cell, perturbation) in enumerate(todo, 1):
-        lm.set_perturbation(**(perturbation or {"seed": cfg["seed"]}))
+        lm.set_perturbation(**(perturbation or {"seed": seed}))
         start, cpu = time.perf_counter(), time.process_time()
         with contextlib.redirect_stderr(log or sys.stderr):
             ll = score_documents(lm, texts)
         timings[cell] = time.perf_counter() - start
         cpu = time.process_time() - cpu  # every thread of this process
-        folder.write_cell(
-            cell,
-            {
-                "cell": cell,
-                "documents": [d["doc_id"] for d in docs],
-                "loglikelihood": ll,
-                "words": [word_count(t) for t in texts],
-                "tokens": [len(lm.tok_encode(t)) for t in texts],  # the tokens predicted
-                "perturbation": lm.perturbation.to_dict(),
-                **({} if reuse is None else {"prefix_reuse": reuse.note}),
-            },
-        )
-        if progress:
-            print(
-                f"posgen {folder.command}: {cell} ({k}/{len(todo)}) {timings[cell]:.1f} s "
-                f"({cpu:.1f} CPU-s)",
-                file=sys.stderr,
-                flush=True,
-            )
-    lm.set_perturbation(None, None, cfg["seed"])
+        folder.write_cell(cell, _cell_record(cell, docs, ll, lm))
+        if progress is not None:
+            progress(f"{cell} ({k}/{len(todo)}) {timings[cell]:.1f} s ({cpu:.1f} CPU-s)")
+    lm.set_perturbation(None, None, seed)
     if reuse is not None:
-        if progress and todo:
-            print(
-                f"posgen {folder.command}: prefix reuse {reuse.note}", file=sys.stderr, flush=True
-            )
+        if progress is not None and todo:
+            progress(f"prefix reuse {reuse.note}")
         reuse.clear()
     return timings
+
+
+def _cell_record(name: str, docs: list[dict], ll: list[float], lm: Any) -> dict[str, Any]:
+    """What a cell file holds: per-document log-likelihoods, word and token counts, the
+    perturbation as applied, and how the prefix reuse ran."""
+    reuse = lm.prefix_reuse
+    return {
+        "cell": name,
+        "documents": [d["doc_id"] for d in docs],
+        "loglikelihood": ll,
+        "words": [word_count(d["text"]) for d in docs],
+        "tokens": [len(lm.tok_encode(d["text"])) for d in docs],  # the tokens predicted
+        "perturbation": lm.perturbation.to_dict(),
+        **({} if reuse is None else {"prefix_reuse": reuse.note}),
+    }
 
 
 def decompose(folder: LayersFolder, lm: Any) -> Path:
     """The decomposition table of the loaded weights (``posgen decompose``'s pipeline)."""
 
-    spec = folder.config["decompose"]
-    lm.set_perturbation(None, None, folder.config["seed"])
+    cfg = folder.config
+    lm.set_perturbation(None, None, cfg.seed)
     table = decompose_model(
         lm.model,
         tokenizer=lm.tokenizer,
-        docs=spec["docs"],
-        tokens=spec["tokens"],
-        seed=folder.config["seed"],
+        docs=cfg.decompose.docs,
+        tokens=cfg.decompose.tokens,
+        seed=cfg.seed,
         progress=False,
     )
-    table["model"] = folder.config["model"]["label"]
-    table["random_init"] = bool(folder.config["model"].get("random_init"))
+    table["model"] = cfg.model.label
+    table["random_init"] = cfg.model.random_init
     atomic_write_parquet(folder.decomposition_path, table)
     return folder.decomposition_path
 
 
-def run(folder: LayersFolder, device: str | None, progress: bool = True) -> dict[str, float]:
+def run(
+    folder: LayersFolder, device: str | None, progress: Callable[[str], None] | None = None
+) -> dict[str, float]:
     """Load once, score the unfinished cells, fit the decomposition if missing."""
     cfg = folder.config
-    layers = list(cfg["layers"])
-    todo = [c for c, _, _ in cell_plan(cfg) if not folder.has_cell(c)]
-    need_fit = cfg["decompose"]["docs"] > 0 and not folder.decomposition_path.is_file()
+    todo = [c for c in cfg.cells() if not folder.has_cell(c.name)]
+    need_fit = cfg.decompose.docs > 0 and not folder.decomposition_path.is_file()
     if not todo and not need_fit:
         return {}
     log_path = folder.root / "lm_eval.log"
@@ -198,7 +186,7 @@ def run(folder: LayersFolder, device: str | None, progress: bool = True) -> dict
         with contextlib.redirect_stderr(log):  # transformers' and lm-eval's bars and notes
             lm = load_lm(cfg, device)
         lm.prefix_reuse = PrefixReuse(lm.model)
-        timings = run_cells(folder, lm, layers, progress, log)
+        timings = run_cells(folder, lm, progress, log)
         if need_fit:
             start = time.perf_counter()
             with contextlib.redirect_stderr(log):

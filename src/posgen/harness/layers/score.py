@@ -10,7 +10,7 @@ import numpy as np
 
 from posgen.atomic import atomic_write, atomic_write_bytes, atomic_write_text
 from posgen.harness.layers.folder import LayersFolder
-from posgen.harness.layers.runner import cell_name
+from posgen.results.folder.layers_config import cell_name
 from posgen.results.folder.store import atomic_write_json, read_json
 from posgen.results.report.layers import profile_figure, render_markdown
 from posgen.results.scores.layers import additivity, degradation_row, relation
@@ -56,11 +56,11 @@ def build_profile(folder: LayersFolder, length_run: Path | None = None) -> dict[
     cfg = folder.config
     plain = folder.read_cell("plain")
     bll, words = plain["loglikelihood"], plain["words"]
-    by_head = bool(cfg.get("heads"))
+    by_head = bool(cfg.heads)
     cov = covariates(folder, length_run, by_head)
     layers = []
-    for i in cfg["layers"]:
-        for h in range(cfg["heads"]) if by_head else [None]:
+    for i in cfg.layers:
+        for h in range(cfg.heads or 0) if by_head else [None]:
             pll = folder.read_cell(cell_name(i, h))["loglikelihood"]
             row = {"layer": i, **({} if h is None else {"head": h})}
             row.update(degradation_row(bll, pll, words))
@@ -72,12 +72,11 @@ def build_profile(folder: LayersFolder, length_run: Path | None = None) -> dict[
         **degradation_row(bll, folder.read_cell("all")["loglikelihood"], words),
     }
     s = [r["sensitivity"] for r in layers]
-    scheme = " + ".join(x for x in (cfg["positions"], cfg["features"]) if x)
     return {
-        "model": cfg["model"]["label"],
-        "scheme": scheme,
+        "model": cfg.model.label,
+        "scheme": cfg.scheme(),
         "documents": len(words),
-        **({"heads": cfg["heads"]} if by_head else {}),
+        **({"heads": cfg.heads} if by_head else {}),
         "layers": layers,
         "all": everywhere,
         "additivity": additivity([{**r, "cell": str(r["layer"])} for r in layers] + [everywhere]),

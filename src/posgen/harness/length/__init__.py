@@ -1,12 +1,15 @@
 """Length generalization: running a model past its trained context under a length scheme.
 
-- :mod:`.lambda_attention`: LM-Infinite's Λ-shaped attention as a registered attention
-  function, computed in query blocks (memory O(n·(G+W)), never n × n).
-- :mod:`.apply`: one context manager that puts a length (+ position) scheme on a model.
+- :mod:`.apply`: one context manager that puts a length (+ position) scheme on a model
+  (Λ attention itself: :mod:`posgen.harness.hf_posgen.lambda_attention`).
 - :mod:`.nll`: per-token negative log-likelihood by position, one forward per document,
   the LM head applied over position chunks.
 - :mod:`.drift`: per-layer drift of attention outputs past the trained context.
 - :mod:`.decompose`: ``--decompose``, the per-head decomposition of every (scheme,
   document) on the same ids under the same forward.
-- :mod:`.command`: ``posgen length``.
+- :mod:`.documents`: the built-in documents or the user's (``--data``, ``--dataset``).
+- :mod:`.job`: one run from its typed config (``posgen length``, ``posgen run --length``).
+- :mod:`.runner`: the (scheme, document) records of a run folder.
+
+The command line is :mod:`posgen.harness.cli.length`.
 """

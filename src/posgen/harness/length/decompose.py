@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from posgen.harness.decomposition.pipeline import decompose_windows
 from posgen.harness.length.apply import length_forward
@@ -26,6 +27,10 @@ from posgen.perturbations.positions import PositionPerturbation
 from posgen.results.folder.store import atomic_write_json
 from posgen.results.scores.length import json_ready
 from posgen.results.scores.length_decompose import decomposition_path
+
+if TYPE_CHECKING:
+    from posgen.harness.loading import LoadedModel
+    from posgen.results.folder.length_config import LengthConfig
 
 INCLUDE_DIAGONAL = True  # the fit's defaults, as posgen decompose runs them
 SINK_KEYS = 0
@@ -49,14 +54,14 @@ def scheme_forward(
 
 
 def decompose_document(
-    folder,
-    config,
-    loaded,
+    folder: Path,
+    config: LengthConfig,
+    loaded: LoadedModel,
     scheme: LengthPerturbation,
     doc: str,
     ids: list[int],
     positions: PositionPerturbation | None,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None],
 ) -> None:
     """Fit one (scheme, document) on ``loaded.model`` (loaded for ``scheme``) and write its
     record: one row per (layer, head) with the ``past_context`` columns (C = the run's

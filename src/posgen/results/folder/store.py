@@ -127,10 +127,12 @@ class RunStore:
             ) from None
 
     @classmethod
-    def create(cls, root: Path | str, config: Mapping[str, Any]) -> RunStore:
-        """Start or resume a run with ``config``; refuse a folder holding another config."""
+    def create(cls, root: Path | str, run_config: RunConfig | Mapping[str, Any]) -> RunStore:
+        """Start or resume a run with ``run_config`` (stored as ``to_dict()``; a plain
+        mapping is stored as given); refuse a folder holding another config."""
         root = Path(root)
-        config = json.loads(canonical_json(dict(config)))
+        plain = run_config.to_dict() if isinstance(run_config, RunConfig) else dict(run_config)
+        config = json.loads(canonical_json(plain))
         digest = config_hash(config)
         path = root / CONFIG_FILE
         if path.exists():
@@ -140,7 +142,7 @@ class RunStore:
             if old.has_results():
                 raise RunConflictError(
                     f"{root} holds a run with a different config "
-                    f"({_describe_diff(old.config, config)}); nothing was overwritten. "
+                    f"({describe_diff(old.config, config)}); nothing was overwritten. "
                     "Use another --out folder, or rerun with the same settings to resume."
                 )
             # a run that stopped before finishing anything (e.g. its model failed to load)
@@ -314,7 +316,7 @@ def check_cell_record(data: Mapping[str, Any], path: Path) -> None:
                     raise bad(f"docs.{metric}.den[{i}] is {v!r}; a document's weight is > 0")
 
 
-def _describe_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+def describe_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
     """``setting: old -> new`` for every leaf setting that differs (dotted paths)."""
     diffs = _leaf_diffs(old, new, "")
     parts = [f"{k}: {a!r} -> {b!r}" for k, a, b in diffs[:4]]

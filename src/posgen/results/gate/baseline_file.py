@@ -1,21 +1,22 @@
 """The gate's baseline file: what it stores per document, and its validation.
 
-A baseline (``posgen baseline``, ``baseline_version`` 4) holds, for one model and every
-(task, primary metric, kind, scheme, rate) cell, the per-document degradation
+A baseline (``posgen baseline``, ``baseline_version`` 5) holds, for one model and every
+(task, primary metric, kind, scheme, rate) perturbed cell, the per-document degradation
 ``g_d`` (nats per word or byte for perplexities, the score drop for accuracy; averaged
 over perturbation seeds when the run has several), its worst value over those seeds
 ``g_worst`` (equal to ``g`` with one seed) and its weight ``w_d`` (words or bytes; 1 for
-accuracy), keyed by document. ``posgen check`` pairs the candidate's documents with
-these. Only each task's primary metric is stored (word perplexity, else accuracy): byte
-perplexity would repeat the word-perplexity test on the same documents. Its ``pairing``
-section records what same-seed pairing rests on (:mod:`posgen.results.gate.pairing`);
-its ``length`` section (null when the run has no ``posgen run --length`` folder for the
-model) holds the per-document NLL excess past C per length scheme and the length
-settings (:mod:`posgen.results.gate.length`).
+accuracy), keyed by document. Its ``base`` section holds each task's unperturbed
+per-document values (:mod:`posgen.results.gate.base`). ``posgen check`` pairs the
+candidate's documents with these. Only each task's primary metric is stored (word
+perplexity, else accuracy): byte perplexity would repeat the word-perplexity test on the
+same documents. Its ``pairing`` section records what same-seed pairing rests on
+(:mod:`posgen.results.gate.pairing`); its ``length`` section (null when the run has no
+``posgen run --length`` folder for the model) holds the per-document NLL excess past C
+per length scheme and the length settings (:mod:`posgen.results.gate.length`).
 
-Versions 2 and 3 (before the pairing record) are refused with how to regenerate them:
-without the seed and prompt settings of the baseline run, a check could not say
-whether its documents saw the same perturbations.
+Older versions are refused with how to regenerate them: 2 and 3 lack the seed and
+prompt settings of the baseline run (a check could not say whether its documents saw
+the same perturbations), 4 lacks the unperturbed per-document values the gate tests.
 
 Anything unreadable, partial or wrongly typed is refused with :class:`GateInputError`
 (exit status 2) and the reason.
@@ -28,63 +29,20 @@ from pathlib import Path
 from typing import Any
 
 BASELINE_KIND = "posgen-baseline"
-BASELINE_VERSION = 4  # 4: the pairing record and per-document worst case over seeds
-OLD_VERSIONS = (2, 3)  # refused: no pairing record
+BASELINE_VERSION = 5  # 5: the unperturbed per-document values (``base``)
+OLD_VERSIONS = {  # refused, with what they lack
+    2: "does not record the seed and prompt settings that pairing rests on",
+    3: "does not record the seed and prompt settings that pairing rests on",
+    4: "does not store the unperturbed per-document values the gate now tests",
+}
 KEY = ("task", "metric", "kind", "scheme", "rate")
-TOP = {"kind": str, "model": str, "pairing": dict, "cells": list}
+TOP = {"kind": str, "model": str, "pairing": dict, "cells": list, "base": list}
 CELL = {"task": str, "metric": str, "kind": str, "scheme": str, "rate": float}
 CELL_NUM = ("degradation",)
 
 
 class GateInputError(ValueError):
     """Invalid input to the gate (exit status 2)."""
-
-
-def gate_cells(scores: dict[str, Any], model: str) -> list[dict[str, Any]]:
-    """Per primary-metric cell of ``model``: degradation, CI, n and per-document g, w."""
-    from posgen.results.folder.schema import METRIC_RULES
-    from posgen.results.scores.scoring import collapse_seeds, primary_metric
-
-    perdoc = scores["perdoc"]
-    docs = collapse_seeds(perdoc[perdoc["model"] == model])
-    degr = scores["degradation"]
-    degr = degr[degr["model"] == model].set_index(list(KEY))
-    out = []
-    for task, t in docs.groupby("task", sort=True):
-        metric = primary_metric(sorted(set(t["metric"])))
-        if metric is None:
-            continue
-        rows = t[t["metric"] == metric]
-        for (kind, scheme, rate), g in rows.groupby(["kind", "scheme", "rate"], sort=True):
-            g = g.sort_values("doc_key")
-            rec = degr.loc[(task, metric, kind, scheme, rate)]
-            gd = g["base_num"] / g["base_den"] - g["num"] / g["den"]
-            worst = g["delta_worst"]  # the largest g over the seeds (= g with one)
-            w = g["base_den"].tolist() if METRIC_RULES[metric] == "perplexity" else [1.0] * len(g)
-            out.append(
-                {
-                    "task": task,
-                    "metric": metric,
-                    "kind": kind,
-                    "scheme": scheme,
-                    "rate": float(rate),
-                    "degradation": float(rec["degradation"]),
-                    "ci_lo": _finite(rec["ci_lo"]),
-                    "ci_hi": _finite(rec["ci_hi"]),
-                    "n": int(rec["n"]),
-                    "docs": {
-                        "keys": g["doc_key"].astype(str).tolist(),
-                        "w": [float(x) for x in w],
-                        "g": [float(x) for x in gd],
-                        "g_worst": [float(x) for x in worst],
-                    },
-                }
-            )
-    return out
-
-
-def _finite(x: Any) -> float | None:
-    return float(x) if math.isfinite(float(x)) else None
 
 
 def validate(data: Any, path: Path) -> dict[str, Any]:
@@ -96,9 +54,9 @@ def validate(data: Any, path: Path) -> dict[str, Any]:
     version = data.get("baseline_version")
     if version in OLD_VERSIONS:
         raise GateInputError(
-            f"{path} has baseline_version {version}, which does not record the seed and "
-            "prompt settings that pairing rests on: regenerate it with `posgen baseline "
-            "BASELINE_RUN -o FILE` from the run folder it was made from"
+            f"{path} has baseline_version {version}, which {OLD_VERSIONS[version]}: "
+            "regenerate it with `posgen baseline BASELINE_RUN -o FILE` from the run "
+            "folder it was made from"
         )
     if version != BASELINE_VERSION:
         raise GateInputError(

@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from posgen.results.folder.length_config import read_length_config
 from posgen.results.folder.schema import SchemaError
-from posgen.results.folder.store import read_json, slug
+from posgen.results.folder.store import slug
 from posgen.results.gate.baseline_file import GateInputError, check_docs, check_typed
 from posgen.results.scores.length import document_excess, gather, read_records
 
@@ -51,11 +52,11 @@ def length_section(run_root: Path, model: str) -> dict[str, Any] | None:
     if not folder.is_dir():
         return None
     try:
-        config = read_json(folder / "config.json", "length run config")["config"]
-        settings = {k: config[k] for k in SETTINGS}
-        records = read_records(folder, list(config["schemes"]), list(config["documents"]))
-    except (SchemaError, KeyError, TypeError) as e:
+        config = read_length_config(folder)
+        records = read_records(folder, list(config.schemes), list(config.documents))
+    except SchemaError as e:
         raise GateInputError(f"{folder}: unusable length run ({e!s:.200})") from None
+    settings = {k: config.to_dict()[k] for k in SETTINGS}
     if len(settings["documents"]) < 2:
         raise GateInputError(
             f"{folder}: the length run has {len(settings['documents'])} document; the gate "
@@ -65,7 +66,7 @@ def length_section(run_root: Path, model: str) -> dict[str, Any] | None:
     for scheme, data in gather(records).items():
         try:
             excess, weight = document_excess(
-                data.sums, data.counts, int(config["bucket_width"]), int(config["trained_context"])
+                data.sums, data.counts, config.bucket_width, config.trained_context
             )
         except ValueError as e:
             raise GateInputError(f"{folder}: {e}") from None

@@ -1,10 +1,14 @@
 """What ``posgen check`` prints and writes: the per-cell table, the summary (verdicts,
-draw noise, stated power) and the JUnit XML report carrying the same figures.
+draw noise, a candidate worse unperturbed, stated power) and the JUnit XML report
+carrying the same figures.
 
 Every change, interval, margin and MDE is in its cell's unit
 (:mod:`posgen.results.gate.margins`): ``% ratio`` (percent of the perplexity ratio
-PPL_pert / PPL_base; the levels are that ratio, ``×``), ``points`` (accuracy points, the
-levels the accuracy drop), ``nats/token`` (length excess past C).
+PPL_pert / PPL_base; the levels are that ratio, ``×``), ``points`` (accuracy points; the
+levels the accuracy drop, or the accuracy of an unperturbed cell), ``% PPL`` (percent
+of the unperturbed perplexity, the levels that perplexity), ``nats/token`` (length
+excess past C). The interval beside each verdict is Holm-adjusted, so it agrees with
+the verdict; the JUnit XML also carries the unadjusted one.
 """
 
 from __future__ import annotations
@@ -14,51 +18,60 @@ from xml.sax.saxutils import quoteattr
 
 from posgen.results.gate.baseline_file import KEY
 from posgen.results.gate.check import cell_name
+from posgen.results.gate.margins import format_level
 
-SHOWN = 8  # underpowered cells named in the summary before "and N more"
+SHOWN = 8  # cells named in a summary line before "and N more"
+NO_POWER = "power cannot be estimated"
+# why a lower level under perturbation is no better tolerance when the base got worse
+BASE_REASON = {
+    "perplexity": "the ratio PPL_pert/PPL_base falls when PPL_base rises",
+    "accuracy": "a model that scores less unperturbed has less to lose",
+}
 
 
 def _rate(rate: float | None) -> str:
     return "-" if rate is None else f"{rate:g}"
 
 
-def _interval(r: dict[str, Any]) -> str:
-    return f"[{r['ci_lo']:+.2f}, {r['ci_hi']:+.2f}]"
+def _interval(r: dict[str, Any], suffix: str = "") -> str:
+    return f"[{r['ci_lo' + suffix]:+.2f}, {r['ci_hi' + suffix]:+.2f}]"
+
+
+def _mde(r: dict[str, Any]) -> str:
+    return "n/a" if r["mde"] is None else f"{r['mde']:.3g}"
 
 
 def format_table(rows: list[dict[str, Any]], alpha: float) -> str:
-    """One line per cell: levels, change [interval], margin, MDE (80 %), Holm p, verdict."""
-    ci = f"{1 - 2 * alpha:.0%} interval"
+    """One line per cell: levels, change [Holm interval], margin, MDE80, Holm p, verdict."""
     head = (
         f"{'task':<16} {'metric':<15} {'kind/scheme':<20} {'rate':>5} {'unit':<10} "
-        f"{'baseline':>8} {'current':>8} {'change':>8} {ci:>18} {'margin':>7} "
-        f"{'MDE80':>7} {'p (Holm)':>9}  verdict"
+        f"{'baseline':>9} {'current':>9} {'change':>8} {'interval (Holm)':>18} "
+        f"{'margin':>7} {'MDE80':>7} {'p (Holm)':>9}  verdict"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
+        what = "unperturbed" if r["kind"] == "none" else f"{r['kind']}/{r['scheme']}"
         lines.append(
-            f"{r['task']:<16} {r['metric']:<15} {r['kind'] + '/' + r['scheme']:<20} "
-            f"{_rate(r['rate']):>5} {r['unit']:<10} {_level(r, 'baseline'):>8} "
-            f"{_level(r, 'current'):>8} "
-            f"{r['change']:>+8.2f} {_interval(r):>18} {r['margin']:>7.3g} {r['mde']:>7.3g} "
-            f"{r['p_holm']:>9.3g}  {verdict(r)}"
+            f"{r['task']:<16} {r['metric']:<15} {what:<20} {_rate(r['rate']):>5} "
+            f"{r['unit']:<10} {format_level(r['metric_kind'], r['baseline']):>9} "
+            f"{format_level(r['metric_kind'], r['current']):>9} {r['change']:>+8.2f} "
+            f"{_interval(r):>18} {r['margin']:>7.3g} {_mde(r):>7} {r['p_holm']:>9.3g}  "
+            f"{verdict(r)}"
         )
     return "\n".join(lines)
-
-
-def _level(r: dict[str, Any], which: str) -> str:
-    x = r[which]
-    return f"{x:.4f}x" if r["metric_kind"] == "perplexity" else f"{x:.3f}"
 
 
 def verdict(r: dict[str, Any]) -> str:
     if r["failed"]:
         return "FAIL"
-    return "ok (underpowered)" if r["powered"] is False else "ok"
+    if r["power"] == "unknown":
+        return f"ok ({NO_POWER})"
+    return "ok (underpowered)" if r["power"] == "underpowered" else "ok"
 
 
 def summary(rows: list[dict[str, Any]], info: dict[str, Any]) -> list[str]:
-    """The lines under the table: verdicts, pairing, and which cells lack power.
+    """The lines under the table: verdicts, pairing, worse-at-base notes, the intervals,
+    and which cells lack power or a power estimate.
 
     ``info``: model, baseline_model, alpha, statistic, draw (the draw settings that
     differ, allowed by --allow-other-seed), seeds."""
@@ -77,46 +90,127 @@ def summary(rows: list[dict[str, Any]], info: dict[str, Any]) -> list[str]:
         )
     else:
         out.append("  same seed and settings: both runs saw identical perturbations")
+    out += base_notes(rows)
     out.append(
-        f"  MDE80: the smallest true change failed with 80% power at each cell's n "
-        f"documents and observed paired spread, testing at alpha/m = {alpha:g}/{m} "
-        f"= {alpha / m:.2g} (Holm's first step)"
+        f"  intervals: Holm-adjusted, each cell's two-sided 1 - 2*alpha/k interval (k its "
+        f"Holm factor, 1 to {m}): a cell fails exactly when its lower end is above its "
+        f"margin (the JUnit XML also has the unadjusted {1 - 2 * alpha:.0%} interval)"
     )
-    zero = sum(r["powered"] is None for r in rows)
+    out.append(
+        f"  MDE80: the smallest true change failed with 80% power (exact noncentral t, "
+        f"n-1 df) at each cell's n documents and observed paired spread, testing at "
+        f"alpha/m = {alpha:g}/{m} = {alpha / m:.2g} (Holm's first step)"
+    )
+    return out + power_lines(rows, info)
+
+
+def base_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """Per task whose unperturbed cell is shown worse (failed, or its interval above 0)
+    while some of its perturbed cells degrade less than the baseline's (change below 0;
+    how many of them are shown so, their interval below 0, is said)."""
+    out = []
+    for b in (r for r in rows if r["kind"] == "none"):
+        if not (b["failed"] or b["ci_lo"] > 0):
+            continue
+        mine = [r for r in rows if r["task"] == b["task"] and r["kind"] not in ("none", "length")]
+        better = [r for r in mine if r["change"] < 0]
+        if not better:
+            continue
+        lo, hi = min(r["change"] for r in better), max(r["change"] for r in better)
+        shown = sum(r["ci_hi"] < 0 for r in better)
+        state = "FAIL" if b["failed"] else "within its margin"
+        reason = BASE_REASON.get(better[0]["metric_kind"], "its level is relative to a worse base")
+        out.append(
+            f"  {b['task']}: more tolerant but worse at base: {len(better)} of {len(mine)} "
+            f"perturbed cells degrade less than the baseline's ({lo:+.2f} to {hi:+.2f} "
+            f"{better[0]['unit']}; {shown or 'none'} of them beyond noise, interval below 0), "
+            f"while unperturbed {b['metric']} is {b['change']:+.2f} {b['unit']} worse "
+            f"({state}); {reason}, so this is no better tolerance"
+        )
+    return out
+
+
+def power_lines(rows: list[dict[str, Any]], info: dict[str, Any]) -> list[str]:
+    """Margin-0 cells, cells without a power estimate, underpowered cells, or the claim
+    for the cells that are powered."""
+    m, out = len(rows), []
+    zero = sum(r["margin"] == 0 for r in rows)
     if zero:
         out.append(f"  {zero} cells have margin 0: they fail any measurable increase")
-    weak = [r for r in rows if r["powered"] is False]
+    unknown = [r for r in rows if r["power"] == "unknown"]
+    if unknown:
+        out.append(
+            f"  {len(unknown)} of {m} cells: {NO_POWER} (their paired differences do not "
+            "vary: every document changed by the same amount, or all but one): " + _names(unknown)
+        )
+    weak = [r for r in rows if r["power"] == "underpowered"]
+    powered = sum(r["power"] == "powered" for r in rows)
     if not weak:
-        if zero < m:
-            which = "every cell with a margin above 0" if zero else "every cell"
-            out.append(f"  {which} catches a change of twice its margin with >= 80% power")
+        if powered == m:
+            out.append("  every cell catches a change of twice its margin with >= 80% power")
+        elif powered:
+            which = "the other cell catches" if powered == 1 else f"the other {powered} cells catch"
+            out.append(f"  {which} a change of twice the margin with >= 80% power")
         return out
     out.append(
         f"  {len(weak)} of {m} cells cannot detect a change of their margin's size "
         "(twice the margin is caught with < 80% power):"
     )
     for r in weak[:SHOWN]:
-        out.append("    " + power_note(r, info["seeds"]))
+        out.append("    " + power_note(r, info))
     if len(weak) > SHOWN:
         out.append(f"    and {len(weak) - SHOWN} more (see the table's MDE80 column)")
     return out
 
 
-def power_note(r: dict[str, Any], seeds: int) -> str:
-    """One underpowered cell: its MDE and the documents (or seeds) that would do."""
+def _names(rows: list[dict[str, Any]]) -> str:
+    names = [cell_name(tuple(r[k] for k in KEY)) for r in rows]
+    more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
+    return ", ".join(names[:SHOWN]) + more
+
+
+def power_note(r: dict[str, Any], info: dict[str, Any]) -> str:
+    """One underpowered cell: its MDE and the documents that would do; with other seeds
+    than the baseline's (--allow-other-seed), the seeds that would if the spread is the
+    draw's noise (same-seed draws cancel, so seeds cannot help there)."""
     name = cell_name(tuple(r[k] for k in KEY))
     need = r["docs_needed"]
     docs = f"about {need} documents" if need else "more documents than any suite holds"
-    k = max(seeds, 1) * r["noise_ratio"] ** 2
+    seeds = ""
+    if info["draw"]:
+        k = max(info["seeds"], 1) * r["noise_ratio"] ** 2
+        seeds = f", or about {k:.0f} seeds if the spread is draw noise"
     return (
         f"{name}: MDE80 {r['mde']:.3g} {r['unit']} vs margin {r['margin']:.3g} at "
-        f"n = {r['n']}; needs {docs}, or about {k:.0f} seeds if the spread is draw noise"
+        f"n = {r['n']}; needs {docs}{seeds}"
     )
+
+
+PROPERTIES = (
+    "unit",
+    "baseline",
+    "current",
+    "change",
+    "ci_lo",
+    "ci_hi",
+    "holm_factor",
+    "ci_lo_unadjusted",
+    "ci_hi_unadjusted",
+    "margin",
+    "mde",
+    "power",
+    "docs_needed",
+    "n",
+    "p",
+    "p_holm",
+)
 
 
 def junit_xml(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
     """A JUnit report: one testcase per cell (a failure when it fails), its figures as
-    properties, the summary as the suite's system-out."""
+    properties (``ci_lo``/``ci_hi``: the Holm-adjusted interval; ``*_unadjusted``: the
+    ``1 - 2 alpha`` one; ``mde`` ``n/a`` where power cannot be estimated), the summary as
+    the suite's system-out."""
     failures = sum(r["failed"] for r in rows)
     out = [
         '<?xml version="1.0" encoding="UTF-8"?>',
@@ -126,20 +220,22 @@ def junit_xml(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
         name = cell_name(tuple(r[k] for k in KEY))
         out.append(f'  <testcase classname="posgen.gate" name={quoteattr(name)}>')
         out.append("    <properties>")
-        for key in ("unit", "baseline", "current", "change", "ci_lo", "ci_hi", "margin"):
-            out.append(f"      <property name={quoteattr(key)} value={quoteattr(_v(r[key]))}/>")
-        for key in ("mde", "powered", "docs_needed", "n", "p", "p_holm"):
+        for key in PROPERTIES:
             out.append(f"      <property name={quoteattr(key)} value={quoteattr(_v(r[key]))}/>")
         out.append("    </properties>")
         if r["failed"]:
             msg = (
-                f"change {r['change']:+.3g} {r['unit']} {_interval(r)} exceeds the margin "
-                f"{r['margin']:.3g} (baseline {r['baseline']:.3g}, current "
-                f"{r['current']:.3g}; Holm p {r['p_holm']:.3g})"
+                f"change {r['change']:+.3g} {r['unit']}, Holm interval {_interval(r)} above "
+                f"the margin {r['margin']:.3g} (baseline {r['baseline']:.4g}, current "
+                f"{r['current']:.4g}; Holm p {r['p_holm']:.3g})"
             )
             out.append(f"    <failure message={quoteattr(msg)}/>")
-        elif r["powered"] is False:
-            out.append(f"    <system-out>{_escape(power_note(r, info['seeds']))}</system-out>")
+        elif r["power"] == "underpowered":
+            out.append(f"    <system-out>{_escape(power_note(r, info))}</system-out>")
+        elif r["power"] == "unknown":
+            out.append(
+                f"    <system-out>{NO_POWER}: the paired differences do not vary</system-out>"
+            )
         out.append("  </testcase>")
     text = "\n".join(summary(rows, info))
     out.append(f"  <system-out>{_escape(text)}</system-out>")
@@ -148,6 +244,8 @@ def junit_xml(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
 
 
 def _v(x: Any) -> str:
+    if x is None:
+        return "n/a"
     return f"{x:.6g}" if isinstance(x, float) else str(x)
 
 

@@ -19,6 +19,7 @@ another suite, other limits, prompts or perturbation versions measure something 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from posgen.results.folder.config import RunConfig
@@ -28,14 +29,17 @@ DRAW = ("seed", "seeds")  # what --allow-other-seed lets differ
 SETTINGS = ("suite", "limits", "num_fewshot", "apply_chat_template", "perturbations", *DRAW)
 
 
-def pairing_record(config: RunConfig, results, model: str) -> dict[str, Any]:
-    """The pairing settings of ``model``'s run from its ``config`` and tidy ``results``."""
-    rows = results[(results["model"] == model) & (results["kind"] != "none")]
+def pairing_record(
+    config: RunConfig, cells: Iterable[Mapping[str, Any]], model: str
+) -> dict[str, Any]:
+    """The pairing settings of ``model``'s run from its ``config`` and cell records."""
     versions: dict[str, int] = {}
-    for kind, scheme, version in rows[["kind", "scheme", "perturbation_version"]].itertuples(
-        index=False
-    ):
-        versions.setdefault(f"{kind}/{scheme}", int(version))
+    for c in cells:
+        cell = c["cell"]
+        if c["model"] == model and cell["kind"] != "none":
+            versions.setdefault(
+                f"{cell['kind']}/{cell['scheme']}", int(cell["perturbation_version"])
+            )
     return {
         "suite": {
             "suite": config.suite,

@@ -229,7 +229,7 @@ def ingest(dirs: list[Path], out: Path, scoring: Mapping[str, Any]) -> dict[str,
 
     items = collect(dirs)
     recs = records(items)
-    store = RunStore.create(out, ingest_config(items, scoring).to_dict())
+    store = RunStore.create(out, ingest_config(items, scoring))
     names = list(dict.fromkeys(rec["model"] for rec, _ in recs))
     short = dict(zip(names, short_labels(names), strict=True))
     for rec, ev in recs:

@@ -22,10 +22,9 @@ from typing import Any
 
 from posgen.perturbations import PerturbationError, registry
 from posgen.perturbations.base import Perturbation
+from posgen.results.folder.config import MODEL_SIDE_KINDS
 from posgen.results.folder.schema import SchemaError
 from posgen.tasks.naming import parse_name
-
-MODEL_SIDE_KINDS = (("position", "positions"), ("feature", "features"))
 
 
 @dataclass(frozen=True)
@@ -136,7 +135,7 @@ def model_side(ev: EvaluatedTask) -> tuple[str, Perturbation, int] | None:
             "rerun it with this posgen's hf-posgen model"
         )
     found = []
-    for kind, key in MODEL_SIDE_KINDS:
+    for kind, key in MODEL_SIDE_KINDS.items():
         spec = record.get(key)
         if spec is not None:
             try:

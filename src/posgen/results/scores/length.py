@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from posgen.perturbations.seeding import item_rng
+from posgen.results.folder.length_config import LengthConfig, reference_buckets
 from posgen.results.folder.store import read_json, slug
 from posgen.results.scores.length_drift import DriftSums
 
@@ -107,18 +108,6 @@ def gather(records: Sequence[dict[str, Any]]) -> dict[str, SchemeData]:
             drift,
         )
     return out
-
-
-def reference_buckets(width: int, n_buckets: int, trained_context: int) -> np.ndarray:
-    """Indices of the buckets inside ``[C/2, C)``; raises if there are none."""
-    starts = np.arange(n_buckets) * width
-    inside = np.flatnonzero((starts >= trained_context // 2) & (starts + width <= trained_context))
-    if inside.size == 0:
-        raise ValueError(
-            f"no position bucket of width {width} lies inside [C/2, C) = "
-            f"[{trained_context // 2}, {trained_context}); use a smaller bucket width"
-        )
-    return inside
 
 
 def past_context_start(width: int, trained_context: int) -> int:
@@ -259,19 +248,15 @@ def json_ready(obj: Any) -> Any:
     return obj
 
 
-def score_length(records: Sequence[dict[str, Any]], config: dict[str, Any]) -> dict[str, Any]:
-    """Everything the report shows: curves, effective lengths, drift, per scheme."""
-    width, c = int(config["bucket_width"]), int(config["trained_context"])
-    out: dict[str, Any] = {"curves": [], "effective": {}, "drift": [], "config": dict(config)}
+def score_length(records: Sequence[dict[str, Any]], config: LengthConfig) -> dict[str, Any]:
+    """Everything the report shows: curves, effective lengths, drift, per scheme (and the
+    config, as ``length_scores.json`` records it)."""
+    width, c = config.bucket_width, config.trained_context
+    out: dict[str, Any] = {"curves": [], "effective": {}, "drift": [], "config": config.to_dict()}
     for scheme, data in gather(records).items():
         out["curves"].extend(curve_rows(data, width))
         out["effective"][scheme] = effective_length(
-            data,
-            width,
-            c,
-            int(config["max_length"]),
-            float(config["threshold"]),
-            int(config["seed"]),
+            data, width, c, config.max_length, config.threshold, config.seed
         )
         out["drift"].extend(drift_rows(data))
     return out

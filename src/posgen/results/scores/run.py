@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping
-from itertools import product
 from pathlib import Path
 from typing import Any
 
+from posgen.perturbations import PerturbationError
 from posgen.results.folder.config import RunConfig, Scoring
+from posgen.results.folder.plan import plan_cells
 from posgen.results.folder.schema import SchemaError
 from posgen.results.folder.store import RunStore, check_cell_record, read_parquet
 from posgen.results.scores.association import cross_model
@@ -26,21 +27,7 @@ from posgen.results.tables.tidy import perdoc_rows, result_rows
 def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
     """Open a run, rebuild its tidy tables from the cells and score them."""
 
-    store = RunStore.open(run_dir)
-    cells = store.read_cells()
-    if not cells:
-        raise SchemaError(f"{run_dir} has no finished cells yet; run `posgen run` first")
-    for cell in cells:  # a corrupt cell file is bad input, named
-        check_cell_record(cell, store.cell_path(cell.get("model", "?"), cell.get("cell_id", "?")))
-    missing = missing_cells(store.run_config, cells)
-    if missing:
-        shown = ", ".join(missing[:4]) + (
-            f" and {len(missing) - 4} more" if len(missing) > 4 else ""
-        )
-        raise SchemaError(
-            f"{run_dir} is missing {len(missing)} finished cell(s) of its sweep ({shown}); "
-            "finish it with `posgen run` and the same settings (it resumes)"
-        )
+    store, cells = read_run(run_dir)
     results, perdoc = result_rows(cells), perdoc_rows(cells)
     decomps = load_decompositions(store)
     fits = {m: fit_quality(d) for m, d in decomps.items()}
@@ -56,31 +43,51 @@ def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
     }
 
 
-MODEL_SIDE_KINDS = ("position", "feature")
+def read_run(run_dir: Path | str) -> tuple[RunStore, list[dict[str, Any]]]:
+    """Open a run and read its finished cells, each checked and the sweep complete
+    (:class:`SchemaError` naming a corrupt cell file or the missing cells)."""
+
+    store = RunStore.open(run_dir)
+    cells = store.read_cells()
+    if not cells:
+        raise SchemaError(f"{run_dir} has no finished cells yet; run `posgen run` first")
+    for cell in cells:  # a corrupt cell file is bad input, named
+        check_cell_record(cell, store.cell_path(cell.get("model", "?"), cell.get("cell_id", "?")))
+    missing = missing_cells(store.run_config, cells)
+    if missing:
+        shown = ", ".join(missing[:4]) + (
+            f" and {len(missing) - 4} more" if len(missing) > 4 else ""
+        )
+        raise SchemaError(
+            f"{run_dir} is missing {len(missing)} finished cell(s) of its sweep ({shown}); "
+            "finish it with `posgen run` and the same settings (it resumes)"
+        )
+    return store, cells
 
 
 def missing_cells(config: RunConfig, cells: list[dict[str, Any]]) -> list[str]:
-    """The cells of the config's sweep that have no finished record, as
-    ``model: task kind/scheme@rate seed S`` (the plan of ``posgen run``: per model and
-    task the unperturbed cell, then every non-zero value of every scheme per seed; no
-    model-side kinds for a model without RoPE). An ingested run has no plan: none."""
+    """The cells of the config's plan (:func:`posgen.results.folder.plan.plan_cells`, per
+    model) that have no finished record, as ``model: task unperturbed`` or ``model: task
+    kind/scheme@rate seed S``. An ingested run has no plan: none."""
     if config.preset == "ingest":
         return []
-    seeds = [config.seed + k for k in range(config.seeds)]
     have = {(c["model"], *_cell_key(c["cell"])) for c in cells}
-    have_base = {(m, t) for m, t, k, *_ in have if k == "none"}
     out = []
     for model in config.models:
-        for task in config.tasks:
-            if (model.label, task) not in have_base:
-                out.append(f"{model.label}: {task} unperturbed")
-            for kind, axis in config.sweep.items():
-                if not model.rope and kind in MODEL_SIDE_KINDS:
-                    continue
-                for scheme, value, s in product(axis.schemes, axis.values, seeds):
-                    key = (model.label, task, kind, scheme, float(value), s)
-                    if value != 0 and key not in have:
-                        out.append(f"{model.label}: {task} {kind}/{scheme}@{value:g} seed {s}")
+        try:
+            plan = plan_cells(config, model)
+        except PerturbationError as e:
+            raise SchemaError(
+                f"the run's sweep names a perturbation posgen cannot read: {e}"
+            ) from None
+        for cell in plan:
+            if (model.label, *_cell_key(cell.record())) in have:
+                continue
+            if cell.kind == "none":
+                out.append(f"{model.label}: {cell.task} unperturbed")
+            else:
+                what = f"{cell.kind}/{cell.scheme}@{cell.rate:g} seed {cell.seed}"
+                out.append(f"{model.label}: {cell.task} {what}")
     return out
 
 

@@ -18,7 +18,10 @@ n = 12 the sign-flip and paired-bootstrap variants behave the same or worse).
 
 Over ``m`` cells, :func:`holm` adjusts the p-values so that the chance of any false
 alarm in the family stays at most α (Holm 1979): sort ``p_(1) <= ... <= p_(m)``,
-``adj_(k) = max_{j <= k} min(1, (m - j + 1) p_(j))``.
+``adj_(k) = max_{j <= k} min(1, (m - j + 1) p_(j))``. :func:`holm_factors` gives each
+cell's factor ``k_i = max_{j <= k} (m - j + 1) p_(j) / p_(k)`` (in ``[1, m]``), so
+``adj_i = min(1, k_i p_i)`` and a cell is rejected at α exactly when ``p_i <= α / k_i``:
+its one-sided bound at level ``α / k_i`` is the interval that matches the verdict.
 """
 
 from __future__ import annotations
@@ -59,4 +62,21 @@ def holm(pvalues: Sequence[float]) -> np.ndarray:
     adj = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
     out = np.empty(m)
     out[order] = adj
+    return out
+
+
+def holm_factors(pvalues: Sequence[float]) -> np.ndarray:
+    """Per p-value its Holm factor ``k_i`` (see the module doc; ``[m]`` -> ``[m]``): the
+    unclipped adjusted p over the raw p, or the step's own ``m - j + 1`` when ``p_i = 0``."""
+    p = np.asarray(pvalues, dtype=np.float64)
+    m = p.size
+    if m == 0:
+        return p
+    order = np.argsort(p, kind="stable")
+    step = (m - np.arange(m)).astype(np.float64)
+    adj = np.maximum.accumulate(step * p[order])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        factor = np.where(p[order] > 0, adj / p[order], step)
+    out = np.empty(m)
+    out[order] = factor
     return out

@@ -10,6 +10,7 @@ import torch
 
 from posgen.harness.loading import (
     LoadError,
+    LoadOptions,
     add_loading_arguments,
     check_device,
     hflm_kwargs,
@@ -21,10 +22,10 @@ from posgen.perturbations.length import LengthYarn
 from tiny_models import save_tiny_adapter
 
 
-def _args(*argv: str) -> argparse.Namespace:
+def _args(*argv: str) -> LoadOptions:
     parser = argparse.ArgumentParser()
     add_loading_arguments(parser)
-    return parser.parse_args(list(argv))
+    return LoadOptions.from_args(parser.parse_args(list(argv)))
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from posgen.harness.run.hub import HubModelError, resolve_commit
+from posgen.harness.loading.hub import HubModelError, resolve_commit
 
-SHA = "0123456789abcdef0123456789abcdef01234567"  # conftest.HUB_SHA
+SHA = "0123456789abcdef0123456789abcdef01234567"  # tests/harness/conftest.HUB_SHA
 
 
 def test_a_cached_model_resolves_to_its_commit_not_main(offline_cache):

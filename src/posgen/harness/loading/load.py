@@ -1,63 +1,20 @@
-"""How posgen loads a model: one loader for every command that reads weights.
-
-``posgen run`` (its models through lm-eval's ``hf`` loading, its random-init twins),
-``posgen length``, ``posgen decompose`` and ``posgen run --length`` all take a model as a
-:class:`~posgen.results.folder.config.ModelEntry` (path or hub id, resolved revision, dtype,
-PEFT adapter, remote code, attention implementation, device map) plus a device, and load
-it here. The API::
-
-    add_loading_arguments(parser)          # --dtype --revision --trust-remote-code
-                                           # --attn-implementation --peft --device-map --device
-    entries = model_entries(["PATH"], args, random_init=True, seed=0)  # checked, nothing loads
-    device = check_device(args.device)     # None (CUDA when present) or a usable device
-    loaded = load_model(entries[0], device, length=scheme)   # LoadedModel(model, tokenizer, record)
-    tokenizer = load_tokenizer(entries[0])                    # no weights
-    config = load_config(entries[0])                          # no weights
-    hflm_kwargs(entry, device)             # the same entry as lm-eval's hf model arguments
-
-Every check raises :class:`LoadError` (a ``PlanError``: one line that says what to do)
-before any weights load. ``LoadedModel.record`` is ``entry.to_dict()`` plus the device
-and, for a length scheme applied at load (``dynamic``, ``yarn``), the ``from_pretrained``
-rope settings it added. A PEFT adapter is loaded onto the model (``PeftModel``) and its
-injected base model returned, so hooks see the usual module tree with the adapter active.
+"""Loading a model entry: weights, config, tokenizer, random-init twins.
 
 Top-level imports stay light: torch, transformers and peft load inside the functions.
 """
 
 from __future__ import annotations
 
-import argparse
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from posgen.harness.run.options import PlanError
+from posgen.harness.loading.options import LoadError
 from posgen.results.folder.config import ModelEntry, decode_device_map
 
 if TYPE_CHECKING:
     from posgen.perturbations.length import LengthPerturbation
 
-__all__ = [
-    "LoadError",
-    "LoadedModel",
-    "add_loading_arguments",
-    "check_device",
-    "default_device",
-    "hflm_kwargs",
-    "load_config",
-    "load_model",
-    "load_tokenizer",
-    "model_entries",
-    "random_init_twin",
-    "require_rope",
-]
-
-_DEVICE = re.compile(r"^(cpu|mps|(cuda|xpu|npu|hpu)(:\d+)?)$")
 _DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
-
-
-class LoadError(PlanError):
-    """A model that cannot be loaded as asked; the message says what to do."""
 
 
 @dataclass
@@ -67,76 +24,6 @@ class LoadedModel:
     model: Any
     tokenizer: Any
     record: dict[str, Any]
-
-
-def add_loading_arguments(parser: argparse.ArgumentParser) -> None:
-    """The model-loading flags of ``posgen run`` (those of lm-eval's ``hf`` model) and
-    ``--device``, for every command that loads a model."""
-    load = parser.add_argument_group("model loading (as lm-eval's hf model)")
-    load.add_argument(
-        "--dtype", default="float32", help="float32 (default), bfloat16, float16, auto"
-    )
-    load.add_argument("--revision", help="hub branch, tag or commit (recorded as its commit)")
-    load.add_argument("--trust-remote-code", action="store_true", help="run the hub repo's code")
-    load.add_argument("--attn-implementation", help="eager, sdpa, flash_attention_2, ...")
-    load.add_argument("--peft", metavar="ADAPTER", help="a PEFT adapter folder or hub id")
-    load.add_argument(
-        "--device-map",
-        metavar="MAP",
-        help="place the model with transformers' device_map (lm-eval's parallelize=True): "
-        "auto, balanced, balanced_low_0, sequential, a device (cpu, cuda:1), or a JSON "
-        'object of module names to devices, e.g. \'{"": "cpu"}\' (not the random-init twin)',
-    )
-    load.add_argument(
-        "--device", help="torch device: cpu, cuda, cuda:N, mps (default: cuda if available)"
-    )
-
-
-def model_entries(
-    names: list[str], args: argparse.Namespace, *, random_init: bool = False, seed: int = 0
-) -> list[ModelEntry]:
-    """One checked entry per model (plus its random-init twin after it), from the loading
-    flags of ``args``; nothing loads (a hub id's revision is resolved to its commit)."""
-    from posgen.harness.run.options import load_options
-    from posgen.harness.run.plan import model_entries as plan_entries
-
-    return plan_entries(names, random_init, seed, load_options(args))
-
-
-def require_rope(entry: ModelEntry, command: str) -> None:
-    """Refuse a model whose config has no rotary position embedding."""
-    if not entry.rope:
-        raise LoadError(
-            f"{entry.path} has no rotary position embedding (its config.json has no rope_* "
-            f"or rotary setting); {command} measures RoPE models only"
-        )
-
-
-def check_device(text: str | None) -> str | None:
-    """``--device`` checked: None (CUDA when present, else CPU, decided at load) or a
-    device of this machine. A malformed name or an absent accelerator is refused."""
-    if text is None:
-        return None
-    text = text.strip()
-    m = _DEVICE.match(text)
-    if not m:
-        raise LoadError(f"--device {text!r}: give cpu, cuda, cuda:N or mps")
-    kind = text.split(":")[0]
-    if kind == "cpu":
-        return text
-    import torch
-
-    backend = getattr(torch.backends, kind, None) if kind == "mps" else getattr(torch, kind, None)
-    if backend is None or not backend.is_available():
-        raise LoadError(
-            f"--device {text}: no {kind.upper()} device is available on this machine; "
-            "use --device cpu (or leave --device out)"
-        )
-    if m.group(3) and kind == "cuda" and int(text.split(":")[1]) >= torch.cuda.device_count():
-        raise LoadError(
-            f"--device {text}: this machine has {torch.cuda.device_count()} CUDA device(s)"
-        )
-    return text
 
 
 def default_device() -> str:

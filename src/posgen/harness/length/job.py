@@ -1,0 +1,212 @@
+"""A ``posgen length`` run from its typed config: documents, folder, records, scores, report.
+
+``posgen length`` (:mod:`posgen.harness.cli.length`) and ``posgen run --length`` both
+build a :class:`LengthJob`: the model entry and device, the
+:class:`~posgen.results.folder.length_config.LengthConfig` (from :func:`length_config`,
+checked against the model's config by :func:`check_model`), where the documents come
+from and how many to keep. :func:`run_job` selects the documents (the config then names
+them), prepares the folder and computes what is missing
+(:mod:`posgen.harness.length.runner`), then writes the scores and the report once.
+Progress lines and notes go to the caller's ``log``; nothing is printed here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from posgen.harness.input_error import InputError
+from posgen.harness.length.documents import Document
+from posgen.perturbations import PerturbationError
+from posgen.perturbations.length import LengthLambda, parse_length_list, with_context
+from posgen.results.folder.config import ModelEntry
+from posgen.results.folder.length_config import LengthConfig
+
+QUICK_DOCUMENTS = 2
+QUICK_SCHEMES = "none;lambda:4,C;scale:2"
+ALL_DOCUMENTS = 5  # the built-in documents
+DEFAULT_FACTOR = 2.0
+
+
+@dataclass(frozen=True)
+class LengthJob:
+    """One checked length run. ``config.documents`` is ``("?",)`` until :func:`run_job`
+    selects them from ``documents`` (the first ``wanted``, all when None, that reach the
+    max length); ``out`` None: the config's default folder."""
+
+    entry: ModelEntry
+    device: str | None
+    config: LengthConfig
+    documents: Iterable[Document]
+    wanted: int | None
+    out: Path | None = None
+
+
+@dataclass(frozen=True)
+class LengthOutcome:
+    """Where the run went and its report block (Markdown)."""
+
+    folder: Path
+    markdown: str
+
+
+def trained_context(model_config: Any, override: int | None = None) -> int:
+    """C: ``override``, else the config's ``max_position_embeddings``."""
+    trained = getattr(model_config, "max_position_embeddings", None)
+    if override is None and trained is None:
+        raise InputError("the model config has no max_position_embeddings; pass --trained-context")
+    return int(override or trained)
+
+
+def length_config(
+    entry: ModelEntry,
+    c: int,
+    *,
+    schemes: str | None = None,
+    max_length: int | None = None,
+    factor: float | None = None,
+    bucket_width: int | None = None,
+    **settings: Any,
+) -> LengthConfig:
+    """The config of a run of ``entry`` with trained context ``c``: max length
+    ``max_length`` or ``round(factor · C)`` (F = 2), ``schemes`` with ``C`` resolved (default
+    ``none;lambda:4,C;scale:F;yarn:F``), buckets of ``bucket_width`` (default C/8);
+    ``settings`` are the other :class:`LengthConfig` fields (positions, seed, chunk,
+    block_size, threshold, decompose)."""
+    factor = DEFAULT_FACTOR if factor is None else factor
+    max_length = max_length if max_length is not None else round(factor * c)
+    f_text = f"{max_length / c:g}"
+    text = schemes or f"none;lambda:4,C;scale:{f_text};yarn:{f_text}"
+    try:
+        parsed = parse_length_list(with_context(text, c))
+        return LengthConfig(
+            model=entry.label,
+            max_length=max_length,
+            trained_context=c,
+            schemes=tuple(s.to_string() for s in parsed),
+            documents=("?",),
+            bucket_width=bucket_width or max(1, c // 8),
+            model_entry=entry,
+            **settings,
+        )
+    except (ValueError, PerturbationError) as exc:
+        raise InputError(str(exc)) from None
+
+
+def check_model(config: LengthConfig, model_config: Any) -> None:
+    """Refuse, from the model's config alone, what the run could not compute: logits that
+    are not ``lm_head(hidden)`` (final soft-capping, logit scales), a Λ scheme the model's
+    attention does not allow, ``decompose`` without tokens past C."""
+    from posgen.harness.hf_posgen.lambda_attention import config_refusal
+    from posgen.harness.length.nll import head_refusal
+
+    reason = head_refusal(model_config)
+    if reason is not None:
+        raise InputError(f"{config.model}: {reason}")
+    for scheme in config.parsed_schemes():
+        reason = config_refusal(model_config) if isinstance(scheme, LengthLambda) else None
+        if reason is not None:
+            raise InputError(f"length scheme {scheme.to_string()}: {reason}")
+    if config.decompose and config.max_length <= config.trained_context:
+        raise InputError(
+            f"--decompose compares the fit before and past C = {config.trained_context}: "
+            f"it needs a max length > C, got {config.max_length}"
+        )
+
+
+def select_documents(job: LengthJob, log: Callable[[str], None]) -> tuple[LengthConfig, dict]:
+    """The run's documents (tokenized, cut to max length) and the config naming them."""
+    from posgen.harness.length.documents import describe_shortfall, records, select
+    from posgen.harness.loading import load_tokenizer
+
+    config = job.config
+    tokenizer = load_tokenizer(job.entry)
+    sel = select(job.documents, lambda t: tokenizer(t).input_ids, config.max_length, job.wanted)
+    shortfall = describe_shortfall(sel, job.wanted, config.max_length)
+    if shortfall:
+        raise InputError(shortfall)
+    if sel.skipped:
+        log(f"skipped {sel.skipped} document(s) shorter than {config.max_length} tokens")
+    config = replace(
+        config,
+        documents=tuple(d.doc_id for d in sel.documents),
+        document_sources=records(sel.documents),
+        skipped_documents=sel.skipped,
+    )
+    return config, sel.token_ids
+
+
+def run_job(
+    job: LengthJob, progress: Callable[[str], None], note: Callable[[str], None]
+) -> LengthOutcome:
+    """The whole run: documents, folder, records, scores, report (each file once).
+    ``progress`` gets a line per (scheme, document) computed, ``note`` what the user
+    should know (documents skipped)."""
+    from posgen.atomic import atomic_write_bytes, atomic_write_text
+    from posgen.harness.length.runner import read_results, run_documents
+    from posgen.results.folder.length_config import prepare_length_folder
+    from posgen.results.folder.store import atomic_write_json
+    from posgen.results.report.length import curves_png, markdown
+    from posgen.results.scores.length import json_ready, score_length
+
+    config, token_ids = select_documents(job, note)
+    folder = job.out or config.default_folder()
+    prepare_length_folder(folder, config)
+    try:
+        run_documents(folder, config, job.entry, job.device, token_ids, progress)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    scores = score_length(read_results(folder, config), config)
+    if config.decompose:
+        _add_decomposition(folder, config, scores)
+    atomic_write_json(folder / "length_scores.json", json_ready(scores))
+    atomic_write_bytes(folder / "length_curves.png", curves_png(scores))
+    text = markdown(scores)
+    atomic_write_text(folder / "length.md", text)
+    return LengthOutcome(folder, text)
+
+
+def _add_decomposition(folder: Path, config: LengthConfig, scores: dict) -> None:
+    """``scores["decomposition"]`` from the folder's decomposition records, and its figure."""
+    from posgen.atomic import atomic_write_bytes
+    from posgen.results.report.length_decompose import decomposition_png
+    from posgen.results.scores.length_decompose import decomposition_scores, read_decompositions
+
+    records = read_decompositions(folder, list(config.schemes), list(config.documents))
+    scores["decomposition"] = decomposition_scores(records, scores["drift"])
+    atomic_write_bytes(folder / "length_decomposition.png", decomposition_png(scores))
+
+
+def jobs_for_run(
+    run_root: Path, entries: Iterable[ModelEntry], schemes: str, device: str | None = None
+) -> list[LengthJob]:
+    """``posgen run --length``: a length run per (non random-init) model of a sweep into
+    ``RUN/length/<model>/``, each loaded as the sweep loaded it (dtype, revision, adapter,
+    remote code, attention implementation, device map) on ``device``, on the built-in
+    documents (``quick``: 2 documents, schemes ``none;lambda:4,C;scale:2``; else all five
+    with ``schemes``). Reads each model's config (no weights) and checks it."""
+    from posgen.harness.length.documents import builtin_documents
+    from posgen.harness.loading import load_config
+    from posgen.results.folder.store import slug
+
+    quick = schemes == "quick"
+    jobs = []
+    for entry in entries:
+        if entry.random_init:
+            continue  # the twin has no trained context to extrapolate from
+        model_config = load_config(entry)
+        if getattr(model_config, "max_position_embeddings", None) is None:
+            raise InputError(
+                f"--length: {entry.label}'s config has no max_position_embeddings, so its "
+                "trained context is unknown; run posgen length with --trained-context"
+            )
+        config = length_config(
+            entry, trained_context(model_config), schemes=QUICK_SCHEMES if quick else schemes
+        )
+        check_model(config, model_config)
+        out = run_root / "length" / slug(entry.label)
+        wanted = QUICK_DOCUMENTS if quick else ALL_DOCUMENTS
+        jobs.append(LengthJob(entry, device, config, builtin_documents(), wanted, out))
+    return jobs

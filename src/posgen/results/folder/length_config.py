@@ -1,0 +1,172 @@
+"""The typed configuration of a ``posgen length`` run folder, and its ``config.json``.
+
+``posgen length`` builds a :class:`LengthConfig` (:mod:`posgen.harness.cli.length`), and
+so does ``posgen run --length`` for each model of its sweep; the runner, the scores
+(:mod:`posgen.results.scores.length`) and the gate (:mod:`posgen.results.gate.length`)
+take it typed. The folder holds it as::
+
+    config.json   {"schema": 1, "config": LengthConfig.to_dict(), "config_sha256": SHA-256}
+
+``to_dict()`` gives exactly the dict of earlier releases (``decompose`` only when set), so
+the hash and the default folder name of every earlier run hold. A rerun into a folder
+holding another config is refused, naming the settings that differ.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from posgen.perturbations.length import LengthPerturbation, parse_length
+from posgen.results.folder.config import ModelEntry
+from posgen.results.folder.schema import SchemaError, config_hash
+from posgen.results.folder.store import (
+    RunConflictError,
+    atomic_write_json,
+    describe_diff,
+    read_json,
+)
+
+LENGTH_SCHEMA = 1
+CONFIG_FILE = "config.json"
+
+
+@dataclass(frozen=True)
+class LengthConfig:
+    """Everything that determines the figures of one ``posgen length`` run.
+
+    ``model`` is the model's label and ``model_entry`` how it was loaded (None: not
+    recorded, as in folders written before entries existed); ``document_sources`` each
+    document's source and SHA-256, so that a rerun on another model or other documents
+    is refused; ``skipped_documents`` counts the shorter ones read before the kept ones."""
+
+    model: str
+    max_length: int
+    trained_context: int
+    schemes: tuple[str, ...]
+    documents: tuple[str, ...]
+    bucket_width: int
+    positions: str | None = None
+    seed: int = 1234
+    chunk: int = 1024
+    block_size: int | None = None
+    threshold: float = 0.10
+    model_entry: ModelEntry | None = None
+    document_sources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    skipped_documents: int = 0
+    decompose: bool = False  # also fit the decomposition of every (scheme, document)
+
+    def __post_init__(self) -> None:
+        if self.max_length < 2 or self.trained_context < 2:
+            raise ValueError("max_length and trained_context must be >= 2")
+        if self.chunk < 1 or (self.block_size is not None and self.block_size < 1):
+            raise ValueError("chunk and block size must be >= 1")
+        if self.bucket_width < 1 or self.bucket_width > self.max_length:
+            raise ValueError(f"bucket width must be in [1, {self.max_length}]")
+        if not self.schemes or not self.documents:
+            raise ValueError("give at least one scheme and one document")
+        if not (self.threshold > 0 and math.isfinite(self.threshold)):
+            raise ValueError(f"threshold must be a finite number > 0, got {self.threshold}")
+        reference_buckets(self.bucket_width, self.n_buckets, self.trained_context)
+
+    @property
+    def n_buckets(self) -> int:
+        return math.ceil(self.max_length / self.bucket_width)
+
+    def parsed_schemes(self) -> list[LengthPerturbation]:
+        return [parse_length(s) for s in self.schemes]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as JSON; ``decompose`` only when set, so runs made before the flag
+        existed keep their hash."""
+        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        out.update(
+            schemes=list(self.schemes),
+            documents=list(self.documents),
+            model_entry=self.model_entry.to_dict() if self.model_entry else {},
+            document_sources={k: dict(v) for k, v in self.document_sources.items()},
+        )
+        if not self.decompose:
+            del out["decompose"]
+        return out
+
+    def scored_dict(self) -> dict[str, Any]:
+        """:meth:`to_dict` without ``decompose``: what the NLL and drift records depend on
+        (and what names the default run folder)."""
+        out = self.to_dict()
+        out.pop("decompose", None)
+        return out
+
+    def default_folder(self) -> Path:
+        """``posgen-runs/length-<12 hex of the scored config's SHA-256>`` (one folder with
+        and without ``--decompose``)."""
+        body = json.dumps(self.scored_dict(), sort_keys=True).encode()
+        return Path("posgen-runs") / f"length-{hashlib.sha256(body).hexdigest()[:12]}"
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> LengthConfig:
+        """The config of a stored run (``config.json``'s ``config``)."""
+        typed = ("schemes", "documents", "model_entry", "document_sources")
+        plain = {f.name: d[f.name] for f in fields(cls) if f.name in d and f.name not in typed}
+        entry = d.get("model_entry")
+        return cls(
+            **plain,
+            schemes=tuple(d["schemes"]),
+            documents=tuple(d["documents"]),
+            model_entry=ModelEntry.from_dict(entry) if entry else None,
+            document_sources={k: dict(v) for k, v in (d.get("document_sources") or {}).items()},
+        )
+
+
+def reference_buckets(width: int, n_buckets: int, trained_context: int) -> np.ndarray:
+    """Indices of the buckets inside ``[C/2, C)``; raises if there are none."""
+    starts = np.arange(n_buckets) * width
+    inside = np.flatnonzero((starts >= trained_context // 2) & (starts + width <= trained_context))
+    if inside.size == 0:
+        raise ValueError(
+            f"no position bucket of width {width} lies inside [C/2, C) = "
+            f"[{trained_context // 2}, {trained_context}); use a smaller bucket width"
+        )
+    return inside
+
+
+def read_length_config(folder: Path | str) -> LengthConfig:
+    """The config of a length run folder; an unreadable one is a :class:`SchemaError`."""
+    path = Path(folder) / CONFIG_FILE
+    data = read_json(path, "length run config")
+    try:
+        return LengthConfig.from_dict(data["config"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise SchemaError(f"{path}: not a readable length run config ({e!s:.200})") from None
+
+
+def prepare_length_folder(folder: Path, config: LengthConfig) -> None:
+    """Write ``config.json``, or check that the folder holds this very config (a rerun
+    adding ``decompose`` to a run without it resumes there and records it)."""
+    record = {"schema": LENGTH_SCHEMA, "config": config.to_dict()}
+    record["config_sha256"] = config_hash(record["config"])
+    path = Path(folder) / CONFIG_FILE
+    if path.exists():
+        old = read_json(path, "length run config")
+        if old.get("config_sha256") == record["config_sha256"]:
+            return
+        old_config = dict(old.get("config") or {})
+        had_decompose = bool(old_config.pop("decompose", False))
+        if config_hash(old_config) != config_hash(config.scored_dict()):
+            raise RunConflictError(
+                f"{folder} holds a length run with another config "
+                f"({describe_diff(old_config, config.scored_dict())}); choose another --out"
+            )
+        if had_decompose:
+            raise RunConflictError(
+                f"{folder} holds a length run with --decompose; rerun with --decompose "
+                f"(it resumes) or choose another --out"
+            )
+    atomic_write_json(path, record)  # new, or the same run with --decompose added

@@ -1,0 +1,97 @@
+"""The typed configs of run, length and layers folders read the settings files written
+before they existed (tests/results/folder/data, kept verbatim) back to the same dicts,
+hashes and default folders, and write them again unchanged."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from posgen.results.folder.config import RunConfig
+from posgen.results.folder.layers_config import LayersConfig
+from posgen.results.folder.length_config import (
+    LengthConfig,
+    prepare_length_folder,
+    read_length_config,
+)
+from posgen.results.folder.schema import config_hash
+from posgen.results.folder.store import RunConflictError, RunStore
+
+DATA = Path(__file__).parent / "data"
+RUNS = ["run_quick.config.json", "run_options.config.json"]
+LENGTHS = ["length_plain.config.json", "length_decompose.config.json"]
+LAYERS = ["layers_default.layers.json", "layers_heads.layers.json"]
+
+
+def _stored(name: str) -> dict:
+    return json.loads((DATA / name).read_text())
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_a_run_folder_from_before_reads_typed_and_rewrites_the_same_file(name, tmp_path):
+    stored = _stored(name)
+    old = tmp_path / "old"
+    old.mkdir()
+    shutil.copy(DATA / name, old / "config.json")
+    store = RunStore.open(old)
+    config = store.run_config
+    assert isinstance(config, RunConfig)
+    assert config.to_dict() == stored["config"]
+    assert config_hash(config.to_dict()) == stored["config_hash"] == store.config_hash
+    # written again from the typed object: the same file, so a rerun resumes
+    assert RunStore.create(old, config).config_hash == stored["config_hash"]
+    fresh = RunStore.create(tmp_path / "new", config)
+    assert json.loads((fresh.root / "config.json").read_text()) == stored
+    assert fresh.run_config == config
+
+
+@pytest.mark.parametrize("name", LENGTHS)
+def test_a_length_folder_from_before_reads_typed_with_its_hash_and_folder(name, tmp_path):
+    stored = _stored(name)
+    old = tmp_path / "old"
+    old.mkdir()
+    shutil.copy(DATA / name, old / "config.json")
+    config = read_length_config(old)
+    assert isinstance(config, LengthConfig) and config.model_entry is not None
+    assert config.to_dict() == stored["config"]
+    assert config_hash(config.to_dict()) == stored["config_sha256"]
+    folders = json.loads((DATA / "default_folders.json").read_text())
+    assert config.default_folder().name == folders[name]["default_folder"]
+    prepare_length_folder(old, config)  # the same config: resumes, nothing rewritten
+    assert (old / "config.json").read_text() == (DATA / name).read_text()
+    prepare_length_folder(tmp_path / "new", config)
+    assert json.loads((tmp_path / "new" / "config.json").read_text()) == stored
+
+
+def test_a_length_rerun_with_other_settings_names_them(tmp_path):
+    config = LengthConfig.from_dict(_stored(LENGTHS[0])["config"])
+    prepare_length_folder(tmp_path, config)
+    other = LengthConfig.from_dict({**config.to_dict(), "seed": 7, "threshold": 0.2})
+    with pytest.raises(RunConflictError, match=r"seed: 1234 -> 7; threshold: 0\.1 -> 0\.2"):
+        prepare_length_folder(tmp_path, other)
+
+
+def test_a_length_config_without_a_model_entry_round_trips():
+    """Folders written before entries were recorded (and planted test folders) hold {}."""
+    d = {**_stored(LENGTHS[0])["config"], "model_entry": {}}
+    config = LengthConfig.from_dict(d)
+    assert config.model_entry is None and config.to_dict() == d
+
+
+@pytest.mark.parametrize("name", LAYERS)
+def test_a_layers_config_from_before_reads_typed_with_its_hash(name):
+    stored = _stored(name)["config"]
+    config = LayersConfig.from_dict(stored)
+    assert config.to_dict() == stored and config_hash(config.to_dict()) == config_hash(stored)
+
+
+def test_layers_cells_follow_the_settings():
+    config = LayersConfig.from_dict(_stored(LAYERS[1])["config"])  # layer 1, 4 heads
+    names = [c.name for c in config.cells()]
+    assert names == ["plain", *(f"layer-001-head-{h:02d}" for h in range(4)), "all"]
+    assert config.cells()[1].layers == (1,) and config.cells()[1].heads == (0,)
+    plain = LayersConfig.from_dict(_stored(LAYERS[0])["config"])
+    assert [c.name for c in plain.cells()] == ["plain", "layer-000", "layer-001", "all"]
