@@ -168,3 +168,52 @@ def test_a_twin_and_combine(folder, planted, tmp_path, capsys):
     assert run("--combine", str(folder), "--out", str(folder)) == 2
     assert run("--combine", str(folder), "--limit", "4", "--out", str(tmp_path / "y")) == 2
     assert "drop --limit" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--layers", "7"], "has 4 layers"),
+        (["--layers", "2-x"], "is not a layer"),
+        (["--forms", "additive;additive"], "a name is given twice"),
+        (["--forms", "additive", "--controls", "additive"], "the same form twice"),
+        (["--positions", "swap:abc"], "swap"),
+        (["--positions", "none"], "at least one position scheme"),
+        (["--layers-run", "nowhere"], "--layers-run nowhere"),
+    ],
+)
+def test_bad_input_on_a_model_is_refused_before_loading(
+    planted, argv, message, capsys, tmp_path, monkeypatch
+):
+    """Refusals that read the model's config (no weights): one line, exit 2, the model
+    never loaded, nothing written."""
+    import posgen.harness.layers.runner as layers_runner
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(layers_runner, "load_entry_lm", no_loading)
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    assert run("--model", str(planted), "--out", str(out), *argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert err.startswith("posgen cause: ") and not out.exists()
+
+
+def test_a_model_without_rope_and_a_folder_not_a_layers_run_are_refused(
+    tiny_model_dir, planted, tmp_path, capsys
+):
+    out = tmp_path / "out"
+    assert run("--model", str(tiny_model_dir("gpt2")), "--out", str(out)) == 2
+    assert "no rotary position embedding" in capsys.readouterr().err
+    assert run("--model", str(planted), "--out", str(out), "--layers-run", str(planted)) == 2
+    assert "layers run settings not found" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_rerun_keeps_the_layers_run_it_was_given(folder, planted, capsys):
+    """The folder remembers its --layers-run: a rerun without it still relates to it."""
+    assert run("--model", str(planted), "--out", str(folder), *ARGS) == 0
+    scores = json.loads((folder / "cause_scores.json").read_text())
+    assert scores["layers_run"]["scheme"] == "swap:0.2" and scores["relation"]
