@@ -105,3 +105,13 @@ def test_markdown_and_figure_render():
     assert text.count("## m") == 2 and "## Across models" in text
     assert "| 2 | 0.02 [0.01, 0.03]" in text  # one layer at a time, its interval
     assert cause_figure([profile(), profile(relation=False)]).startswith(b"\x89PNG")
+
+
+def test_a_relation_test_not_estimable_is_not_tested_not_failed():
+    """With too few layers the mirror-shift test of changes has no p: *tracks* is not
+    tested, and the answer does not say no on its account."""
+    prof = profile()
+    prof["relation"][0].update(rho_changes=float("nan"), p_changes=float("nan"))
+    tracks = checks(prof)[2]
+    assert tracks["holds"] is None and "not estimable" in tracks["text"]
+    assert answer(prof) == "Not answered (a check was not run)"

@@ -108,3 +108,20 @@ def test_cross_model_rows_count_models_with_a_layers_run_and_not_twins():
     )
     assert rows[0]["estimable"] and rows[0]["n"] == 3 and rows[0]["descriptive_only"]
     assert rows[0]["spearman"]["r"] == pytest.approx(1.0)
+
+
+def test_kl_explained_of_a_change_at_rounding_level_is_nan():
+    row = {
+        "doc": 0,
+        "scheme": "swap:0.2",
+        "layer": 0,
+        "head": 0,
+        "entries": 10,
+        "covered": 10,
+        "kl_measured_predicted": 3e-10,
+        "kl_measured_plain": -2e-10,  # float32 rounding of a change that is 0
+        "kl_predicted_plain": 1e-10,
+        **_sums(np.ones(3), np.ones(3)),
+    }
+    out = pooled_prediction(pd.DataFrame([row]), ["scheme"]).iloc[0]
+    assert math.isnan(out["kl_explained"])

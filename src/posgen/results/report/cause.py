@@ -28,6 +28,10 @@ def _fmt(v: Any, digits: int = 3) -> str:
     return f"{v:.{digits}g}" if isinstance(v, float) else str(v)
 
 
+def _finite(v: Any) -> bool:
+    return v is not None and isinstance(v, (int, float)) and math.isfinite(v)
+
+
 def _all_layers(prof: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return {r["form"]: r for r in prof["nll"] if r["layer"] == "all"}
 
@@ -42,7 +46,8 @@ def checks(prof: Mapping[str, Any]) -> list[dict[str, Any]]:
     2. *predicts*: under every scheme the form explains at least ``PREDICTS`` of the
        measured logit change (pooled share) and of the attention-row change (KL explained);
     3. *tracks*: across layers, the predicted change is associated with ``posgen layers``'
-       sensitivity (levels and changes both p ≤ ``ALPHA`` in the mirror-shift test, ρ > 0).
+       sensitivity (levels and changes both p ≤ ``ALPHA`` in the mirror-shift test, ρ > 0);
+       not tested where either test is not estimable (too few layers).
     """
     out = []
     cells = _all_layers(prof)
@@ -89,15 +94,17 @@ def checks(prof: Mapping[str, Any]) -> list[dict[str, Any]]:
     if rel is None:
         out.append({"name": "tracks", "holds": None, "text": "no --layers-run given"})
     else:
+        tested = all(_finite(rel[k]) for k in ("rho", "p", "rho_changes", "p_changes"))
         holds = bool(rel["rho"] > 0 and rel["p"] <= ALPHA and rel["p_changes"] <= ALPHA)
         out.append(
             {
                 "name": "tracks",
-                "holds": holds,
+                "holds": holds if tested else None,
                 "text": (
                     f"ρ = {_fmt(rel['rho'], 2)} (mirror-shift p = {_fmt(rel['p'])}; changes ρ = "
                     f"{_fmt(rel['rho_changes'], 2)}, p = {_fmt(rel['p_changes'])}) over "
                     f"{rel['n_layers']} layers"
+                    + ("" if tested else "; a test is not estimable at this many layers")
                 ),
             }
         )

@@ -41,6 +41,7 @@ from posgen.results.scores.layers import degradation_row, relation
 
 SUMS = ("changed", "sum_pred", "sum_meas", "sum_pred2", "sum_meas2", "sum_cross")
 KLS = ("kl_measured_predicted", "kl_measured_plain", "kl_predicted_plain")
+KL_ROUNDING = 1e-6  # mean row KL below which it is float32 rounding (KL explained: NaN)
 
 
 def r_and_share(sums: Mapping[str, float]) -> dict[str, float]:
@@ -83,7 +84,9 @@ def pooled_prediction(rows: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     out["share"] = [d["share"] for d in derived]
     out["coverage"] = out["covered"] / out["entries"]
     with np.errstate(invalid="ignore", divide="ignore"):
-        out["kl_explained"] = 1 - out["kl_measured_predicted"] / out["kl_measured_plain"]
+        explained = 1 - out["kl_measured_predicted"] / out["kl_measured_plain"]
+    # a change at float32 rounding (a layer that barely depends on position) has no ratio
+    out["kl_explained"] = explained.where(out["kl_measured_plain"] > KL_ROUNDING)
     return out.rename(
         columns={"kl_predicted_plain": "predicted_change", "kl_measured_plain": "measured_change"}
     )
