@@ -54,7 +54,7 @@ def _old_fitter(fitter_cls):
     """The decomposition before the structured layout: dense layout, whole logits."""
     import torch
 
-    from posgen.harness.decomposition.logit_fit import head_sums
+    from posgen.harness.additive_fit.logit_fit import head_sums
     from posgen.harness.decomposition.qk_pattern import distance_sums
     from posgen.harness.decomposition.streaming_fit import _distance_axis
     from posgen.harness.decomposition.streaming_fit import _LayerSums as LayerSums
@@ -101,8 +101,8 @@ def child(mode: str, n: int, threads: int) -> dict:
     import torch
 
     torch.set_num_threads(threads)
+    from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache
     from posgen.harness.decomposition.capture import capture_forward
-    from posgen.harness.decomposition.logit_fit import FitOptions, LayoutCache
     from posgen.harness.decomposition.pipeline import load_model
     from posgen.harness.decomposition.probe import probe_token_windows
     from posgen.harness.decomposition.streaming_fit import LayerFitter

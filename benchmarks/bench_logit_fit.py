@@ -42,8 +42,8 @@ def _vm(field: str) -> int:
 
 
 def bench_reference(n: int, heads: int, device: str, repeats: int) -> dict:
-    from posgen.harness.decomposition.logit_fit import FitOptions, LayoutCache, fit_heads
-    from posgen.harness.decomposition.logit_fit_reference import reference_fit
+    from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache, fit_heads
+    from posgen.harness.additive_fit.logit_fit_reference import reference_fit
 
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(heads, n, n, generator=gen).to(device)
@@ -75,8 +75,8 @@ def bench_reference(n: int, heads: int, device: str, repeats: int) -> dict:
 
 
 def bench_model(tokens: int, device: str, repeats: int) -> dict:
+    from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache
     from posgen.harness.decomposition.capture import capture_attention
-    from posgen.harness.decomposition.logit_fit import FitOptions, LayoutCache
     from posgen.harness.decomposition.pipeline import load_model
     from posgen.harness.decomposition.probe import probe_token_windows
     from posgen.harness.decomposition.streaming_fit import LayerFitter
@@ -134,8 +134,8 @@ def bench_model(tokens: int, device: str, repeats: int) -> dict:
 def float32_vs_float64(model, ids, mask) -> float:
     """Largest |r| difference over all heads between float32 and float64 sums (3-axis,
     2-axis, row-centred) on the embedded model's logits."""
+    from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache, fit_sums, head_sums
     from posgen.harness.decomposition.capture import capture_attention
-    from posgen.harness.decomposition.logit_fit import FitOptions, LayoutCache, fit_sums, head_sums
 
     layouts, worst = LayoutCache(), [0.0]
 
@@ -161,8 +161,8 @@ def bench_memory(tokens: int, device: str) -> dict:
     (``MALLOC_MMAP_THRESHOLD_``, see ``_memory_in_child``), so that the peak resident set
     shows the fit's own peak; the timings run in a process with the default allocator.
     """
+    from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache
     from posgen.harness.decomposition.capture import capture_attention
-    from posgen.harness.decomposition.logit_fit import FitOptions, LayoutCache
     from posgen.harness.decomposition.pipeline import load_model
     from posgen.harness.decomposition.probe import probe_token_windows
     from posgen.harness.decomposition.streaming_fit import LayerFitter

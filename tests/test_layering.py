@@ -34,6 +34,7 @@ HARNESS_RANKS = {
     "input_error": 0,  # what every refusal raises
     "model_family": 0,
     "embedded": 0,
+    "additive_fit": 0,  # the exact fit: pure tensor math, used by the model side and above
     "loading": 1,  # the one loader, below every driver that loads a model
     "hf_posgen": 2,
     "decomposition": 3,
@@ -41,7 +42,8 @@ HARNESS_RANKS = {
     "out_folder": 5,
     "length": 6,
     "layers": 6,
-    "cli": 7,
+    "cause": 7,  # posgen cause: its cells are posgen layers' scoring
+    "cli": 8,
 }
 
 

@@ -6,17 +6,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posgen.harness.decomposition import block_sums, capture, streaming_fit
-from posgen.harness.decomposition.block_sums import (
-    streamed_diagonal_and_column_sums,
-    streamed_head_sums,
-)
-from posgen.harness.decomposition.logit_fit import (
+from posgen.harness.additive_fit.logit_fit import (
     FitLayout,
     FitOptions,
     LayoutCache,
     diagonal_and_column_sums,
     head_sums,
+)
+from posgen.harness.decomposition import block_sums, capture, streaming_fit
+from posgen.harness.decomposition.block_sums import (
+    streamed_diagonal_and_column_sums,
+    streamed_head_sums,
 )
 from posgen.harness.decomposition.pipeline import decompose_model
 from tiny_models import build_model, build_tokenizer

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
+from posgen.harness.additive_fit.fit_layout import band_mask
+from posgen.harness.additive_fit.logit_fit_reference import reference_fit
 from posgen.harness.cli import decompose
 from posgen.harness.decomposition.capture import capture_forward
-from posgen.harness.decomposition.fit_layout import band_mask
-from posgen.harness.decomposition.logit_fit_reference import reference_fit
 from posgen.harness.decomposition.pipeline import decompose_model, head_logit_maps
 from posgen.harness.hf_posgen.lambda_attention import lambda_attention
 from posgen.perturbations.length import LengthLambda

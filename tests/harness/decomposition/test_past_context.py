@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
+from posgen.harness.additive_fit.causal_layout import CausalLayout
+from posgen.harness.additive_fit.logit_fit import fit_sums
 from posgen.harness.decomposition.block_sums import split_head_sums
-from posgen.harness.decomposition.causal_layout import CausalLayout
-from posgen.harness.decomposition.logit_fit import fit_sums
 from posgen.harness.decomposition.past_context import a_trend, past_context_figures
 
 

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
+from posgen.harness.additive_fit.logit_fit_reference import reference_fit
 from posgen.harness.cli import decompose
 from posgen.harness.decomposition.experiments import (
     controlled_distance_summary,
@@ -16,7 +17,6 @@ from posgen.harness.decomposition.experiments import (
     qk_pattern_summary,
     qk_pattern_table,
 )
-from posgen.harness.decomposition.logit_fit_reference import reference_fit
 from posgen.harness.decomposition.pipeline import decompose_model, head_logit_maps
 from posgen.harness.decomposition.probe import probe_token_windows
 from posgen.harness.decomposition.tables import layer_means, summarize

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posgen.harness.decomposition.logit_fit import (
+from posgen.harness.additive_fit.logit_fit import (
     FitLayout,
     FitOptions,
     diagonal_and_column_sums,

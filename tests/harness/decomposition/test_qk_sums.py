@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from posgen.harness.additive_fit.causal_layout import CausalLayout
 from posgen.harness.decomposition import qk_sums
-from posgen.harness.decomposition.causal_layout import CausalLayout
 from posgen.harness.decomposition.qk_sums import causal_qk_sums, layer_qk_sums
 
 

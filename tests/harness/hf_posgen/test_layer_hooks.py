@@ -172,7 +172,7 @@ def test_layers_out_of_range_are_refused_after_load_too(lm):
     [
         ("positions=swap:0.3,layers=7", "has 2 layers"),
         ("positions=swap:0.3,layers=x", "layers=x"),
-        ("layers=1", "give a positions= or features= scheme"),
+        ("layers=1", "restricts positions=/features=/logits= to those layers"),
         ("positions=swap:0.3,layers=1,length=scale:2", "drop length="),
         ("positions=swap:0.3,layers=1,heads=4", "4 query heads"),
     ],

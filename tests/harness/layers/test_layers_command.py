@@ -8,35 +8,20 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
-from transformers import AutoConfig, AutoModelForCausalLM
 
+from planted_models import positional_llama
 from posgen.harness.cli import build_parser
 from posgen.harness.cli.layers import main
-from tiny_models import CONFIGS, build_tokenizer
+from tiny_models import build_tokenizer
 
 POSITIONAL = 2  # the one layer whose attention depends on positions
 
 
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory) -> Path:
-    """4-layer Llama whose layers 0, 1, 3 have q/k projections scaled by 1e-3 (attention
-    logits ~1e-6 of their size: nearly uniform, barely position-dependent) and whose layer
-    2 has them scaled up 8x (sharp, position-dependent attention) and its v/o projections
-    4x (so what it attends to moves the residual stream)."""
-    cfg = AutoConfig.for_model("llama", **dict(CONFIGS["llama"], num_hidden_layers=4))
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
-    with torch.no_grad():
-        for i, layer in enumerate(model.model.layers):
-            scale = 8.0 if i == POSITIONAL else 1e-3
-            layer.self_attn.q_proj.weight.mul_(scale)
-            layer.self_attn.k_proj.weight.mul_(scale)
-            if i == POSITIONAL:
-                layer.self_attn.v_proj.weight.mul_(4.0)
-                layer.self_attn.o_proj.weight.mul_(4.0)
+    """:func:`planted_models.positional_llama`: 4 layers, only layer 2 position-dependent."""
     path = tmp_path_factory.mktemp("planted") / "model"
-    model.save_pretrained(path)
+    positional_llama(4, POSITIONAL).save_pretrained(path)
     build_tokenizer().save_pretrained(path)
     return path
 

@@ -30,6 +30,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "model": ("posgen.harness.cli.model", "prepare the embedded model and print its path"),
     "length": ("posgen.harness.cli.length", "NLL by position past the trained context"),
     "layers": ("posgen.harness.cli.layers", "which layers carry position: per-layer sensitivity"),
+    "cause": (
+        "posgen.harness.cli.cause",
+        "does the additive form of the logits explain tolerance?",
+    ),
 }
 
 

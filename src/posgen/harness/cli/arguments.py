@@ -4,6 +4,8 @@ explained once. Light to import, like every module of the command line."""
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from posgen.results.folder.config import Scoring
@@ -36,3 +38,44 @@ def add_include_path_argument(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="a folder of your own lm-eval task YAML (repeatable), as lm_eval --include_path",
     )
+
+
+COMBINE_KEEPS = {"combine", "out", "no_progress"}  # what --combine takes besides folders
+
+
+def combine_command(
+    args: argparse.Namespace,
+    command: str,
+    configure_parser: Callable[[argparse.ArgumentParser], None],
+    combine: Callable[[list[Path], Path], dict[str, Path]],
+) -> int:
+    """``posgen <command> --combine RUN...`` (``posgen layers``, ``posgen cause``): refuse
+    any run option given a value other than its default (each folder keeps the settings of
+    its own run), draw the folders into ``--out`` (default ``./posgen-<command>/combined``)
+    with ``combine(runs, out)``; bad input is one line and exit 2."""
+    from posgen.harness.input_error import InputError
+    from posgen.harness.layers.combine import CombineError
+    from posgen.results.folder.schema import SchemaError
+    from posgen.results.folder.store import RunConflictError
+
+    parser = argparse.ArgumentParser()
+    configure_parser(parser)
+    defaults = vars(parser.parse_args([]))
+    given = sorted(
+        "--" + k.replace("_", "-")
+        for k, v in vars(args).items()
+        if k in defaults and k not in COMBINE_KEEPS and v != defaults[k]
+    )
+    out = args.out or Path(f"posgen-{command}") / "combined"
+    try:
+        if given:
+            raise CombineError(
+                f"--combine draws finished folders and runs nothing: drop {', '.join(given)} "
+                "(each folder keeps the settings of its own run)"
+            )
+        paths = combine(list(args.combine), out)
+    except (CombineError, InputError, RunConflictError, SchemaError) as e:
+        print(f"posgen {command}: {e}", file=sys.stderr)
+        return 2
+    print(f"posgen {command}: {len(args.combine)} folder(s) combined; report in {paths['md']}")
+    return 0

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from posgen.harness.cli.arguments import combine_command
 from posgen.harness.input_error import InputError
 from posgen.harness.loading.options import add_loading_arguments
 from posgen.perturbations.seeding import DEFAULT_SEED
@@ -67,6 +68,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "sensitivity to attention-output drift past the trained context",
     )
     parser.add_argument(
+        "--random-init",
+        action="store_true",
+        help="profile the seeded random-init twin of --model (its architecture, weights "
+        "drawn from --seed) instead of the model",
+    )
+    parser.add_argument(
         "--combine",
         nargs="+",
         type=Path,
@@ -114,7 +121,10 @@ def resolve(args: argparse.Namespace) -> LayersConfig:
             raise InputError("give a position or feature scheme that changes the model")
         layers = parse_layers(args.layers)
         check_device(args.device)
-        (entry,) = model_entries([args.model], LoadOptions.from_args(args))
+        options = LoadOptions.from_args(args)
+        entry = model_entries([args.model], options, random_init=args.random_init, seed=args.seed)[
+            -1
+        ]
         require_rope(entry, "posgen layers")
         text = _model_config(entry).get_text_config()
         count, n_heads = int(text.num_hidden_layers), int(text.num_attention_heads)
@@ -154,40 +164,10 @@ def _model_config(entry):
     return loading.load_config(entry)
 
 
-_COMBINE_KEEPS = {"combine", "out", "no_progress"}
-
-
-def _run_options(args: argparse.Namespace) -> list[str]:
-    """The run options given a value other than their default (``--combine`` runs nothing)."""
-    parser = argparse.ArgumentParser()
-    configure_parser(parser)
-    defaults = vars(parser.parse_args([]))
-    return sorted(
-        "--" + k.replace("_", "-")
-        for k, v in vars(args).items()
-        if k in defaults and k not in _COMBINE_KEEPS and v != defaults[k]
-    )
-
-
 def combine_main(args: argparse.Namespace) -> int:
-    from posgen.harness.layers.combine import CombineError, combine
-    from posgen.results.folder.schema import SchemaError
-    from posgen.results.folder.store import RunConflictError
+    from posgen.harness.layers.combine import combine
 
-    given = _run_options(args)
-    out = args.out or Path("posgen-layers") / "combined"
-    try:
-        if given:
-            raise CombineError(
-                f"--combine draws finished folders and runs nothing: drop {', '.join(given)} "
-                "(each folder keeps the settings of its own run)"
-            )
-        paths = combine(list(args.combine), out)
-    except (CombineError, InputError, RunConflictError, SchemaError) as e:
-        print(f"posgen layers: {e}", file=sys.stderr)
-        return 2
-    print(f"posgen layers: {len(args.combine)} folder(s) combined; report in {paths['md']}")
-    return 0
+    return combine_command(args, "layers", configure_parser, combine)
 
 
 def _progress(line: str) -> None:

@@ -8,7 +8,7 @@ i ∈ [s, e) at a time, against keys j < e only (every fitted entry is causal, j
     diag[p, d] = Σ_{(i, i−d) ∈ F} W,  rows[p, i] = Σ_j W,  cols[p, j] = Σ_i W,  sumsq[p] = Σ W²
 
 (float32 reductions within a block, float64 across blocks), the same sums as
-:func:`posgen.harness.decomposition.logit_fit.head_sums`. Extra memory: about three blocks,
+:func:`posgen.harness.additive_fit.logit_fit.head_sums`. Extra memory: about three blocks,
 O(P × rows × n), with ``rows = BLOCK_ELEMENTS // (P n)``.
 
 Diagonal sums of a block: its rows go into a buffer [P, r, 2m] (m = e), each led by m zeros;
@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import torch
 
-from posgen.harness.decomposition.logit_fit import HeadSums, centred_sums
+from posgen.harness.additive_fit.logit_fit import HeadSums, centred_sums
 
 BLOCK_ELEMENTS = 2**23  # float32 elements of one block of logits (32 MiB)
 SAMPLE_ROWS = 16  # query rows of the rough per-head mean

@@ -74,8 +74,8 @@ def controlled_distance_table(
     import torch
     from tqdm.auto import tqdm
 
+    from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache, fit_heads
     from posgen.harness.decomposition.capture import capture_forward
-    from posgen.harness.decomposition.logit_fit import FitOptions, LayoutCache, fit_heads
     from posgen.harness.decomposition.probe import probe_token_windows
 
     n = tokens

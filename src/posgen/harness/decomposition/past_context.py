@@ -10,7 +10,7 @@ entries, the Pearson r between W and the fitted f = a[i−j] + b[i] + c[j] over 
 
 from the region's diagonal, row and column sums of W (accumulated during the capture,
 :func:`posgen.harness.decomposition.block_sums.split_head_sums`) and Σ f, Σ f² from
-:meth:`~posgen.harness.decomposition.causal_layout.CausalLayout.row_moments` (O(P n)).
+:meth:`~posgen.harness.additive_fit.causal_layout.CausalLayout.row_moments` (O(P n)).
 
 Trend of a[d]: a straight line α + β d fitted to a[d] on d ∈ [C/2, C), weighted by n_d (the
 entries per distance); ``a_trend_rms_before`` is the weighted root mean square of a − line
@@ -19,7 +19,7 @@ is identified only up to a constant and a linear trend in d (the null space of t
 both figures are the same for every solution. past ≈ before: a[d] continues its trend
 past C; past ≫ before: the distance term leaves it.
 
-In a band (Λ's local branch, :class:`~posgen.harness.decomposition.causal_layout.CausalLayout`
+In a band (Λ's local branch, :class:`~posgen.harness.additive_fit.causal_layout.CausalLayout`
 with a window W) only the distances d < W are fitted: ``a_trend_rms_past`` is NaN when
 W ≤ C (no fitted distance past C), both trend figures are NaN when fewer than two fitted
 distances lie in [C/2, C); the r figures cover the band entries of each row range.

@@ -135,8 +135,8 @@ def decompose_windows(
     ``past_context`` columns."""
     from tqdm.auto import tqdm
 
+    from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache
     from posgen.harness.decomposition.capture import capture_forward
-    from posgen.harness.decomposition.logit_fit import FitOptions, LayoutCache
     from posgen.harness.decomposition.streaming_fit import LayerFitter
 
     fitter = LayerFitter(FitOptions(include_diagonal, sink_keys), LayoutCache(), context)
@@ -201,8 +201,8 @@ def head_logit_maps(
     forward inside ``forward_context(model, ids)``, if given); NaN = unfitted."""
     import torch
 
+    from posgen.harness.additive_fit.logit_fit import FitLayout, FitOptions, fit_heads, fitted_map
     from posgen.harness.decomposition.capture import capture_forward
-    from posgen.harness.decomposition.logit_fit import FitLayout, FitOptions, fit_heads, fitted_map
 
     ids = probe_token_windows(tokenizer, docs=doc + 1, tokens=tokens)[doc]
     kept = {}

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from posgen.harness.decomposition.logit_fit import FitLayout, HeadSums, diagonal_and_column_sums
+from posgen.harness.additive_fit.logit_fit import FitLayout, HeadSums, diagonal_and_column_sums
 
 
 class DistanceMap:

@@ -8,7 +8,7 @@ without soft-capping from its queries and keys alone
 (:mod:`posgen.harness.decomposition.qk_sums`), any other a block of query rows at a time
 (:mod:`posgen.harness.decomposition.block_sums`). A causal layer, or under Λ attention the
 band 0 ≤ i − j < W of a causal layer (``LayerCapture.window``), is solved with the
-structured layout (:mod:`posgen.harness.decomposition.causal_layout`), any other mask with
+structured layout (:mod:`posgen.harness.additive_fit.causal_layout`), any other mask with
 the dense one. :meth:`LayerFitter.finish` solves every layer that shares a layout at once
 and appends one tidy row per (document, layer, head). Its ``fit_mask`` column says which
 entries were fitted: ``causal``; ``lambda-band:W``, Λ's local band (keys at their true
@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from posgen.harness.additive_fit.causal_layout import CausalLayout, one_thread
+from posgen.harness.additive_fit.logit_fit import HeadSums, centred_sums, fit_sums
 from posgen.harness.decomposition.block_sums import (
     RawSums,
     split_head_sums,
     streamed_diagonal_and_column_sums,
 )
-from posgen.harness.decomposition.causal_layout import CausalLayout, one_thread
-from posgen.harness.decomposition.logit_fit import HeadSums, centred_sums, fit_sums
 from posgen.harness.decomposition.past_context import COLUMNS as PAST_COLUMNS
 from posgen.harness.decomposition.past_context import past_context_figures
 from posgen.harness.decomposition.qk_pattern import DistanceMap, distance_key_r

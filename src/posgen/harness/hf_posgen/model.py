@@ -56,6 +56,7 @@ from posgen.harness.hf_posgen.generation_rows import GenerationRows
 from posgen.harness.hf_posgen.launch import join_launch, launch_accelerator
 from posgen.harness.hf_posgen.layer_hooks import layer_count
 from posgen.harness.hf_posgen.layer_selection import check_heads, check_layers
+from posgen.harness.hf_posgen.logit_forms import LogitDonor, LogitForm
 from posgen.harness.hf_posgen.loglikelihood_rows import LoglikelihoodRows, split_differently
 from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
 from posgen.harness.hf_posgen.perturbed_forward import perturbed_forward, plan_forward
@@ -83,18 +84,30 @@ class HFPosgenLM(HFLM):
         length: str | None = None,
         layers: str | None = None,
         heads: str | None = None,
+        logits: str | None = None,
         **kwargs: Any,
     ) -> None:
         """Same arguments as lm-eval's ``hf`` model plus ``positions``, ``features``,
         ``perturb_seed``, ``length`` (a length scheme; write ``lambda:G:W`` in
         ``--model_args``, which splits at commas) and ``layers`` (the decoder layers the
         position and feature schemes act in: ``12``, ``0-5``, ``3;7;11``; default all) and
-        ``heads`` (query heads within those layers, same forms; default all).
+        ``heads`` (query heads within those layers, same forms; default all) and ``logits``
+        (``additive``, ``distance``, ``key``, ``shuffled``: those heads' logits replaced by
+        their exact additive fit or part of it, :mod:`.logit_forms`; ``foreign`` needs a
+        donor, :attr:`logit_donor`, and is set with :meth:`set_perturbation`).
         Generation perturbs the context as a log-likelihood request does; generated
         tokens continue at natural positions after it (n + k for the k-th generated
-        token of an n-token context). Specs are checked before any weights load; rope scalings (``dynamic:F``,
+        token of an n-token context). Specs are checked before any weights load; rope
+        scalings (``dynamic:F``,
         ``yarn:F``) are passed to ``from_pretrained``."""
-        perturbation = ModelPerturbation.parse(positions, features, perturb_seed, layers, heads)
+        perturbation = ModelPerturbation.parse(
+            positions, features, perturb_seed, layers, heads, logits
+        )
+        if perturbation.logits is not None and perturbation.logits.needs_donor:
+            raise PerturbationError(
+                "logits=foreign takes its distance term from another sequence's fit: set "
+                "HFPosgenLM.logit_donor and call set_perturbation (posgen cause does)"
+            )
         length_scheme = parse_length_arg(length)
         if perturbation.layers is not None and length_scheme is not None:
             raise PerturbationError("layers= restricts positions=/features=; drop length=")
@@ -113,12 +126,34 @@ class HFPosgenLM(HFLM):
         self.plan_observer: Any = None
         # set by posgen layers: layers below the first perturbed one reuse the plain pass
         self.prefix_reuse: PrefixReuse | None = None
+        # logits=foreign: the distance terms of another sequence's fit (posgen cause)
+        self.logit_donor: LogitDonor | None = None
         self._chat = ChatContents()
         self._generation = GenerationRows()
         self._perturbation = ModelPerturbation(seed=perturbation.seed)
         self._length = length_scheme
         p = perturbation
-        self.set_perturbation(p.positions, p.features, p.seed, p.layers, p.heads)
+        self.set_perturbation(p.positions, p.features, p.seed, p.layers, p.heads, p.logits)
+
+    def _with_donor(self, new: ModelPerturbation) -> ModelPerturbation:
+        """``new`` checked for ``logits=`` (Λ attention and a donor) and recording the
+        donor's label for ``foreign``."""
+        if new.logits is None:
+            return new
+        if new.length is not None and new.length.uses_attention:
+            raise PerturbationError(
+                f"logits={new.logits.name} and length={new.length.to_string()} both replace "
+                "the attention function; run them apart"
+            )
+        if not new.logits.needs_donor:
+            return new
+        donor = getattr(self, "logit_donor", None)
+        if donor is None:
+            raise PerturbationError(
+                "logits=foreign takes its distance term from another sequence's fit: set "
+                "HFPosgenLM.logit_donor first"
+            )
+        return dataclasses.replace(new, donor=donor.label)
 
     @property
     def perturbation(self) -> ModelPerturbation:
@@ -131,26 +166,32 @@ class HFPosgenLM(HFLM):
         seed: int = DEFAULT_SEED,
         layers: str | int | tuple[int, ...] | None = None,
         heads: str | int | tuple[int, ...] | None = None,
+        logits: str | LogitForm | None = None,
     ) -> ModelPerturbation:
         """Switch the model-side perturbation without reloading weights.
 
         The response-cache namespace follows the switch. Raises ``PerturbationError`` for an
-        invalid spec (or ``layers`` past the model's last layer) and
-        ``NoRotaryEmbeddingError`` for a model without RoPE.
+        invalid spec (or ``layers`` past the model's last layer, or ``logits=foreign``
+        without :attr:`logit_donor`) and ``NoRotaryEmbeddingError`` for a position or
+        feature scheme on a model without RoPE.
         """
-        new = ModelPerturbation.parse(positions, features, seed, layers, heads)
+        new = ModelPerturbation.parse(positions, features, seed, layers, heads, logits)
         new = dataclasses.replace(new, length=getattr(self, "_length", None))
         if new.layers is not None and new.length is not None:
             raise PerturbationError("layers= restricts positions=/features=; drop length=")
+        new = self._with_donor(new)
         if new.is_set:
             if self.backend != "causal":
-                raise PerturbationError("positions=/features= need a causal (decoder-only) model")
+                raise PerturbationError(
+                    "positions=/features=/logits= need a causal (decoder-only) model"
+                )
             what = " and ".join(
                 f"{k}={v}"
                 for k, v in (("positions", new.positions), ("features", new.features))
                 if v is not None
             )
-            require_rotary(self.model, what)
+            if what or new.length is not None:  # logits= alone needs no RoPE
+                require_rotary(self.model, what)
             check_layers(new.layers, layer_count(self.model))
             check_heads(new.heads, self.model.config.get_text_config().num_attention_heads)
         self._perturbation = new
@@ -243,7 +284,7 @@ class HFPosgenLM(HFLM):
         plan = plan_forward(inps, p, rows)
         if observed:
             self.plan_observer(inps, plan, rows.docs)
-        with perturbed_forward(self.model, p, plan, reuse, inps):
+        with perturbed_forward(self.model, p, plan, reuse, inps, self.logit_donor):
             return forward()
 
     def generate_until(self, requests: Any, disable_tqdm: bool = False) -> Any:

@@ -1,6 +1,7 @@
 """The model-side perturbation of one ``hf-posgen`` run: schemes, seed, layers.
 
-``positions=`` and ``features=`` name registered schemes; ``layers=`` restricts both to
+``positions=`` and ``features=`` name registered schemes; ``logits=`` replaces attention
+logits by their additive fit (:mod:`.logit_forms`); ``layers=`` restricts them to
 chosen decoder layers (:mod:`.layer_hooks`); the record of the perturbation goes into
 every result and prefixes every ``--use_cache`` key.
 """
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from posgen.harness.hf_posgen.layer_selection import format_layers, parse_layers
+from posgen.harness.hf_posgen.logit_forms import LogitForm
 from posgen.perturbations.base import Perturbation, PerturbationError, registry
 from posgen.perturbations.features import FeaturePerturbation
 from posgen.perturbations.length import LengthPerturbation
@@ -49,6 +51,8 @@ class ModelPerturbation:
     length: LengthPerturbation | None = None
     layers: tuple[int, ...] | None = None  # decoder layers the schemes act in; None: all
     heads: tuple[int, ...] | None = None  # query heads within those layers; None: all
+    logits: LogitForm | None = None  # logits replaced by (parts of) their additive fit
+    donor: str | None = None  # logits=foreign: the sequence its distance term comes from
 
     @classmethod
     def parse(
@@ -58,6 +62,7 @@ class ModelPerturbation:
         seed: int | str | None,
         layers: str | int | Sequence[int] | None = None,
         heads: str | int | Sequence[int] | None = None,
+        logits: str | LogitForm | None = None,
     ) -> ModelPerturbation:
         seed = DEFAULT_SEED if seed is None else seed
         if isinstance(seed, bool) or not str(seed).lstrip("-").isdigit():
@@ -68,28 +73,50 @@ class ModelPerturbation:
             int(seed),
             layers=parse_layers(layers),
             heads=parse_layers(heads, "heads"),
+            logits=LogitForm.parse(logits),
         )
         if new.heads is not None and new.layers is None:
             raise PerturbationError(
                 f"heads={heads} picks query heads within layers=; give layers= too"
             )
-        if new.layers is not None and new.positions is None and new.features is None:
+        if new.layers is not None and not (new.positions or new.features or new.logits):
             raise PerturbationError(
-                f"layers={layers} restricts positions=/features= to those layers; "
-                "give a positions= or features= scheme too"
+                f"layers={layers} restricts positions=/features=/logits= to those layers; "
+                "give one of them too"
             )
+        new.check_logits()
         return new
+
+    def check_logits(self) -> None:
+        """``logits=`` runs its own attention function: refuse what needs another one
+        (qk schemes, ``heads=`` with positions or features: both mix heads in theirs)."""
+        if self.logits is None:
+            return
+        what = f"logits={self.logits.name}"
+        if self.features is not None and self.features.where == "qk":
+            raise PerturbationError(
+                f"{what} and features={self.features.to_string()} both replace the attention "
+                "function; run them apart"
+            )
+        if self.heads is not None and (self.positions or self.features):
+            raise PerturbationError(
+                f"{what} with heads= picks heads for the replacement only; drop "
+                "positions=/features= or heads="
+            )
 
     @property
     def is_set(self) -> bool:
-        """A position, feature or length scheme was given (even an identity one)."""
-        return self.positions is not None or self.features is not None or self.length is not None
+        """A position, feature or length scheme or ``logits=`` was given (even an identity
+        scheme)."""
+        schemes = (self.positions, self.features, self.length, self.logits)
+        return any(s is not None for s in schemes)
 
     @property
     def changes_model(self) -> bool:
-        """Some scheme would change the forward (identity schemes do not)."""
+        """Some scheme or ``logits=`` would change the forward (identity schemes do not)."""
         schemes = (self.positions, self.features, self.length)
-        return any(p is not None and not p.is_identity for p in schemes)
+        moved = any(p is not None and not p.is_identity for p in schemes)
+        return moved or self.logits is not None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able record for results: full specs, short forms and seed."""
@@ -106,6 +133,8 @@ class ModelPerturbation:
             ),
             **({} if self.layers is None else {"layers": format_layers(self.layers)}),
             **({} if self.heads is None else {"heads": format_layers(self.heads)}),
+            **({} if self.logits is None else {"logits": self.logits.to_string()}),
+            **({} if self.donor is None else {"logits_donor": self.donor}),
         }
 
     def cache_namespace(self) -> str:

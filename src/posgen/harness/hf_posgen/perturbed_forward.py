@@ -10,6 +10,8 @@ it off on exit, whatever happens:
   in the chosen layers only (``layers=``, :mod:`.layer_hooks`; ``heads=`` keeps each
   chosen layer's own angles and mixes per head);
 - qk noise, and the per-head mix, through posgen's attention function (:mod:`.qk_noise`);
+- ``logits=``: the chosen layers' and heads' logits replaced by their additive fit
+  through posgen's attention function (:mod:`.logit_replacement`);
 - with ``layers=`` and a :class:`.prefix_reuse.PrefixReuse`, the layers below the first
   perturbed one hand back the plain forward's recorded outputs.
 
@@ -31,6 +33,8 @@ from posgen.harness.hf_posgen import qk_noise
 from posgen.harness.hf_posgen.batch_rows import PaddedRows
 from posgen.harness.hf_posgen.lambda_attention import lambda_attention
 from posgen.harness.hf_posgen.layer_hooks import layer_positions
+from posgen.harness.hf_posgen.logit_forms import LogitDonor
+from posgen.harness.hf_posgen.logit_replacement import LogitReplacement, logits_replaced
 from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
 from posgen.harness.hf_posgen.position_hooks import (
     BatchPlan,
@@ -59,13 +63,19 @@ def perturbed_forward(
     plan: BatchPlan,
     reuse: PrefixReuse | None = None,
     inps: torch.Tensor | None = None,
+    donor: LogitDonor | None = None,
 ) -> Iterator[None]:
     """Within the block, forwards of ``model`` run under ``p`` as ``plan`` planned them
     (see the module doc); ``reuse`` replays the plain layers below ``p.layers[0]`` for
-    the batch ``inps`` when it recorded it."""
+    the batch ``inps`` when it recorded it; ``donor`` serves ``logits=foreign``."""
     with ExitStack() as stack:
-        attend = qk_noise.plan_attention(plan) if plan.qk or p.heads is not None else None
-        enter_perturbation(stack, model, p, plan.positions, attend)
+        if p.logits is not None:  # logits replaced by their fit: no qk noise beside them
+            enter_perturbation(stack, model, p, plan.positions, None)
+            replacement = LogitReplacement(p.logits, p.layers, p.heads, p.seed, plan.keys, donor)
+            stack.enter_context(logits_replaced(model, replacement))
+        else:
+            attend = qk_noise.plan_attention(plan) if plan.qk or p.heads is not None else None
+            enter_perturbation(stack, model, p, plan.positions, attend)
         if reuse is not None and p.layers is not None and inps is not None:
             stack.enter_context(reuse.replay(inps, p.layers[0]))
         yield

@@ -58,7 +58,8 @@ def check_base(base: str) -> str:
     return base
 
 
-def _base_forward(base: str, module: torch.nn.Module) -> Callable[..., Any]:
+def base_forward(base: str, module: torch.nn.Module) -> Callable[..., Any]:
+    """The model's own attention function ``base`` for ``module`` (eager: its family's)."""
     if base == "eager":
         return family_of(module).eager_attention_function(module)
     return ALL_ATTENTION_FUNCTIONS[base]
@@ -81,7 +82,7 @@ def _make_forward(base: str) -> Callable[..., Any]:
             )
         if getattr(module, "layer_idx", None) is None:
             raise RuntimeError(f"{type(module).__name__} has no layer_idx; qk_noise needs it")
-        run = _base_forward(base, module)
+        run = base_forward(base, module)
         return attend(run, module, query, key, value, attention_mask, **kwargs)
 
     forward.__name__ = f"posgen_qk_noise_{base}_forward"

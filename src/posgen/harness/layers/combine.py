@@ -51,15 +51,18 @@ def read_profiles(runs: list[Path]) -> list[dict[str, Any]]:
     return profiles
 
 
-def check_out(out: Path, runs: list[Path]) -> None:
-    """Refuse an output folder that is an input or holds anything but a combined report."""
+def check_out(
+    out: Path, runs: list[Path], mark: str = MARK, what: str = "combined layers report"
+) -> None:
+    """Refuse an output folder that is an input or holds anything but a combined report
+    (``what``, marked by its file ``mark``)."""
     if out.resolve() in {Path(r).resolve() for r in runs}:
         raise CombineError(f"--out {out} is one of the --combine folders; choose another --out")
     check_out_folder(out)  # not a file, and writable
-    foreign = out.is_dir() and not (out / MARK).is_file()
+    foreign = out.is_dir() and not (out / mark).is_file()
     if foreign and any(not p.name.startswith(".") for p in out.iterdir()):
         raise RunConflictError(
-            f"{out} exists, is not empty and is not a combined layers report; choose another --out"
+            f"{out} exists, is not empty and is not a {what}; choose another --out"
         )
 
 

@@ -31,7 +31,8 @@ from posgen.harness.decomposition.pipeline import decompose_model
 from posgen.harness.hf_posgen.model import HFPosgenLM
 from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
 from posgen.harness.layers.folder import LayersFolder
-from posgen.harness.loading import hflm_kwargs
+from posgen.harness.loading import hflm_kwargs, load_model
+from posgen.results.folder.config import ModelEntry
 from posgen.results.folder.layers_config import LayersConfig
 from posgen.results.folder.store import atomic_write_parquet
 from posgen.tasks.offline import load_rows
@@ -53,10 +54,19 @@ def word_count(text: str) -> int:
 def load_lm(config: LayersConfig, device: str | None) -> Any:
     """The model as ``posgen run`` loads it: ``HFPosgenLM`` with the entry's loading
     options (:func:`posgen.harness.loading.hflm_kwargs`)."""
-    entry = config.model
-    return HFPosgenLM(
-        pretrained=entry.path, batch_size=config.batch_size, **hflm_kwargs(entry, device)
-    )
+    return load_entry_lm(config.model, config.batch_size, config.seed, device)
+
+
+def load_entry_lm(entry: ModelEntry, batch_size: str, seed: int, device: str | None) -> Any:
+    """``HFPosgenLM`` of ``entry`` with its loading options; a random-init twin is built
+    from the entry's architecture with ``seed`` and handed in loaded."""
+    kwargs = hflm_kwargs(entry, device)
+    if entry.random_init:
+        twin = load_model(entry, kwargs["device"], seed=seed)
+        return HFPosgenLM(
+            pretrained=twin.model, tokenizer=twin.tokenizer, batch_size=batch_size, **kwargs
+        )
+    return HFPosgenLM(pretrained=entry.path, batch_size=batch_size, **kwargs)
 
 
 def score_documents(lm: Any, texts: list[str]) -> list[float]:
@@ -77,32 +87,50 @@ def run_cells(
     line per cell scored, and one on the prefix reuse, to ``progress``); returns seconds
     per cell scored."""
     cfg = folder.config
-    docs = prose_documents(cfg.limit)
+    schemes = {"positions": cfg.positions, "features": cfg.features, "seed": cfg.seed}
+    cells = [
+        (c.name, None if c.plain else {**schemes, "layers": c.layers, "heads": c.heads})
+        for c in cfg.cells()
+    ]
+    return score_cells(folder, lm, cells, cfg.limit, cfg.seed, progress, log)
+
+
+def score_cells(
+    folder: LayersFolder,
+    lm: Any,
+    cells: list[tuple[str, dict[str, Any] | None]],
+    limit: int,
+    seed: int,
+    progress: Callable[[str], None] | None = None,
+    log: TextIO | None = None,
+) -> dict[str, float]:
+    """Score the unfinished ``cells`` of ``folder`` in order: each a name and the keyword
+    arguments of ``lm.set_perturbation`` (None: the plain model), on the first ``limit``
+    posgen_prose documents with ``seed``; every cell is written as soon as it is scored
+    (a line per cell, and one on the prefix reuse, to ``progress``). With
+    ``lm.prefix_reuse`` the plain cell must come first (a resumed run records the plain
+    layers once more, unwritten). Returns seconds per cell scored."""
+    docs = prose_documents(limit)
     texts = [d["text"] for d in docs]
     timings: dict[str, float] = {}
-    todo = [c for c in cfg.cells() if not folder.has_cell(c.name)]
+    todo = [c for c in cells if not folder.has_cell(c[0])]
     reuse = lm.prefix_reuse
-    if reuse is not None and todo and not todo[0].plain and len(todo) > 2:
+    if reuse is not None and todo and todo[0][1] is not None and len(todo) > 2:
         # resumed after the plain cell: one plain pass (not written) records the layers
-        lm.set_perturbation(None, None, cfg.seed)
+        lm.set_perturbation(None, None, seed)
         with contextlib.redirect_stderr(log or sys.stderr):
             score_documents(lm, texts)
-    for k, cell in enumerate(todo, 1):
-        if cell.plain:
-            lm.set_perturbation(None, None, cfg.seed)
-        else:
-            lm.set_perturbation(
-                cfg.positions, cfg.features, cfg.seed, layers=cell.layers, heads=cell.heads
-            )
+    for k, (cell, perturbation) in enumerate(todo, 1):
+        lm.set_perturbation(**(perturbation or {"seed": seed}))
         start, cpu = time.perf_counter(), time.process_time()
         with contextlib.redirect_stderr(log or sys.stderr):
             ll = score_documents(lm, texts)
-        timings[cell.name] = time.perf_counter() - start
+        timings[cell] = time.perf_counter() - start
         cpu = time.process_time() - cpu  # every thread of this process
-        folder.write_cell(cell.name, _cell_record(cell.name, docs, ll, lm))
+        folder.write_cell(cell, _cell_record(cell, docs, ll, lm))
         if progress is not None:
-            progress(f"{cell.name} ({k}/{len(todo)}) {timings[cell.name]:.1f} s ({cpu:.1f} CPU-s)")
-    lm.set_perturbation(None, None, cfg.seed)
+            progress(f"{cell} ({k}/{len(todo)}) {timings[cell]:.1f} s ({cpu:.1f} CPU-s)")
+    lm.set_perturbation(None, None, seed)
     if reuse is not None:
         if progress is not None and todo:
             progress(f"prefix reuse {reuse.note}")
@@ -111,7 +139,7 @@ def run_cells(
 
 
 def _cell_record(name: str, docs: list[dict], ll: list[float], lm: Any) -> dict[str, Any]:
-    """What a cell file holds: per-document log-likelihoods and word counts, the
+    """What a cell file holds: per-document log-likelihoods, word and token counts, the
     perturbation as applied, and how the prefix reuse ran."""
     reuse = lm.prefix_reuse
     return {
@@ -119,6 +147,7 @@ def _cell_record(name: str, docs: list[dict], ll: list[float], lm: Any) -> dict[
         "documents": [d["doc_id"] for d in docs],
         "loglikelihood": ll,
         "words": [word_count(d["text"]) for d in docs],
+        "tokens": [len(lm.tok_encode(d["text"])) for d in docs],  # the tokens predicted
         "perturbation": lm.perturbation.to_dict(),
         **({} if reuse is None else {"prefix_reuse": reuse.note}),
     }
@@ -138,6 +167,7 @@ def decompose(folder: LayersFolder, lm: Any) -> Path:
         progress=False,
     )
     table["model"] = cfg.model.label
+    table["random_init"] = cfg.model.random_init
     atomic_write_parquet(folder.decomposition_path, table)
     return folder.decomposition_path
 

@@ -1,7 +1,7 @@
 """The layout of the exact logit fit: which entries are fitted, and the factorised Gram
 matrix shared by every head, layer and document with the same mask.
 
-See :mod:`posgen.harness.decomposition.logit_fit` for the equations (G, its Schur
+See :mod:`posgen.harness.additive_fit.logit_fit` for the equations (G, its Schur
 complement S and the generalised inverse S⁻ built here, once per layout, in float64).
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from posgen.harness.decomposition.causal_layout import CausalLayout, LayoutCommon
+from posgen.harness.additive_fit.causal_layout import CausalLayout, LayoutCommon
 
 _RANK_TOL = 1e-7  # pivots below _RANK_TOL * max diagonal count as null (1e-9 let rounding
 # through at n = 1024: a spurious rank, r off by 1e-4; nonzero eigenvalues of S are >= ~1 here)

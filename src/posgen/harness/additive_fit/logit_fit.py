@@ -41,7 +41,7 @@ exact.
 
 For the causal mask (with or without sink keys and the diagonal) the same normal equations
 are solved from their structure instead, with no n × n matrix:
-:mod:`posgen.harness.decomposition.causal_layout` (prefix-sum products with G, conjugate
+:mod:`posgen.harness.additive_fit.causal_layout` (prefix-sum products with G, conjugate
 gradients); ``LayoutCache.causal`` picks it. Both layouts offer ``solve``.
 
 Everything per head is O(n²) sums (``head_sums``: the only pass over the logits; see
@@ -65,7 +65,7 @@ from typing import Protocol
 
 import torch
 
-from posgen.harness.decomposition.fit_layout import (  # re-exported: the fit's public API
+from posgen.harness.additive_fit.fit_layout import (  # re-exported: the fit's public API
     FitLayout,
     FitOptions,
     LayoutCache,

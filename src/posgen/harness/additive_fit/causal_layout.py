@@ -4,7 +4,7 @@ n × n matrix.
 Fitted entries F = {(i, j): k ≤ j, d₀ ≤ i − j < W, 0 ≤ i < n}: causal (W ≥ n) or the band
 of the last W keys (Λ attention's local branch), without the first k key positions (sink
 keys) and, with d₀ = 1, without the diagonal. With W' = min(W, n), the normal equations
-G θ = s of :mod:`posgen.harness.decomposition.logit_fit` then have
+G θ = s of :mod:`posgen.harness.additive_fit.logit_fit` then have
 
     n_d[d] = n − d − k (d₀ ≤ d < W'),   n_i[i] = i − d₀ + 1 − max(k, i − W' + 1),
     n_j[j] = min(n, j + W') − j − d₀ (j ≥ k)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from posgen.harness.decomposition.logit_fit import (
+from posgen.harness.additive_fit.logit_fit import (
     FitLayout,
     FitOptions,
     HeadSums,
@@ -19,7 +19,7 @@ from posgen.harness.decomposition.logit_fit import (
     fitted_map,
     head_sums,
 )
-from posgen.harness.decomposition.logit_fit_reference import reference_fit
+from posgen.harness.additive_fit.logit_fit_reference import reference_fit
 
 
 def _causal(n: int) -> torch.Tensor:

@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posgen.harness.decomposition.causal_layout import CausalLayout
-from posgen.harness.decomposition.fit_layout import band_mask
-from posgen.harness.decomposition.logit_fit import (
+from posgen.harness.additive_fit.causal_layout import CausalLayout
+from posgen.harness.additive_fit.fit_layout import band_mask
+from posgen.harness.additive_fit.logit_fit import (
     FitLayout,
     FitOptions,
     LayoutCache,
     fit_sums,
     head_sums,
 )
-from posgen.harness.decomposition.logit_fit_reference import reference_fit
+from posgen.harness.additive_fit.logit_fit_reference import reference_fit
 from posgen.harness.decomposition.qk_pattern import distance_key_r, distance_sums
 
 
@@ -241,7 +241,7 @@ def test_band_row_moments_match_brute_force():
 @pytest.mark.parametrize("window", [None, 40])
 def test_heads_solved_in_batches_equal_one_batch(monkeypatch, window):
     """Each head's CG is its own: batches of one head give the fit of all heads at once."""
-    from posgen.harness.decomposition import causal_layout
+    from posgen.harness.additive_fit import causal_layout
 
     n = 96
     w = _logits(n, 5, torch.Generator().manual_seed(11))

@@ -1,6 +1,6 @@
 """Reference solve of the logit fit: sparse least squares with scipy ``lsqr`` (slow).
 
-Used by the tests and the benchmark to check ``posgen.harness.decomposition.logit_fit`` independently:
+Used by the tests and the benchmark to check ``posgen.harness.additive_fit.logit_fit`` independently:
 it builds the design matrix X explicitly and never uses the structured normal equations.
 """
 

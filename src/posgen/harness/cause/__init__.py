@@ -1,0 +1,1 @@
+"""``posgen cause``: does the additive form of the logits explain position tolerance?"""

@@ -1,0 +1,225 @@
+"""``posgen cause``: does the additive form of the attention logits explain the tolerance?
+
+One model load: the posgen_prose documents scored plainly and with every layer's (then
+each layer's) logits replaced by their exact additive fit, its distance term alone and its
+key term alone (``hf-posgen logits=``), the controls (the distance term of another
+sequence, the residual shuffled); the logit change each position scheme causes, measured
+and predicted by the fit; with ``--layers-run`` the within-model relation of the predicted
+change to ``posgen layers``' sensitivity; a report. ``--combine RUN...`` draws finished
+cause folders into one report with the cross-model section, loading nothing. See
+docs/cause.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from posgen.harness.cli.arguments import combine_command
+from posgen.harness.input_error import InputError
+from posgen.harness.loading.options import add_loading_arguments
+from posgen.perturbations.seeding import DEFAULT_SEED
+
+DEFAULT_FORMS = "additive;distance;key"
+DEFAULT_CONTROLS = "foreign;shuffled"
+DEFAULT_SCHEMES = "swap:0.05;swap:0.2"
+DEFAULT_LIMIT = 12  # posgen layers' documents
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model", default="embedded", metavar="ID_OR_PATH", help="model (default: embedded)"
+    )
+    parser.add_argument(
+        "--random-init",
+        action="store_true",
+        help="measure the seeded random-init twin of --model (weights drawn from --seed)",
+    )
+    parser.add_argument(
+        "--layers", help="layers replaced one at a time: 12, 0-5 or 3;7;11 (default: every layer)"
+    )
+    parser.add_argument(
+        "--forms",
+        default=DEFAULT_FORMS,
+        help=f"';'-separated logits= forms, each in every layer and in one layer at a time "
+        f"(default {DEFAULT_FORMS}; 'none': no per-layer cells)",
+    )
+    parser.add_argument(
+        "--controls",
+        default=DEFAULT_CONTROLS,
+        help=f"forms run in every layer only (default {DEFAULT_CONTROLS}; 'none')",
+    )
+    parser.add_argument(
+        "--positions",
+        default=DEFAULT_SCHEMES,
+        help=f"';'-separated position schemes whose logit change is predicted "
+        f"(default {DEFAULT_SCHEMES})",
+    )
+    parser.add_argument(
+        "--limit", type=int, default=DEFAULT_LIMIT, help=f"posgen_prose documents ({DEFAULT_LIMIT})"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=DEFAULT_SEED, help=f"perturbation seed ({DEFAULT_SEED})"
+    )
+    parser.add_argument(
+        "--layers-run",
+        type=Path,
+        metavar="DIR",
+        help="a finished `posgen layers` folder of the same model, seed and --limit: relate "
+        "its per-layer sensitivity to the predicted change under its scheme (remembered: a "
+        "rerun of the folder without it relates to the same one)",
+    )
+    parser.add_argument(
+        "--combine",
+        nargs="+",
+        type=Path,
+        metavar="RUN",
+        help="instead of a run: one report over finished posgen cause folders, with the "
+        "cross-model section; no model loads",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="output folder (default ./posgen-cause/<model>, with --combine "
+        "./posgen-cause/combined)",
+    )
+    parser.add_argument("--batch-size", default="8", help="lm-eval batch size (default 8)")
+    add_loading_arguments(parser)
+    parser.add_argument("--no-progress", action="store_true", help="no per-cell progress lines")
+
+
+def _names(text: str, what: str) -> list[str]:
+    parts = [p.strip() for p in text.split(";") if p.strip()]
+    if parts == ["none"]:
+        return []
+    if len(set(parts)) != len(parts):
+        raise InputError(f"--{what} {text}: a name is given twice")
+    return parts
+
+
+def _forms(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    from posgen.harness.hf_posgen.logit_forms import LogitForm
+
+    forms, controls = _names(args.forms, "forms"), _names(args.controls, "controls")
+    for name in [*forms, *controls]:
+        LogitForm(name)  # names the forms on a typo
+    if "foreign" in forms:
+        raise InputError(
+            "--forms: foreign is a control (every layer at once); give it in --controls"
+        )
+    if set(forms) & set(controls):
+        raise InputError("--forms and --controls name the same form twice")
+    if not forms and not controls:
+        raise InputError("give at least one form in --forms or --controls")
+    return forms, controls
+
+
+def _schemes(text: str, seed: int) -> list[str]:
+    import numpy as np
+
+    from posgen.perturbations.base import registry
+
+    out = []
+    for part in _names(text, "positions"):
+        scheme = registry.parse("position", part)
+        if scheme.is_identity:
+            raise InputError(f"--positions {part}: moves nothing; give a rate above 0")
+        if not np.issubdtype(scheme.position_values(np.arange(64), seed).dtype, np.integer):
+            raise InputError(
+                f"--positions {part}: gives non-integer positions; the fit's distance term "
+                "a[d] is known at integer d only (give a reordering or a shift)"
+            )
+        out.append(scheme.to_string())
+    if not out:
+        raise InputError("--positions: give at least one position scheme")
+    return out
+
+
+def resolve(args: argparse.Namespace) -> dict:
+    """The run's settings, every check done before the model loads."""
+    from posgen.harness.hf_posgen.layer_selection import check_layers, parse_layers
+    from posgen.harness.loading import LoadOptions, check_device, load_config, model_entries
+    from posgen.perturbations.base import PerturbationError
+
+    if args.limit < 2:
+        raise InputError(f"--limit {args.limit}: need at least 2 documents for an interval")
+    try:
+        forms, controls = _forms(args)
+        schemes = _schemes(args.positions, args.seed)
+        layers = parse_layers(args.layers)
+        check_device(args.device)
+        options = LoadOptions.from_args(args)
+        entry = model_entries([args.model], options, random_init=args.random_init, seed=args.seed)[
+            -1
+        ]
+        count = int(load_config(entry).get_text_config().num_hidden_layers)
+        check_layers(layers, count, entry.label)
+    except PerturbationError as e:
+        raise InputError(str(e)) from None
+    if not entry.rope:
+        raise InputError(
+            f"{entry.path} has no rotary position embedding: the predicted change of a "
+            "position scheme needs RoPE"
+        )
+    return {
+        "model": entry.to_dict(),
+        "seed": args.seed,
+        "limit": args.limit,
+        "layers": list(layers if layers is not None else range(count)) if forms else [],
+        "forms": forms,
+        "controls": controls,
+        "schemes": schemes,
+        "batch_size": args.batch_size,
+    }
+
+
+def _progress(line: str) -> None:
+    print(f"posgen cause: {line}", file=sys.stderr, flush=True)
+
+
+def combine_main(args: argparse.Namespace) -> int:
+    from posgen.harness.cause.combine import combine
+
+    return combine_command(args, "cause", configure_parser, combine)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.combine is not None:
+        return combine_main(args)
+    from posgen.harness.cause.score import LayersRunError, check_layers_run
+
+    try:
+        config = resolve(args)
+        if args.layers_run is not None:
+            check_layers_run(config, args.layers_run)
+    except (InputError, LayersRunError) as e:
+        print(f"posgen cause: {e}", file=sys.stderr)
+        return 2
+    import contextlib
+    import time
+
+    from posgen.harness.cause.folder import CauseFolder
+    from posgen.harness.cause.runner import run
+    from posgen.harness.cause.score import write_report
+    from posgen.results.folder.lock import RunLock, RunLockedError
+    from posgen.results.folder.store import RunConflictError, slug
+
+    out = args.out or Path("posgen-cause") / slug(config["model"]["label"])
+    start = time.perf_counter()
+    try:
+        with contextlib.ExitStack() as stack:
+            folder = CauseFolder.create(out, config)
+            stack.enter_context(RunLock(out))
+            timings = run(folder, args.device, None if args.no_progress else _progress)
+            paths = write_report(folder, folder.layers_run(args.layers_run))
+    except (RunConflictError, RunLockedError, LayersRunError) as e:
+        print(f"posgen cause: {e}", file=sys.stderr)
+        return 2
+    cells = sum(v for k, v in timings.items() if k != "prediction")
+    print(
+        f"posgen cause: {len(timings)} step(s) in {time.perf_counter() - start:.1f} s "
+        f"(cells {cells:.1f} s, prediction {timings.get('prediction', 0):.1f} s); "
+        f"report in {paths['md']}"
+    )
+    return 0

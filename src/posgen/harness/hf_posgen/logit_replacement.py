@@ -1,0 +1,265 @@
+"""Where ``logits=`` enters: posgen's attention function replaces the logits on the forward.
+
+posgen registers one attention function per base implementation with
+``transformers.AttentionInterface`` under ``posgen_logits_<base>`` (``sdpa`` or
+``eager``), with that implementation's mask function under the same name, through
+:func:`posgen.compat.using_attention`. In a layer outside ``layers=`` it calls the
+model's own implementation unchanged. In a chosen layer, for each row of the batch:
+
+1. the row's real tokens are the keys some query may attend (HFLM right-pads: the first
+   m of the n slots), and the fitted entries F are the entries the layer attends among
+   them with j ≤ i (the causal mask, or the model's own, e.g. a sliding window);
+2. the logits of the chosen heads (all, or ``heads=``), as the model scores them, are
+   ``W = q @ repeat_kv(k)ᵀ · scaling`` [P, m, m] float32 (then the layer's soft-capping,
+   tanh(W / cap) · cap), from the model's own post-RoPE q and k;
+3. the exact fit of W over F (:mod:`posgen.harness.additive_fit.logit_fit`; a causal or
+   band F is solved from its structure) gives the form's replacement W'
+   (:mod:`.logit_forms`), and δ = W' − W on F, 0 elsewhere;
+4. the model's own attention runs with the additive mask (0 where the layer attends, the
+   dtype's minimum elsewhere) plus δ: it computes W, adds the mask, so its softmax sees
+   W + δ = W' (to float rounding) where the layer attends, and multiplies by the values
+   as usual. That is transformers' ``sdpa`` function (a float mask) where the model runs
+   sdpa, else (eager, soft-capping, attention sinks) the family's own eager attention.
+   Nothing of attention or RoPE is re-implemented.
+
+With ``heads=`` the model's own implementation also runs, and the other heads' outputs
+are taken from it (bit for bit what plain ``hf`` computes). Forwards with a KV cache
+(``generate``) are refused: the fit needs the full rows.
+
+Cost per chosen layer: one [B, H, n, n] logit product more than eager attention, the
+O(n²) sums of the fit, O(n) structured solve, and the [B, H, n, n] replacement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from posgen.compat import base_implementation, using_attention
+from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache, fit_sums, head_sums
+from posgen.harness.hf_posgen.logit_forms import (
+    SHUFFLE_STREAM,
+    LogitDonor,
+    LogitForm,
+    logit_change,
+)
+from posgen.harness.hf_posgen.qk_noise import base_forward
+from posgen.harness.model_family import family_of
+from posgen.perturbations.seeding import standard_normal, stream_seed
+
+_PREFIX = "posgen_logits_"
+BASES = ("sdpa", "eager")
+
+
+@dataclass
+class LogitReplacement:
+    """What the attention function needs for one forward (or several)."""
+
+    form: LogitForm
+    layers: tuple[int, ...] | None = None  # None: every layer
+    heads: tuple[int, ...] | None = None  # None: every query head
+    seed: int = 0
+    keys: tuple[bytes, ...] = ()  # per batch row, the key of its tokens (``shuffled``)
+    donor: LogitDonor | None = None  # ``foreign``
+    layouts: LayoutCache = field(default_factory=LayoutCache)
+    options: FitOptions = field(default_factory=FitOptions)
+    _masks: tuple | None = field(default=None, repr=False)  # (mask, shape, MaskRows)
+
+    def acts_in(self, layer: int) -> bool:
+        return self.layers is None or layer in self.layers
+
+    def mask_rows(self, attention_mask, query, key, module, kwargs) -> MaskRows:
+        """The :class:`MaskRows` of this call's mask: the previous layer's when the model
+        passed the same mask object for the same shapes (one per forward, as a rule)."""
+        shape = (query.shape[0], query.shape[2], key.shape[2], query.dtype)
+        last = self._masks
+        if last is not None and last[0] is attention_mask and last[1] == shape:
+            return last[2]
+        attended = attended_entries(attention_mask, query, key, module, kwargs)
+        rows = []
+        for row in range(shape[0]):
+            m = real_length(attended[row])
+            fitted = self.options.apply(attended[row, :m, :m])
+            rows.append((m, fitted, fit_layout(self.layouts, fitted, self.options)))
+        low = torch.finfo(query.dtype).min
+        additive = torch.where(attended[:, None], 0.0, low).to(query.dtype)
+        found = MaskRows(additive, rows)
+        self._masks = (attention_mask, shape, found)  # holds the mask: its id stays unique
+        return found
+
+
+@dataclass
+class MaskRows:
+    """One mask's additive form [B, 1, n, keys] and per row (m, F [m, m], layout)."""
+
+    additive: torch.Tensor
+    rows: list[tuple[int, torch.Tensor, Any]]
+
+
+_ACTIVE: ContextVar[LogitReplacement | None] = ContextVar("posgen_logit_replacement", default=None)
+
+
+def attention_name(base: str) -> str:
+    """The registered name of the replacement around ``base`` (``sdpa``, ``eager``)."""
+    return _PREFIX + base
+
+
+@contextmanager
+def logits_replaced(model: torch.nn.Module, replacement: LogitReplacement) -> Iterator[None]:
+    """Within the block, forwards of ``model`` replace the logits of ``replacement``'s
+    layers and heads by its form; the model's own attention is restored on exit."""
+    base = base_implementation(model)
+    if base not in BASES:
+        raise ValueError(
+            f"logits={replacement.form.name} runs over sdpa or eager attention; the model "
+            f"runs {base!r} (load it with --attn-implementation sdpa)"
+        )
+    if replacement.form.needs_donor and replacement.donor is None:
+        raise ValueError("logits=foreign needs a donor sequence's fit (LogitDonor)")
+    token = _ACTIVE.set(replacement)
+    try:
+        with using_attention(
+            model, attention_name(base), lambda: _make_forward(base), mask=base, wraps=base
+        ):
+            yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+def _make_forward(base: str) -> Callable[..., Any]:
+    def forward(module, query, key, value, attention_mask, **kwargs):
+        state = _ACTIVE.get()
+        if state is None:
+            raise RuntimeError(
+                f"attention implementation {attention_name(base)!r} was called outside "
+                "posgen's logits= context; use HFPosgenLM"
+            )
+        layer = int(module.layer_idx)
+        run = base_forward(base, module)
+        if not state.acts_in(layer):
+            return run(module, query, key, value, attention_mask, **kwargs)
+        if query.shape[2] != key.shape[2]:
+            raise RuntimeError("logits= replaces whole forwards only (no KV cache, no generate)")
+        masks = state.mask_rows(attention_mask, query, key, module, kwargs)
+        delta = logit_delta(state, module, layer, query, key, masks.rows, kwargs)
+        mask = delta.to(query.dtype).add_(masks.additive)
+        attend = _attend(base, module, kwargs.get("softcap"))
+        out, weights = attend(module, query, key, value, mask, **kwargs)
+        if state.heads is None:
+            return out, weights
+        plain, plain_weights = run(module, query, key, value, attention_mask, **kwargs)
+        heads = list(state.heads)
+        plain = plain.clone()
+        plain[:, :, heads] = out[:, :, heads]  # [B, T, H, d]
+        if plain_weights is not None and weights is not None:
+            plain_weights = plain_weights.clone()
+            plain_weights[:, heads] = weights[:, heads]
+        return plain, plain_weights
+
+    forward.__name__ = f"posgen_logits_{base}_forward"
+    return forward
+
+
+def _attend(base: str, module: torch.nn.Module, softcap: Any) -> Callable[..., Any]:
+    """The attention that takes the replaced logits as a float mask (module doc)."""
+    own_sdpa = base == "sdpa" and softcap is None and getattr(module, "sinks", None) is None
+    return base_forward(base if own_sdpa else "eager", module)
+
+
+def attended_entries(attention_mask, query, key, module, kwargs) -> torch.Tensor:
+    """[B, n, keys] bool, True where the layer attends: the mask the model passed (bool for
+    sdpa, additive for eager; [B, 1, n, keys]), or, where sdpa was given none (an unpadded
+    causal forward), the causal mask."""
+    b, n, keys = query.shape[0], query.shape[2], key.shape[2]
+    if attention_mask is None:
+        causal = kwargs.get("is_causal")
+        causal = bool(getattr(module, "is_causal", True) if causal is None else causal)
+        full = torch.ones(n, keys, dtype=torch.bool, device=query.device)
+        return (full.tril(keys - n) if causal else full).expand(b, n, keys)
+    mask = attention_mask[:, 0, :, :keys]
+    if mask.dtype == torch.bool:
+        return mask
+    return mask > torch.finfo(mask.dtype).min / 2
+
+
+def logit_delta(state, module, layer, query, key, rows, kwargs) -> torch.Tensor:
+    """δ = W' − W [B, H, n, keys] float32 (module doc), 0 off each row's fitted entries and
+    for heads outside ``heads=``; ``rows``: per batch row (m, F, layout)."""
+    b_size, h, n = query.shape[:3]
+    heads = list(range(h)) if state.heads is None else list(state.heads)
+    if max(heads) >= h:
+        raise RuntimeError(f"heads={heads}: layer {layer} has {h} query heads")
+    keys_full = family_of(module).expand_kv(module, key, h)
+    scaling = kwargs.get("scaling")
+    scaling = module.head_dim**-0.5 if scaling is None else scaling
+    softcap = kwargs.get("softcap")
+    whole = b_size == 1 and len(heads) == h and rows[0][0] == n  # δ written in place
+    make = torch.empty if whole else torch.zeros
+    delta = make(b_size, h, n, key.shape[2], dtype=torch.float32, device=query.device)
+    for row, (m, fitted, layout) in enumerate(rows):
+        w = torch.matmul(query[row, heads, :m].float(), keys_full[row, heads, :m].float().mT)
+        w.mul_(scaling)
+        if softcap is not None:
+            w = torch.tanh(w / softcap) * softcap
+        fits = fit_sums(head_sums(w, layout, dtype=torch.float32), layout)
+        change = logit_change(
+            state.form,
+            w,
+            fits,
+            fitted,
+            distance_index(layout),
+            donor_a=None if state.donor is None else state.donor.distance_term(layer, heads, m),
+            shuffle_keys=_shuffle_keys(state, layer, row, h, m, query.device, heads),
+            out=delta[0] if whole else None,
+        )
+        if not whole:
+            delta[row, heads, :m, :m] = change
+    return delta
+
+
+def real_length(attended: torch.Tensor) -> int:
+    """m, the row's real tokens: the keys some query attends ([n, keys] bool), which must be
+    the first m (HFLM right-pads)."""
+    used = attended.any(0)
+    m = int(used.sum())
+    if m == 0 or not bool(used[:m].all()):
+        raise RuntimeError("logits= needs right-padded rows (the real tokens first)")
+    return m
+
+
+def fit_layout(layouts: LayoutCache, fitted: torch.Tensor, options: FitOptions):
+    """The layout of the fitted entries ``fitted`` [m, m]: the structured causal or band
+    layout where F is one of them, else the dense layout of F."""
+    m, dev = fitted.shape[-1], fitted.device
+    causal = torch.ones(m, m, dtype=torch.bool, device=dev).tril()
+    if torch.equal(fitted, causal):
+        return layouts.causal(m, options, dev)
+    width = int(fitted[-1].sum())
+    if 0 < width < m and torch.equal(fitted, causal.triu(1 - width)):
+        return layouts.causal(m, options, dev, window=width)
+    return layouts.get(fitted, dev)
+
+
+def distance_index(layout) -> torch.Tensor:
+    """[m, m] long, i − j clamped at 0 (kept with the layout)."""
+    key = ("distance_index",)
+    if key not in layout.extra:
+        i = torch.arange(layout.n, device=layout.count_d.device)
+        layout.extra[key] = (i[:, None] - i[None, :]).clamp(min=0)
+    return layout.extra[key]
+
+
+def _shuffle_keys(state, layer, row, h, m, device, heads) -> torch.Tensor | None:
+    """Random sort keys [P, m, m] for ``shuffled``, drawn for every head of the layer from
+    (seed, layer, the row's token key): the same in any batch and for any ``heads=``."""
+    if state.form.name != "shuffled":
+        return None
+    if len(state.keys) <= row:
+        raise RuntimeError("logits=shuffled needs each row's token key (the batch plan)")
+    seed64 = stream_seed(state.seed, SHUFFLE_STREAM, state.keys[row] + layer.to_bytes(4, "little"))
+    return standard_normal(seed64, (h, m, m), device)[heads]

@@ -1,0 +1,349 @@
+"""The report of ``posgen cause``: "Does the additive form explain the tolerance?".
+
+A profile is the plain data :func:`posgen.harness.cause.score.build_profile` gives: the
+NLL cells against the plain model, the predicted change pooled per scheme and per
+(scheme, layer), the relation to a ``posgen layers`` profile. The answer is read off three
+stated checks (:func:`checks`), each with its numbers, and says "no" where they fail.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from posgen.results.report.layers import relation_table, verdict
+from posgen.results.report.plots import new_figure, png_bytes
+
+PREDICTS = 0.5  # share of ‖ΔW‖² and of the attention-row change the form must explain
+ALPHA = 0.05
+FORM_STYLE = {"additive": "tab:blue", "distance": "tab:orange", "key": "tab:green"}
+
+
+def _fmt(v: Any, digits: int = 3) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "n/a"
+    return f"{v:.{digits}g}" if isinstance(v, float) else str(v)
+
+
+def _finite(v: Any) -> bool:
+    return v is not None and isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _all_layers(prof: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    return {r["form"]: r for r in prof["nll"] if r["layer"] == "all"}
+
+
+def checks(prof: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The three checks of the answer, each ``{"name", "holds" (True/False/None: not
+    tested), "text"}``:
+
+    1. *carries*: with every layer replaced, the fit (``additive``) costs clearly less than
+       each single term: its D's interval lies below the intervals of ``distance`` and
+       ``key``;
+    2. *predicts*: under every scheme the form explains at least ``PREDICTS`` of the
+       measured logit change (pooled share) and of the attention-row change (KL explained);
+    3. *tracks*: across layers, the predicted change is associated with ``posgen layers``'
+       sensitivity (levels and changes both p ≤ ``ALPHA`` in the mirror-shift test, ρ > 0);
+       not tested where either test is not estimable (too few layers).
+    """
+    out = []
+    cells = _all_layers(prof)
+    fit, singles = cells.get("additive"), [cells.get(f) for f in ("distance", "key")]
+    if fit is None or any(s is None for s in singles):
+        out.append(
+            {
+                "name": "carries",
+                "holds": None,
+                "text": "not run (needs additive, distance and key in every layer)",
+            }
+        )
+    else:
+        holds = all(fit["ci_hi"] < s["ci_lo"] for s in singles)
+        out.append(
+            {
+                "name": "carries",
+                "holds": holds,
+                "text": (
+                    f"every layer replaced by its fit: D = {_fmt(fit['degradation'])} "
+                    f"[{_fmt(fit['ci_lo'])}, {_fmt(fit['ci_hi'])}]; distance term alone "
+                    f"{_fmt(singles[0]['degradation'])}, key term alone {_fmt(singles[1]['degradation'])}"
+                ),
+            }
+        )
+    worst = [
+        (p["scheme"], p["share"], p["kl_explained"])
+        for p in prof["prediction"]
+        if not (p["share"] >= PREDICTS and p["kl_explained"] >= PREDICTS)
+    ]
+    text = "; ".join(
+        f"{p['scheme']}: r = {_fmt(p['r'])}, share {_fmt(p['share'])}, KL explained "
+        f"{_fmt(p['kl_explained'])}, coverage {_fmt(p['coverage'])}"
+        for p in prof["prediction"]
+    )
+    out.append(
+        {
+            "name": "predicts",
+            "holds": not worst if prof["prediction"] else None,
+            "text": text or "no scheme moved a position",
+        }
+    )
+    rel = next((r for r in prof["relation"] if r["covariate"] == "predicted_change"), None)
+    if rel is None:
+        out.append({"name": "tracks", "holds": None, "text": "no --layers-run given"})
+    else:
+        tested = all(_finite(rel[k]) for k in ("rho", "p", "rho_changes", "p_changes"))
+        holds = bool(rel["rho"] > 0 and rel["p"] <= ALPHA and rel["p_changes"] <= ALPHA)
+        out.append(
+            {
+                "name": "tracks",
+                "holds": holds if tested else None,
+                "text": (
+                    f"ρ = {_fmt(rel['rho'], 2)} (mirror-shift p = {_fmt(rel['p'])}; changes ρ = "
+                    f"{_fmt(rel['rho_changes'], 2)}, p = {_fmt(rel['p_changes'])}) over "
+                    f"{rel['n_layers']} layers"
+                    + ("" if tested else "; a test is not estimable at this many layers")
+                ),
+            }
+        )
+    return out
+
+
+def answer(prof: Mapping[str, Any]) -> str:
+    """The plain answer: yes only when all three checks hold; no when the form does not
+    predict the change or does not track sensitivity; partly otherwise."""
+    found = {c["name"]: c["holds"] for c in checks(prof)}
+    if all(v is True for v in found.values()):
+        return "Yes"
+    if found["predicts"] is False or found["tracks"] is False:
+        return "No"
+    if any(v is None for v in found.values()) and not any(v is False for v in found.values()):
+        return "Not answered (a check was not run)"
+    return "Partly"
+
+
+CHECK_TITLES = {
+    "carries": "The additive form carries what attention does",
+    "predicts": "It predicts what a position perturbation does to the logits",
+    "tracks": "Its predicted change tracks where the model is sensitive",
+}
+
+
+def answer_section(prof: Mapping[str, Any]) -> list[str]:
+    lines = [f"**{answer(prof)}.**", ""]
+    for c in checks(prof):
+        mark = {True: "holds", False: "does not hold", None: "not tested"}[c["holds"]]
+        lines.append(f"- {CHECK_TITLES[c['name']]}: **{mark}** ({c['text']}).")
+    lines += [
+        "",
+        f"Rules: *carries* needs the fit's interval (every layer replaced) below those of "
+        f"the distance and key terms alone; *predicts* needs at least {PREDICTS:g} of the "
+        f"logit change's ‖ΔW‖² and of the attention rows' KL change explained under every "
+        f"scheme; *tracks* needs the within-model mirror-shift test of levels and changes "
+        f"at p ≤ {ALPHA} with ρ > 0. The answer is yes when all three hold and no when "
+        "the form does not predict or does not track.",
+    ]
+    return lines
+
+
+def nll_table(prof: Mapping[str, Any]) -> str:
+    lines = ["| logits | NLL/token | plain | D | 95 % CI |", "|---|---|---|---|---|"]
+    for r in prof["nll"]:
+        if r["layer"] == "all":
+            lines.append(
+                f"| {r['form']} (every layer) | {_fmt(r['nll'], 4)} | {_fmt(r['nll_plain'], 4)}"
+                f" | {_fmt(r['degradation'])} | [{_fmt(r['ci_lo'])}, {_fmt(r['ci_hi'])}] |"
+            )
+    return "\n".join(lines)
+
+
+def layer_nll_table(prof: Mapping[str, Any]) -> str:
+    forms = [f for f in prof["forms"]]
+    by = {(r["form"], r["layer"]): r for r in prof["nll"] if r["layer"] != "all"}
+    layers = sorted({k[1] for k in by})
+    head = "| layer | " + " | ".join(f"D {f}" for f in forms) + " |"
+    lines = [head, "|---" * (len(forms) + 1) + "|"]
+    for layer in layers:
+        cells = [by.get((f, layer)) for f in forms]
+        lines.append(
+            f"| {layer} | "
+            + " | ".join(
+                "n/a"
+                if c is None
+                else f"{_fmt(c['degradation'])} [{_fmt(c['ci_lo'])}, {_fmt(c['ci_hi'])}]"
+                for c in cells
+            )
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def prediction_table(rows: Sequence[Mapping[str, Any]], by_layer: bool = False) -> str:
+    first = "| scheme | layer " if by_layer else "| scheme "
+    lines = [
+        first + "| r | share | KL explained | KL(meas‖pred) | measured change | "
+        "predicted change | coverage |",
+        "|---" * (8 + by_layer) + "|",
+    ]
+    for r in rows:
+        where = f"| {r['scheme']} | {r['layer']} " if by_layer else f"| {r['scheme']} "
+        lines.append(
+            where + f"| {_fmt(r['r'])} | {_fmt(r['share'])} | {_fmt(r['kl_explained'])} | "
+            f"{_fmt(r['kl_measured_predicted'])} | {_fmt(r['measured_change'])} | "
+            f"{_fmt(r['predicted_change'])} | {_fmt(r['coverage'])} |"
+        )
+    return "\n".join(lines)
+
+
+def render_markdown(
+    profiles: Sequence[Mapping[str, Any]], figure: str = "cause.png", cross: str = ""
+) -> str:
+    parts = ["# Does the additive form explain the tolerance?", "", f"![cause]({figure})", ""]
+    for prof in profiles:
+        parts += [f"## {prof['model']}", "", *answer_section(prof), ""]
+        parts += [
+            "### What survives the additive form",
+            "",
+            f"{prof['documents']} posgen_prose documents; D = PPL / PPL(plain) − 1 with "
+            "log-t intervals over documents. `distance` is a[i−j] + b[i] and `key` is "
+            "b[i] + c[j]: b[i] is constant along a softmax row, so after the softmax they "
+            "are a[i−j] and c[j] alone. `foreign` takes a[·] from another sequence's fit "
+            "(the probe text); `shuffled` adds the fit's own residual, permuted within "
+            "each row.",
+            "",
+            nll_table(prof),
+            "",
+            "One layer at a time:",
+            "",
+            layer_nll_table(prof),
+            "",
+            "### The predicted change",
+            "",
+            "ΔŴ[i, j] = a[π(i) − π(j)] − a[i − j] from the plain logits' fit against the "
+            "measured change of the layer's logits when only its positions move (the "
+            "sweep's draws on each window). Pooled over heads and documents.",
+            "",
+            prediction_table(prof["prediction"]),
+            "",
+            prediction_table(prof["prediction_layers"], by_layer=True),
+            "",
+        ]
+        if prof["relation"]:
+            run = prof["layers_run"]
+            parts += [
+                "### Against the sensitivity profile",
+                "",
+                f"`posgen layers` folder {run['path']} ({run['scheme']}): per-layer "
+                "sensitivity against the predicted change under that scheme, beside the "
+                "measured change, the prediction's r, fit r and distance share.",
+                "",
+                relation_table(prof),
+                "",
+                verdict(prof),
+                "",
+            ]
+    if cross:
+        parts += [cross, ""]
+    return "\n".join(parts)
+
+
+def cause_figure(profiles: Sequence[Mapping[str, Any]]) -> bytes:
+    """Per model a row of three panels: D per layer (one layer replaced, each form); the
+    prediction's share per layer (each scheme); measured and predicted change per layer
+    (last scheme), with the layers run's sensitivity scaled to its largest value."""
+    fig, axes = new_figure(len(profiles), 3, figsize=(15, 3.6 * len(profiles)))
+    for row, prof in zip(axes, profiles, strict=True):
+        _nll_panel(row[0], prof)
+        _share_panel(row[1], prof)
+        _change_panel(row[2], prof)
+    fig.tight_layout()
+    return png_bytes(fig)
+
+
+def _nll_panel(ax, prof: Mapping[str, Any]) -> None:
+    for form in prof["forms"]:
+        rows = [r for r in prof["nll"] if r["form"] == form and r["layer"] != "all"]
+        if not rows:
+            continue
+        x = np.array([r["layer"] for r in rows], dtype=float)
+        d = np.array([r["degradation"] for r in rows])
+        err = [d - np.array([r["ci_lo"] for r in rows]), np.array([r["ci_hi"] for r in rows]) - d]
+        ax.errorbar(
+            x, d, yerr=err, marker=".", lw=1, capsize=2, label=form, color=FORM_STYLE.get(form)
+        )
+    ax.axhline(0, color="grey", lw=0.5)
+    ax.set_xlabel("layer replaced")
+    ax.set_ylabel("D = PPL / PPL(plain) − 1")
+    ax.set_title(f"{prof['model']}: logits replaced in one layer", fontsize=9)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+
+
+def _share_panel(ax, prof: Mapping[str, Any]) -> None:
+    for scheme in prof["schemes"]:
+        rows = [r for r in prof["prediction_layers"] if r["scheme"] == scheme]
+        x = [r["layer"] for r in rows]
+        ax.plot(x, [r["share"] for r in rows], marker=".", lw=1, label=f"share, {scheme}")
+        ax.plot(
+            x, [r["kl_explained"] for r in rows], ls="--", lw=1, label=f"KL explained, {scheme}"
+        )
+    ax.axhline(PREDICTS, color="grey", lw=0.5, ls=":")
+    ax.set_xlabel("layer")
+    ax.set_ylabel("explained by the additive form")
+    ax.set_title("predicted vs measured change", fontsize=9)
+    ax.legend(fontsize=7)
+
+
+def _change_panel(ax, prof: Mapping[str, Any]) -> None:
+    run = prof.get("layers_run")
+    scheme = run["scheme"] if run else prof["schemes"][-1]
+    rows = [r for r in prof["prediction_layers"] if r["scheme"] == scheme]
+    x = [r["layer"] for r in rows]
+    ax.plot(x, [r["measured_change"] for r in rows], marker=".", lw=1, label="measured change")
+    ax.plot(x, [r["predicted_change"] for r in rows], marker=".", lw=1, label="predicted change")
+    ax.set_xlabel("layer")
+    ax.set_ylabel(f"mean KL of attention rows ({scheme})")
+    ax.set_title("attention-row change per layer", fontsize=9)
+    if run:
+        right = ax.twinx()
+        s = np.array([r["sensitivity"] for r in run["layers"]])
+        top = np.nanmax(np.abs(s)) if np.isfinite(s).any() else 1.0
+        right.plot(
+            [r["layer"] for r in run["layers"]],
+            s / (top or 1.0),
+            color="tab:red",
+            lw=1,
+            alpha=0.7,
+            label="sensitivity (scaled)",
+        )
+        right.set_ylabel("posgen layers sensitivity, scaled")
+        right.legend(fontsize=7, loc="upper right")
+    ax.legend(fontsize=7, loc="upper left")
+
+
+def cross_model_section(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Markdown: the cross-model correlations of
+    :func:`posgen.results.scores.cause.cross_model_rows`, read by their stated rule."""
+    from posgen.results.scores.association import RULE
+
+    lines = ["## Across models", "", f"Rule: {RULE} p is two-sided.", ""]
+    lines += [
+        "| variables | n models | Spearman ρ (exact p) | Pearson r (exact p) | reading |",
+        "|---|---|---|---|---|",
+    ]
+    for c in rows:
+        what = f"{c['x']} vs all-layer sensitivity"
+        twins = f" (+{len(c['twins'])} twin)" if c.get("twins") else ""
+        if not c["estimable"]:
+            lines.append(f"| {what} | {c['n']}{twins} | {c['reason']} | | |")
+            continue
+        cells = [f"{c[k]['r']:.2f} (p = {c[k]['p']:.3g})" for k in ("spearman", "pearson")]
+        reading = (
+            "descriptive only"
+            if c["descriptive_only"]
+            else ("relation" if c["claim"] else "no relation shown")
+        )
+        lines.append(f"| {what} | {c['n']}{twins} | {cells[0]} | {cells[1]} | {reading} |")
+    return "\n".join(lines)

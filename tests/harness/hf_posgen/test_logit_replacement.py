@@ -1,0 +1,195 @@
+"""``logits=``: each layer's logits replaced by their exact additive fit inside the model's
+own forward. Planted truth (an exactly additive model; a planted position–content
+interaction), batch independence, layers=/heads= exactness, the forms and the refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from planted_models import block_window, planted_model
+from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache, fit_heads, fitted_map
+from posgen.harness.decomposition.capture import capture_forward
+from posgen.harness.decomposition.predicted_change import distance_terms
+from posgen.harness.hf_posgen.logit_forms import (
+    LogitDonor,
+    LogitForm,
+    shuffled_within_rows,
+)
+from posgen.harness.hf_posgen.logit_replacement import LogitReplacement, logits_replaced
+from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
+from posgen.perturbations.base import PerturbationError
+from tiny_models import build_model
+
+N = 48
+
+
+def _logits(model, ids, **replace) -> torch.Tensor:
+    with torch.no_grad():
+        if not replace:
+            return model(torch.tensor([ids])).logits[0]
+        with logits_replaced(model, LogitReplacement(**replace)):
+            return model(torch.tensor([ids])).logits[0]
+
+
+def _captured(model, ids) -> torch.Tensor:
+    kept = {}
+    capture_forward(model, ids, lambda cap: kept.__setitem__(cap.layer, cap.logits[0].clone()))
+    return kept[0]
+
+
+def test_an_exactly_additive_model_is_unchanged_by_its_fit_to_float_rounding():
+    model, ids = planted_model(0.0), block_window(N)
+    plain = _logits(model, ids)
+    replaced = _logits(model, ids, form=LogitForm("additive"))
+    assert (replaced - plain).abs().max() < 1e-5 * plain.abs().max()
+    for form in ("distance", "key"):  # each term alone is not the model
+        alone = _logits(model, ids, form=LogitForm(form))
+        assert (alone - plain).abs().max() > 1e-2 * plain.abs().max()
+
+
+@pytest.mark.parametrize("strength", [0.3, 1.0])
+def test_the_fit_removes_exactly_the_non_additive_part_of_a_planted_interaction(
+    monkeypatch, strength
+):
+    """W_λ = A + I (A exactly additive, I the planted interaction). The fit is linear, so
+    the replaced logits are A + fit(I): the replacement removes I − fit(I), as planted."""
+    import transformers.models.gpt_neox.modeling_gpt_neox as neox
+
+    ids = block_window(N)
+    w0, planted = _captured(planted_model(0.0), ids), planted_model(strength)
+    planted.set_attn_implementation("eager")  # the replaced logits reach the eager function
+    interaction = _captured(planted, ids) - w0
+    layout = LayoutCache().causal(N, FitOptions())
+    fit_i = torch.stack(
+        [fitted_map(fit_heads(interaction.double(), layout), h, layout) for h in range(4)]
+    )
+    expected = w0.double() + fit_i  # [H, n, n], NaN off the causal entries
+    seen = {}
+    eager = neox.eager_attention_forward
+
+    def spy(module, query, key, value, attention_mask, scaling, **kw):
+        seen["w"] = (torch.matmul(query, key.transpose(2, 3)) * scaling + attention_mask)[0]
+        return eager(module, query, key, value, attention_mask, scaling, **kw)
+
+    monkeypatch.setattr(neox, "eager_attention_forward", spy)
+    _logits(planted, ids, form=LogitForm("additive"))
+    causal = layout.mask
+    removed = (interaction.double() - fit_i)[:, causal]
+    assert removed.abs().max() > 1e-3  # something non-additive was planted
+    torch.testing.assert_close(
+        seen["w"].double()[:, causal], expected[:, causal], atol=2e-5, rtol=0
+    )
+
+
+def test_sdpa_and_eager_models_get_the_same_replacement():
+    model, ids = planted_model(0.7), block_window(N)
+    sdpa = _logits(model, ids, form=LogitForm("additive"))
+    model.set_attn_implementation("eager")
+    eager = _logits(model, ids, form=LogitForm("additive"))
+    torch.testing.assert_close(sdpa, eager, atol=1e-5, rtol=0)
+    assert (sdpa - _logits(model, ids)).abs().max() > 1e-3  # and the fit moved them
+
+
+def test_a_padded_batch_replaces_each_row_as_alone():
+    """The same fit, draws and replacement per row in any batch (to the rounding of the
+    attention kernel, which differs between a padded and an unpadded row)."""
+    model = build_model("llama")
+    ids = torch.randint(3, 300, (2, 40), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(2, 40, dtype=torch.long)
+    mask[1, 29:] = 0
+    for form in ("additive", "shuffled"):
+        with torch.no_grad():
+            with logits_replaced(model, LogitReplacement(LogitForm(form), keys=(b"a", b"b"))):
+                both = model(ids, attention_mask=mask).logits
+            with logits_replaced(model, LogitReplacement(LogitForm(form), keys=(b"b",))):
+                alone = model(ids[1:, :29]).logits
+        torch.testing.assert_close(both[1, :29], alone[0], atol=1e-5, rtol=0)
+
+
+def test_layers_below_the_first_replaced_one_and_other_heads_are_plain_bit_for_bit():
+    model = build_model("qwen2")
+    ids = torch.randint(3, 300, (1, 32), generator=torch.Generator().manual_seed(1))
+    inputs = {}
+
+    def keep(name):
+        def hook(module, args):
+            inputs[name] = args[0].clone()
+
+        return hook
+
+    attn = [layer.self_attn for layer in model.model.layers]
+    hooks = [a.o_proj.register_forward_pre_hook(keep(f"o{k}")) for k, a in enumerate(attn)]
+    with torch.no_grad():
+        plain = model(ids, output_hidden_states=True).hidden_states
+        plain_o = dict(inputs)
+        with logits_replaced(model, LogitReplacement(LogitForm("key"), layers=(1,), heads=(2,))):
+            moved = model(ids, output_hidden_states=True).hidden_states
+    for h in hooks:
+        h.remove()
+    assert torch.equal(plain[1], moved[1])  # layer 0 is not replaced
+    d = 16  # head_dim of the tiny qwen2
+    got, want = inputs["o1"].view(1, 32, 4, d), plain_o["o1"].view(1, 32, 4, d)
+    assert torch.equal(got[:, :, [0, 1, 3]], want[:, :, [0, 1, 3]])
+    assert not torch.equal(got[:, :, 2], want[:, :, 2])
+
+
+def test_foreign_with_the_sequence_itself_as_donor_is_the_fit():
+    model, ids = planted_model(0.5), block_window(N)
+    donor = LogitDonor(distance_terms(model, ids), "itself")
+    own = _logits(model, ids, form=LogitForm("additive"))
+    foreign = _logits(model, ids, form=LogitForm("foreign"), donor=donor)
+    torch.testing.assert_close(foreign, own, atol=1e-5, rtol=0)
+    short = LogitDonor(distance_terms(model, ids[:16]), "short")
+    with pytest.raises(RuntimeError, match="longer than the donor"):
+        _logits(model, ids, form=LogitForm("foreign"), donor=short)
+
+
+def test_shuffled_permutes_each_rows_residual_among_its_fitted_entries():
+    gen = torch.Generator().manual_seed(3)
+    fitted = torch.rand(12, 12, generator=gen) < 0.6
+    fitted = fitted.tril()
+    values = torch.where(fitted, torch.randn(2, 12, 12, generator=gen), 0.0)
+    keys = torch.randn(2, 12, 12, generator=gen)
+    out = shuffled_within_rows(values, fitted, keys)
+    assert torch.equal(out[:, ~fitted], torch.zeros_like(out[:, ~fitted]))
+    for p in range(2):
+        for i in range(12):
+            row = fitted[i]
+            assert torch.equal(out[p, i, row].sort().values, values[p, i, row].sort().values)
+    assert not torch.equal(out, values)
+
+
+def test_shuffled_is_seeded_by_seed_layer_and_tokens():
+    model = build_model("llama")
+    ids = list(range(5, 45))
+    a = _logits(model, ids, form=LogitForm("shuffled"), keys=(b"x",), seed=1)
+    b = _logits(model, ids, form=LogitForm("shuffled"), keys=(b"x",), seed=1)
+    c = _logits(model, ids, form=LogitForm("shuffled"), keys=(b"x",), seed=2)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"logits": "aditive"}, "did you mean 'additive'"),
+        ({"logits": "additive", "features": "qk_noise:0.5"}, "both replace the attention"),
+        (
+            {"logits": "key", "positions": "swap:0.1", "layers": "1", "heads": "0"},
+            "picks heads for the replacement only",
+        ),
+        ({"heads": "1", "logits": "key"}, "give layers= too"),
+    ],
+)
+def test_logits_specs_are_refused_before_loading(kwargs, message):
+    args = {"positions": None, "features": None, "seed": 0, **kwargs}
+    with pytest.raises(PerturbationError, match=message):
+        ModelPerturbation.parse(
+            args.pop("positions"), args.pop("features"), args.pop("seed"), **args
+        )
+
+
+def test_logits_with_layers_is_a_perturbation_of_its_own():
+    p = ModelPerturbation.parse(None, None, 0, layers="3", logits="additive")
+    assert p.changes_model and p.to_dict()["logits"] == "additive"
+    assert p.cache_namespace() != ModelPerturbation.parse(None, None, 0).cache_namespace()
