@@ -193,3 +193,13 @@ def test_logits_with_layers_is_a_perturbation_of_its_own():
     p = ModelPerturbation.parse(None, None, 0, layers="3", logits="additive")
     assert p.changes_model and p.to_dict()["logits"] == "additive"
     assert p.cache_namespace() != ModelPerturbation.parse(None, None, 0).cache_namespace()
+
+
+def test_the_distance_matrix_is_a_gather_by_the_clamped_distance():
+    from posgen.harness.hf_posgen.logit_forms import distance_matrix
+
+    a = torch.randn(3, 12, dtype=torch.float32)
+    for m in (1, 2, 7, 12):
+        i = torch.arange(m)
+        index = (i[:, None] - i[None, :]).clamp(min=0)
+        assert torch.equal(distance_matrix(a, m), a[:, index])

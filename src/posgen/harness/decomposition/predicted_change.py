@@ -56,7 +56,7 @@ from typing import Any
 
 import torch
 
-from posgen.harness.additive_fit.causal_layout import CausalLayout, one_thread
+from posgen.harness.additive_fit.causal_layout import CausalLayout
 from posgen.harness.additive_fit.logit_fit import (
     FitOptions,
     LayoutCache,
@@ -283,15 +283,16 @@ class ChangePredictor:
             layout = self.layouts.causal(n, self.options, cap.query.device)
         if isinstance(layout, CausalLayout):  # the strips (module doc)
             q, k = cap.query[0], cap.key[0]
-            with one_thread():  # O(H k n) tensors: on a loaded CPU, thread hand-offs cost more
-                raw = layer_qk_sums(q, k, layout, scaling=cap.scaling).total
-                zero = torch.zeros(heads, dtype=torch.float64, device=q.device)
-                fits = fit_sums(centred_sums(*raw, zero, layout), layout)
-                if self._strips is None:
-                    self._strips = WindowStrips.of(self.positions.to(q.device), n)
-                figures = strip_change_figures(
-                    q, k, query[0], key[0], cap.scaling, fits.a, self._strips
-                )
+            # torch's own threads: on 2 idle cores the strips take 1.6x a capture forward
+            # with them, 2.8x on one thread (benchmarks/bench_cause.py)
+            raw = layer_qk_sums(q, k, layout, scaling=cap.scaling).total
+            zero = torch.zeros(heads, dtype=torch.float64, device=q.device)
+            fits = fit_sums(centred_sums(*raw, zero, layout), layout)
+            if self._strips is None:
+                self._strips = WindowStrips.of(self.positions.to(q.device), n)
+            figures = strip_change_figures(
+                q, k, query[0], key[0], cap.scaling, fits.a, self._strips
+            )
         else:
             fitted, fits = fit_capture(cap, self.layouts, self.options)
             w_moved = dataclasses.replace(cap, query=query, key=key, _logits=None).logits[0]

@@ -103,7 +103,6 @@ def logit_change(
     logits: torch.Tensor,
     fits: Any,
     fitted: torch.Tensor,
-    distance: torch.Tensor,
     donor_a: torch.Tensor | None = None,
     shuffle_keys: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
@@ -113,9 +112,9 @@ def logit_change(
     contiguous [P, m, m] float32) when given.
 
     ``fits``: the :class:`~posgen.harness.additive_fit.logit_fit.HeadFits` of ``logits``
-    over ``fitted``; ``distance`` [m, m] long, i − j clamped at 0; ``donor_a`` [P, m]
-    for ``foreign``; ``shuffle_keys`` [P, m, m] float, random sort keys for ``shuffled``.
-    The work is in place: one gather and a few passes over ``out``.
+    over ``fitted``; ``donor_a`` [P, m] for ``foreign``; ``shuffle_keys`` [P, m, m] float, random sort keys for ``shuffled``.
+    The work is in place: the distance term laid out as a Toeplitz matrix
+    (:func:`distance_matrix`) and a few passes over ``out``.
     """
     import torch
 
@@ -127,8 +126,7 @@ def logit_change(
         torch.add(b[:, :, None], c[:, None, :], out=out)
     else:
         a = (donor_a if form.needs_donor else fits.a).float()
-        torch.index_select(a, 1, distance.reshape(-1), out=out.view(p, m * m))
-        out.add_(b[:, :, None])
+        torch.add(distance_matrix(a, m), b[:, :, None], out=out)
         if form.name != "distance":
             out.add_(c[:, None, :])
     out.sub_(logits).masked_fill_(~fitted, 0.0)  # unused parameters (NaN) lie off F
@@ -137,6 +135,18 @@ def logit_change(
             raise ValueError("logits=shuffled needs the row's shuffle keys")
         out.add_(shuffled_within_rows(-out, fitted, shuffle_keys))
     return out
+
+
+def distance_matrix(a: torch.Tensor, m: int) -> torch.Tensor:
+    """``D[p, i, j] = a[p, max(i − j, 0)]`` [P, m, m] from ``a`` [P, ≥ m]: a strided view of
+    ``u = (a[m−1], …, a[0], a[0], …, a[0])`` (2m − 1 long; ``u[m−1−i+j]`` is
+    ``a[i − j]`` for ``j ≤ i`` and ``a[0]`` above the diagonal), its rows read in reverse:
+    one copy of memory in order, where a gather by an [m, m] index reads the index too."""
+    import torch
+
+    p = a.shape[0]
+    u = torch.cat([a[:, :m].flip(-1), a[:, :1].expand(p, m - 1)], dim=-1).contiguous()
+    return u.as_strided((p, m, m), (u.stride(0), 1, 1)).flip(1)
 
 
 def shuffled_within_rows(

@@ -212,7 +212,6 @@ def logit_delta(state, module, layer, query, key, rows, kwargs) -> torch.Tensor:
             w,
             fits,
             fitted,
-            distance_index(layout),
             donor_a=None if state.donor is None else state.donor.distance_term(layer, heads, m),
             shuffle_keys=_shuffle_keys(state, layer, row, h, m, query.device, heads),
             out=delta[0] if whole else None,
@@ -243,15 +242,6 @@ def fit_layout(layouts: LayoutCache, fitted: torch.Tensor, options: FitOptions):
     if 0 < width < m and torch.equal(fitted, causal.triu(1 - width)):
         return layouts.causal(m, options, dev, window=width)
     return layouts.get(fitted, dev)
-
-
-def distance_index(layout) -> torch.Tensor:
-    """[m, m] long, i − j clamped at 0 (kept with the layout)."""
-    key = ("distance_index",)
-    if key not in layout.extra:
-        i = torch.arange(layout.n, device=layout.count_d.device)
-        layout.extra[key] = (i[:, None] - i[None, :]).clamp(min=0)
-    return layout.extra[key]
 
 
 def _shuffle_keys(state, layer, row, h, m, device, heads) -> torch.Tensor | None:
