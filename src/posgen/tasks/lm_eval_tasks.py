@@ -235,7 +235,7 @@ class PosgenTaskManager(_original_task_manager):  # type: ignore[misc,valid-type
             cfg.pop(key, None)
         choice = self._choose(parsed.base_task or "", cfg)
         if choice.how == "inferred":
-            log.warning("posgen: %s", choice.describe())
+            log.warning("%s", choice.describe())  # the posgen CLI prefixes "posgen: "
         tp = TaskPerturbation(
             parsed.perturbation, parsed.seed, parsed.base_task or "", choice.fields
         )
