@@ -43,8 +43,10 @@ def _mde(r: dict[str, Any]) -> str:
 
 def format_table(rows: list[dict[str, Any]], alpha: float) -> str:
     """One line per cell: levels, change [Holm interval], margin, MDE80, Holm p, verdict."""
+    tw = max([16, *(len(str(r["task"])) for r in rows)])  # columns as wide as their names
+    mw = max([15, *(len(str(r["metric"])) for r in rows)])
     head = (
-        f"{'task':<16} {'metric':<15} {'kind/scheme':<20} {'rate':>5} {'unit':<10} "
+        f"{'task':<{tw}} {'metric':<{mw}} {'kind/scheme':<20} {'rate':>5} {'unit':<10} "
         f"{'baseline':>9} {'current':>9} {'change':>8} {'interval (Holm)':>18} "
         f"{'margin':>7} {'MDE80':>7} {'p (Holm)':>9}  verdict"
     )
@@ -52,7 +54,7 @@ def format_table(rows: list[dict[str, Any]], alpha: float) -> str:
     for r in rows:
         what = "unperturbed" if r["kind"] == "none" else f"{r['kind']}/{r['scheme']}"
         lines.append(
-            f"{r['task']:<16} {r['metric']:<15} {what:<20} {_rate(r['rate']):>5} "
+            f"{r['task']:<{tw}} {r['metric']:<{mw}} {what:<20} {_rate(r['rate']):>5} "
             f"{r['unit']:<10} {format_level(r['metric_kind'], r['baseline']):>9} "
             f"{format_level(r['metric_kind'], r['current']):>9} {r['change']:>+8.2f} "
             f"{_interval(r):>18} {r['margin']:>7.3g} {_mde(r):>7} {r['p_holm']:>9.3g}  "
