@@ -8,6 +8,7 @@ stack. No torch here: the CLI checks a spec before anything heavy loads.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from posgen.perturbations.base import PerturbationError
 
@@ -64,3 +65,24 @@ def check_heads(heads: Sequence[int] | None, count: int) -> None:
         raise PerturbationError(
             f"heads={format_layers(heads)}: the model has {count} query heads (0-{count - 1})"
         )
+
+
+def check_on_model(p: Any, model: Any, backend: str, layers: int) -> None:
+    """Refuse a set model-side perturbation ``p`` (a
+    :class:`~.model_perturbation.ModelPerturbation`) that ``model`` cannot take: a model
+    that is not causal, position or feature schemes (or a length scheme) without RoPE
+    (``NoRotaryEmbeddingError``; ``logits=`` alone needs none), ``layers=``/``heads=``
+    past the model's own (``layers`` decoder layers)."""
+    from posgen.harness.model_family import require_rotary
+
+    if backend != "causal":
+        raise PerturbationError("positions=/features=/logits= need a causal (decoder-only) model")
+    what = " and ".join(
+        f"{k}={v}"
+        for k, v in (("positions", p.positions), ("features", p.features))
+        if v is not None
+    )
+    if what or p.length is not None:
+        require_rotary(model, what)
+    check_layers(p.layers, layers)
+    check_heads(p.heads, model.config.get_text_config().num_attention_heads)

@@ -98,6 +98,29 @@ class LogitDonor:
         return a[heads, :m]
 
 
+def with_donor(new: Any, donor: LogitDonor | None) -> Any:
+    """The model-side perturbation ``new`` checked for ``logits=``: not beside Λ
+    attention (both replace the attention function), and for ``foreign`` a ``donor``
+    (whose label it then records)."""
+    import dataclasses
+
+    if new.logits is None:
+        return new
+    if new.length is not None and new.length.uses_attention:
+        raise PerturbationError(
+            f"logits={new.logits.name} and length={new.length.to_string()} both replace "
+            "the attention function; run them apart"
+        )
+    if not new.logits.needs_donor:
+        return new
+    if donor is None:
+        raise PerturbationError(
+            "logits=foreign takes its distance term from another sequence's fit: set "
+            "HFPosgenLM.logit_donor first"
+        )
+    return dataclasses.replace(new, donor=donor.label)
+
+
 def logit_change(
     form: LogitForm,
     logits: torch.Tensor,

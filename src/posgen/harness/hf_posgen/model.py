@@ -55,8 +55,8 @@ from posgen.harness.hf_posgen.generation import check_generation, generating, pl
 from posgen.harness.hf_posgen.generation_rows import GenerationRows
 from posgen.harness.hf_posgen.launch import join_launch, launch_accelerator
 from posgen.harness.hf_posgen.layer_hooks import layer_count
-from posgen.harness.hf_posgen.layer_selection import check_heads, check_layers
-from posgen.harness.hf_posgen.logit_forms import LogitDonor, LogitForm
+from posgen.harness.hf_posgen.layer_selection import check_on_model
+from posgen.harness.hf_posgen.logit_forms import LogitDonor, LogitForm, with_donor
 from posgen.harness.hf_posgen.loglikelihood_rows import LoglikelihoodRows, split_differently
 from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
 from posgen.harness.hf_posgen.perturbed_forward import perturbed_forward, plan_forward
@@ -67,7 +67,6 @@ from posgen.harness.hf_posgen.pretrained_config import (
     parse_length_arg,
 )
 from posgen.harness.hf_posgen.response_cache import ResponseCache
-from posgen.harness.model_family import require_rotary
 from posgen.perturbations.base import Perturbation, PerturbationError
 from posgen.perturbations.seeding import DEFAULT_SEED
 
@@ -135,26 +134,6 @@ class HFPosgenLM(HFLM):
         p = perturbation
         self.set_perturbation(p.positions, p.features, p.seed, p.layers, p.heads, p.logits)
 
-    def _with_donor(self, new: ModelPerturbation) -> ModelPerturbation:
-        """``new`` checked for ``logits=`` (Λ attention and a donor) and recording the
-        donor's label for ``foreign``."""
-        if new.logits is None:
-            return new
-        if new.length is not None and new.length.uses_attention:
-            raise PerturbationError(
-                f"logits={new.logits.name} and length={new.length.to_string()} both replace "
-                "the attention function; run them apart"
-            )
-        if not new.logits.needs_donor:
-            return new
-        donor = getattr(self, "logit_donor", None)
-        if donor is None:
-            raise PerturbationError(
-                "logits=foreign takes its distance term from another sequence's fit: set "
-                "HFPosgenLM.logit_donor first"
-            )
-        return dataclasses.replace(new, donor=donor.label)
-
     @property
     def perturbation(self) -> ModelPerturbation:
         return self._perturbation
@@ -179,21 +158,9 @@ class HFPosgenLM(HFLM):
         new = dataclasses.replace(new, length=getattr(self, "_length", None))
         if new.layers is not None and new.length is not None:
             raise PerturbationError("layers= restricts positions=/features=; drop length=")
-        new = self._with_donor(new)
+        new = with_donor(new, getattr(self, "logit_donor", None))
         if new.is_set:
-            if self.backend != "causal":
-                raise PerturbationError(
-                    "positions=/features=/logits= need a causal (decoder-only) model"
-                )
-            what = " and ".join(
-                f"{k}={v}"
-                for k, v in (("positions", new.positions), ("features", new.features))
-                if v is not None
-            )
-            if what or new.length is not None:  # logits= alone needs no RoPE
-                require_rotary(self.model, what)
-            check_layers(new.layers, layer_count(self.model))
-            check_heads(new.heads, self.model.config.get_text_config().num_attention_heads)
+            check_on_model(new, self.model, self.backend, layer_count(self.model))
         self._perturbation = new
         self._response_cache.follow(new.cache_namespace())
         return new
