@@ -61,4 +61,4 @@ def test_loaders_give_lm_eval_datasets() -> None:
     ds = offline.cloze_dataset(version=1, anything="ignored")
     assert list(ds) == ["test"] and len(ds["test"]) == 64
     assert set(ds["test"].column_names) >= {"doc_id", "context", "target"}
-    assert offline.SUITE_TASKS == ("posgen_prose", "posgen_cloze")
+    assert offline.SUITE_TASKS == ("posgen_prose", "posgen_cloze", "posgen_recall")

@@ -123,6 +123,7 @@ def test_groups_and_tags_of_any_task_resolve(posgen_tm) -> None:
         "perm_swap_0p5pct_seed9": [
             "perm_swap_0p5pct_seed9_posgen_prose",
             "perm_swap_0p5pct_seed9_posgen_cloze",
+            "perm_swap_0p5pct_seed9_posgen_recall",
         ]
     }
     task = group["tasks"]["perm_swap_0p5pct_seed9_posgen_cloze"]
