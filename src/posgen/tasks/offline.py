@@ -61,7 +61,7 @@ GENERATIVE_TASKS = ("posgen_recall",)
 SUITE_TASKS_WITH_GENERATION = ("posgen_prose", "posgen_cloze", *GENERATIVE_TASKS)
 TASKS = SUITE_TASKS_WITH_GENERATION  # every task this module builds data for
 # The default suite (``posgen run``, the shipped groups): perplexity, cloze accuracy and
-# a generated answer (its 16 cells add about 2.5 minutes to the default run on two idle
+# a generated answer (its 16 cells add about 1 min 45 s to the default run on two idle
 # CPU cores: docs/tasks.md).
 SUITE_TASKS = SUITE_TASKS_WITH_GENERATION
 DATA_DIR = Path(__file__).parent / "data"
