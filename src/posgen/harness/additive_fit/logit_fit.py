@@ -61,7 +61,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import torch
 
@@ -79,11 +79,13 @@ __all__ = [
     "HeadFits",
     "HeadSums",
     "LayoutCache",
+    "RawSums",
     "centred_sums",
     "diagonal_and_column_sums",
     "diagonal_sums",
     "fit_heads",
     "fit_sums",
+    "fit_terms",
     "fitted_map",
     "head_sums",
 ]
@@ -104,6 +106,22 @@ class HeadSums:
     def cat(cls, parts: list[HeadSums]) -> HeadSums:
         """The heads of several ``HeadSums`` of one layout, in order (e.g. several layers)."""
         return cls(*(torch.cat([getattr(p, f.name) for p in parts]) for f in fields(cls)))
+
+
+class RawSums(NamedTuple):
+    """Sums over the fitted entries of some query rows of W − shift (float64): diagonal,
+    row and column [P, n], squares [P]."""
+
+    diag: torch.Tensor
+    rows: torch.Tensor
+    cols: torch.Tensor
+    sumsq: torch.Tensor
+
+    def __add__(self, other: RawSums) -> RawSums:  # type: ignore[override]
+        return RawSums(*(x + y for x, y in zip(self, other, strict=True)))
+
+    def __sub__(self, other: RawSums) -> RawSums:
+        return RawSums(*(x - y for x, y in zip(self, other, strict=True)))
 
 
 def head_sums(
@@ -302,6 +320,20 @@ def fit_sums(s: HeadSums, layout: FitLayout) -> HeadFits:
         chance_r_2axis=layout.chance_r_2axis,
         n_entries=layout.n_entries,
     )
+
+
+def fit_terms(
+    diag: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, layout: FitLayout
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(a, b, c) [P, n] float64 of the three-axis fit from the raw (uncentred) diagonal, row
+    and column sums [P, n] of W over F alone: one solve, no sums of squares (so no r), the
+    module's normalisation, NaN on unused parameters. What a replacement by the fit needs."""
+    mean = rows.sum(-1) / layout.n_entries
+    centred = [x - mean[:, None] * w for x, w in ((diag, layout.count_d), (rows, layout.count_i))]
+    cols = cols - mean[:, None] * layout.count_j
+    theta, _ = layout.solve(centred[0], torch.cat([centred[1], cols], dim=-1))
+    a, b, c, _ = _normalise(theta, mean, layout)
+    return a, b, c
 
 
 def _weighted_mean(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

@@ -19,11 +19,10 @@ W[s + t, s + t − (m − 1 − u)], i.e. distance d = m − 1 − u (zeros wher
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
 
 import torch
 
-from posgen.harness.additive_fit.logit_fit import HeadSums, centred_sums
+from posgen.harness.additive_fit.logit_fit import HeadSums, RawSums, centred_sums
 
 BLOCK_ELEMENTS = 2**23  # float32 elements of one block of logits (32 MiB)
 SAMPLE_ROWS = 16  # query rows of the rough per-head mean
@@ -34,22 +33,6 @@ BlockSource = Callable[[int, int, int], torch.Tensor]  # (start, stop, width) ->
 def block_rows(heads: int, n: int) -> int:
     """Query rows per block: about ``BLOCK_ELEMENTS`` logits for all heads."""
     return max(1, min(n, BLOCK_ELEMENTS // max(heads * n, 1)))
-
-
-class RawSums(NamedTuple):
-    """Sums over the fitted entries of some query rows of W − shift (float64): diagonal,
-    row and column [P, n], squares [P]."""
-
-    diag: torch.Tensor
-    rows: torch.Tensor
-    cols: torch.Tensor
-    sumsq: torch.Tensor
-
-    def __add__(self, other: RawSums) -> RawSums:  # type: ignore[override]
-        return RawSums(*(x + y for x, y in zip(self, other, strict=True)))
-
-    def __sub__(self, other: RawSums) -> RawSums:
-        return RawSums(*(x - y for x, y in zip(self, other, strict=True)))
 
 
 def streamed_head_sums(source: BlockSource, heads: int, layout) -> HeadSums:

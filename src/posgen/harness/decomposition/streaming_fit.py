@@ -5,7 +5,7 @@ forward, all layers solved in one batched product after it.
 For every layer it accumulates the sufficient statistics of the exact fit and of the
 distance + key form without holding the layer's ``[H, n, n]`` logits: a causal layer
 without soft-capping from its queries and keys alone
-(:mod:`posgen.harness.decomposition.qk_sums`), any other a block of query rows at a time
+(:mod:`posgen.harness.additive_fit.qk_sums`), any other a block of query rows at a time
 (:mod:`posgen.harness.decomposition.block_sums`). A causal layer, or under Λ attention the
 band 0 ≤ i − j < W of a causal layer (``LayerCapture.window``), is solved with the
 structured layout (:mod:`posgen.harness.additive_fit.causal_layout`), any other mask with
@@ -21,16 +21,15 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from posgen.harness.additive_fit.causal_layout import CausalLayout, one_thread
-from posgen.harness.additive_fit.logit_fit import HeadSums, centred_sums, fit_sums
+from posgen.harness.additive_fit.logit_fit import HeadSums, RawSums, centred_sums, fit_sums
+from posgen.harness.additive_fit.qk_sums import layer_qk_sums
 from posgen.harness.decomposition.block_sums import (
-    RawSums,
     split_head_sums,
     streamed_diagonal_and_column_sums,
 )
 from posgen.harness.decomposition.past_context import COLUMNS as PAST_COLUMNS
 from posgen.harness.decomposition.past_context import past_context_figures
 from posgen.harness.decomposition.qk_pattern import DistanceMap, distance_key_r
-from posgen.harness.decomposition.qk_sums import layer_qk_sums
 
 
 class _LayerSums(NamedTuple):
@@ -204,7 +203,7 @@ def is_causal(attended, window: int | None = None, block: int = 1024) -> bool:
 
 def _bilinear_sums(cap, layout, split):
     """(HeadSums, D sums, split sums) of a causal, uncapped layer from its q and k alone
-    (:mod:`posgen.harness.decomposition.qk_sums`): no [n, n] map at all."""
+    (:mod:`posgen.harness.additive_fit.qk_sums`): no [n, n] map at all."""
     import torch
 
     q = cap.query[0]  # [H, n, d]

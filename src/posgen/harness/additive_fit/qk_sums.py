@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import torch
 
-from posgen.harness.decomposition.block_sums import RawSums
+from posgen.harness.additive_fit.logit_fit import RawSums
 
 SQUARE_BLOCK = 128  # query rows per block of the sum of squares
 CHUNK_BYTES = 8 * 2**20  # float64 [heads, n, d] per chunk of heads (at least one head)
@@ -71,7 +71,12 @@ def layer_qk_sums(
     for start in range(0, p, step):
         heads = slice(start, start + step)
         dk = None if distance_keys is None else distance_keys[heads]
-        parts.append(_chunk_sums(q[heads].double() * scaling, k[heads], dk, layout, split))
+        qd = (
+            q[heads]
+            .to(torch.float64, copy=True, memory_format=torch.contiguous_format)
+            .mul_(scaling)
+        )
+        parts.append(_chunk_sums(qd, k[heads], dk, layout, split))
     total, past, distance = zip(*parts, strict=True)
     return LayerQKSums(
         RawSums(*_cat(total)),
@@ -90,6 +95,29 @@ def causal_qk_sums(q: torch.Tensor, k: torch.Tensor, layout, first_row: int = 0)
         zeros = torch.zeros(q.shape[:2], dtype=torch.float64, device=q.device)
         return RawSums(zeros, zeros.clone(), zeros.clone(), zeros.sum(-1))
     return layer_qk_sums(q, k, layout, split=first_row).past
+
+
+def grouped_fit_sums(
+    q: torch.Tensor, k: torch.Tensor, layout, scaling: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(diagonal, row, column) sums [P, n] float64 of W = (scaling · q) kᵀ over the fitted
+    entries of a ``CausalLayout``: all the fit's terms need (no squares, so no r).
+
+    ``q`` [P, n, d] and ``k`` [K, n, d] with P = K·g: query head p reads key head p // g
+    (``repeat_kv``'s grouping), whose prefix sums and transform serve its g query heads."""
+    p, n, d = q.shape
+    groups = p // k.shape[0]
+    if groups * k.shape[0] != p:
+        raise ValueError(f"{p} query heads do not share {k.shape[0]} key heads evenly")
+    sinks, d0, band = layout.sink_keys, layout.diag_offset, layout.band
+    q = q.to(torch.float64, copy=True, memory_format=torch.contiguous_format).mul_(scaling)
+    q = q.view(-1, groups, n, d)
+    k = _fitted_keys(k, sinks)[:, None]  # [K, 1, n, d]: broadcast over the group
+    k_sum = k.cumsum(2)
+    rows = _row_dot(q, _shift_rows(k_sum, d0) - _shift_rows(k_sum, band))
+    q_band = _band_sums(q.flip(2).cumsum(2).flip(2), d0, band)
+    diag = _correlation(_spectrum(q), _spectrum(k), n, d0, band)
+    return diag.view(p, n), rows.view(p, n), _row_dot(k, q_band).view(p, n)
 
 
 def _cat(parts) -> tuple[torch.Tensor, ...]:
@@ -129,14 +157,16 @@ def _chunk_sums(q: torch.Tensor, k: torch.Tensor, dk: torch.Tensor | None, layou
 
 
 def _fitted_keys(k: torch.Tensor, sinks: int) -> torch.Tensor:
-    """A float64 copy of ``k`` [h, n, d] with the sink keys (not fitted) at 0."""
-    k = k.to(torch.float64, copy=True)
-    k[:, :sinks] = 0.0
+    """A contiguous float64 copy of ``k`` [..., n, d] with the sink keys (not fitted) at 0
+    (contiguous: the model hands over transposed views, and sums along a strided
+    dimension cost several times more)."""
+    k = k.to(torch.float64, copy=True, memory_format=torch.contiguous_format)
+    k[..., :sinks, :] = 0.0
     return k
 
 
 def _row_dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """[h, n]: a_i · b_i for [h, n, d] ``a``, ``b``."""
+    """[..., n]: a_i · b_i for [..., n, d] ``a``, ``b`` (broadcast)."""
     return (a * b).sum(-1)
 
 
@@ -145,31 +175,34 @@ def _band_sums(q_sum: torch.Tensor, d0: int, band: int) -> torch.Tensor:
     return _shift_rows(q_sum, -d0) - _shift_rows(q_sum, -band)
 
 
-def _shift_rows(x: torch.Tensor, t: int) -> torch.Tensor:
-    """out[:, m] = x[:, m − t] (0 out of range), x [P, n, d]."""
+def _shift_rows(x: torch.Tensor, t: int) -> torch.Tensor | float:
+    """out[..., m, :] = x[..., m − t, :] (0 out of range), positions along dim −2 of ``x``
+    ([P, n, d], or [K, g, n, d]); 0.0 when |t| ≥ n."""
     if t == 0:
         return x
+    if abs(t) >= x.shape[-2]:  # the causal edge of the band: nothing in range
+        return 0.0
     out = torch.zeros_like(x)
     if t > 0:
-        out[:, t:] = x[:, :-t]
+        out[..., t:, :] = x[..., :-t, :]
     else:
-        out[:, :t] = x[:, -t:]
+        out[..., :t, :] = x[..., -t:, :]
     return out
 
 
 def _spectrum(x: torch.Tensor) -> torch.Tensor:
-    """rfft along positions of ``x`` [h, n, d], zero-padded to 2n (no wrap-around):
-    [h, d, n + 1] complex128."""
-    n = x.shape[1]
-    return torch.fft.rfft(x.transpose(1, 2).contiguous(), n=2 * n)
+    """rfft along positions (dim −2) of ``x`` [..., n, d], zero-padded to 2n (no
+    wrap-around): [..., d, n + 1] complex128 (transposed first: a transform along the last,
+    contiguous dimension costs a third of one along dim −2)."""
+    return torch.fft.rfft(x.transpose(-1, -2).contiguous(), n=2 * x.shape[-2])
 
 
 def _correlation(fq: torch.Tensor, fk: torch.Tensor, n: int, d0: int, band: int) -> torch.Tensor:
     """c[p, t] = Σ_i q[p, i]·k[p, i − t] for d₀ ≤ t < W' (k = 0 before 0; 0 elsewhere),
-    [h, n] float64, from the spectra of q and k."""
-    diag = torch.fft.irfft((fq * fk.conj()).sum(1), n=2 * n)[:, :n]
-    diag[:, :d0] = 0.0
-    diag[:, band:] = 0.0
+    [..., n] float64, from the spectra of q and k (broadcast against each other)."""
+    diag = torch.fft.irfft(torch.linalg.vecdot(fk, fq, dim=-2), n=2 * n)[..., :n]
+    diag[..., :d0] = 0.0
+    diag[..., band:] = 0.0
     return diag
 
 

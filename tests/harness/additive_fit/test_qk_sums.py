@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from posgen.harness.additive_fit import qk_sums
 from posgen.harness.additive_fit.causal_layout import CausalLayout
-from posgen.harness.decomposition import qk_sums
-from posgen.harness.decomposition.qk_sums import causal_qk_sums, layer_qk_sums
+from posgen.harness.additive_fit.qk_sums import causal_qk_sums, layer_qk_sums
 
 
 @pytest.mark.parametrize(
@@ -73,3 +73,32 @@ def test_layer_sums_share_work_across_chunks_of_heads(monkeypatch, sinks, diagon
     torch.testing.assert_close(got.distance[1], d_cols, rtol=1e-12, atol=1e-9)
     with pytest.raises(ValueError, match="split must lie"):
         layer_qk_sums(q, k, layout, split=n)
+
+
+@pytest.mark.parametrize(
+    "sinks,diagonal,window", [(0, True, None), (2, False, None), (0, True, 24), (1, False, 7)]
+)
+def test_grouped_sums_and_the_fits_terms_match_the_logit_map(sinks, diagonal, window):
+    """Six query heads on two key heads (head p reads key head p // 3), from transposed
+    views as the model hands them over: the sums equal the logit map's, and the terms
+    solved from them alone equal the full fit's."""
+    from posgen.harness.additive_fit.logit_fit import fit_heads, fit_terms
+
+    n, scaling = 100, 0.3
+    gen = torch.Generator().manual_seed(11 + sinks)
+    q = (torch.randn(n, 6, 8, generator=gen, dtype=torch.float64) + 0.2).transpose(0, 1)
+    k = torch.randn(n, 2, 8, generator=gen).transpose(0, 1)  # a float32 view
+    q_before = q.clone()
+    layout = CausalLayout(n, sinks, diagonal, window=window)
+    w = (q.double() * scaling) @ k.double().repeat_interleave(3, 0).transpose(1, 2)
+    x = w * layout.mask
+    diag = torch.stack([x.diagonal(-t, dim1=1, dim2=2).sum(-1) for t in range(n)], dim=1)
+    got = qk_sums.grouped_fit_sums(q, k, layout, scaling)
+    for name, a, b in zip(("diag", "rows", "cols"), got, (diag, x.sum(-1), x.sum(-2)), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-9, msg=name)
+    assert torch.equal(q, q_before)  # the caller's (float64) query is not scaled in place
+    fits = fit_heads(w, layout)
+    for name, a, b in zip("abc", fit_terms(*got, layout), (fits.a, fits.b, fits.c), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9, equal_nan=True, msg=name)
+    with pytest.raises(ValueError, match="evenly"):
+        qk_sums.grouped_fit_sums(q[:5], k, layout)
