@@ -40,7 +40,8 @@ lie in the rows and columns of the moved tokens, so W and W_π are computed ther
 (two [H, k, n] strips for k moved tokens); each row's normaliser over its unchanged
 covered entries U comes from torch's fused attention kernel with U as its mask
 (:func:`posgen.harness.hf_posgen.lambda_attention.local_attention`, which returns the
-log-sum-exp); the fit's sums come from q and k (:mod:`.qk_sums`). With
+log-sum-exp); the fit's distance term comes from q and k
+(:func:`posgen.harness.additive_fit.qk_sums.grouped_fit_sums`). With
 LSE_x = logaddexp(LSE_U, log Σ_{E_i} e^x), KL(P_x ‖ P_y) = Σ_{E_i} P_x (x − y) − LSE_x +
 LSE_y. Any other layer takes the dense maps (:func:`change_figures`): float32 [H, n, n],
 a few at once. The two agree to float rounding (tested); the strips treat ΔW on unchanged
@@ -60,11 +61,11 @@ from posgen.harness.additive_fit.causal_layout import CausalLayout
 from posgen.harness.additive_fit.logit_fit import (
     FitOptions,
     LayoutCache,
-    centred_sums,
     fit_sums,
+    fit_terms,
     head_sums,
 )
-from posgen.harness.decomposition.qk_sums import layer_qk_sums
+from posgen.harness.additive_fit.qk_sums import grouped_fit_sums
 from posgen.harness.hf_posgen.lambda_attention import local_attention
 from posgen.harness.hf_posgen.layer_hooks import TWIN_ROTATIONS, layer_count, layer_positions
 from posgen.harness.hf_posgen.logit_replacement import fit_layout
@@ -132,17 +133,28 @@ def change_figures(
 
 
 @dataclass
+class Strip:
+    """One strip of a window: its query rows and key columns (None: all keys), and its
+    changed entries E in row-major order: ``flat`` (index into the strip's [r, c] map),
+    ``row`` (the entry's row within the strip), ``distance`` i − j and ``moved_distance``
+    π_i − π_j (all [|E|] long)."""
+
+    rows: torch.Tensor
+    cols: torch.Tensor | None
+    flat: torch.Tensor
+    row: torch.Tensor
+    distance: torch.Tensor
+    moved_distance: torch.Tensor
+
+
+@dataclass
 class WindowStrips:
     """What every layer of one (window, π) shares for :func:`strip_change_figures`: the
-    moved tokens R (rows of the row strip, columns of the column strip), the others, the
-    changed entries E in each strip, their distances i − j and π_i − π_j, and the additive
-    mask [1, 1, n, n] of the unchanged covered entries U (0 there, −inf elsewhere)."""
+    strips of the moved tokens R (R's rows against every key; the other rows against R's
+    keys), and the additive mask [1, 1, n, n] of the unchanged covered entries U (0 there,
+    −inf elsewhere)."""
 
-    moved: torch.Tensor  # [k] long
-    kept: torch.Tensor  # [n − k] long
-    changed: tuple[torch.Tensor, torch.Tensor]  # E on the row strip [k, n], column strip
-    distance: tuple[torch.Tensor, torch.Tensor]  # i − j, clamped at 0, per strip
-    moved_distance: tuple[torch.Tensor, torch.Tensor]  # π_i − π_j, clamped to [0, n), per strip
+    strips: tuple[Strip, ...]
     unchanged: torch.Tensor  # [1, 1, n, n] float32
     entries: int
     covered: int
@@ -154,22 +166,20 @@ class WindowStrips:
         dist, moved_dist = i[:, None] - i[None, :], pos[:, None] - pos[None, :]
         covered = (dist >= 0) & (moved_dist >= 0) & (moved_dist < n)
         changed = covered & (moved_dist != dist)
-        rows, kept = (pos != i).nonzero()[:, 0], (pos == i).nonzero()[:, 0]
+        moved, kept = (pos != i).nonzero()[:, 0], (pos == i).nonzero()[:, 0]
         unchanged = torch.zeros(n, n, device=pos.device).masked_fill(
             ~(covered & ~changed), -torch.inf
         )
-        strips = ((rows, slice(None)), (kept, rows))
-        return cls(
-            rows,
-            kept,
-            *(
-                tuple(m[r][:, c] for r, c in strips)
-                for m in (changed, dist.clamp(min=0), moved_dist.clamp(0, n - 1))
-            ),
-            unchanged=unchanged[None, None],
-            entries=n * (n + 1) // 2,
-            covered=int(covered.sum()),
-        )
+        strips = []
+        for rows, cols in ((moved, None), (kept, moved)):
+            if rows.numel() == 0 or (cols is not None and cols.numel() == 0):
+                continue
+            keys = i if cols is None else cols
+            row, col = changed[rows][:, keys].nonzero().unbind(-1)  # row-major
+            qi, kj = rows[row], keys[col]
+            flat = row * len(keys) + col
+            strips.append(Strip(rows, cols, flat, row, qi - kj, pos[qi] - pos[kj]))
+        return cls(tuple(strips), unchanged[None, None], n * (n + 1) // 2, int(covered.sum()))
 
 
 def strip_change_figures(
@@ -183,51 +193,78 @@ def strip_change_figures(
 ) -> dict[str, torch.Tensor]:
     """:func:`change_figures` of a causal layer without soft-capping from its post-RoPE
     ``q``, ``k`` and their twins ``q_moved``, ``k_moved`` [P, n, d] (KV heads expanded),
-    by strips (module doc)."""
+    by strips (module doc): each strip's logits by one product, then its changed entries
+    alone, [P, |E|]."""
     p_heads, n = q.shape[0], q.shape[1]
     lse_u = local_attention(q[None], k[None], q[None], strips.unchanged, scaling)[1][0]
     a32 = a.float()
     out = {name: torch.zeros(p_heads, dtype=torch.float64, device=q.device) for name in SUMS}
     kls = {name: torch.zeros(p_heads, n, device=q.device) for name in KLS}
-    for part, (rows, cols) in enumerate(((strips.moved, None), (strips.kept, strips.moved))):
-        if rows.numel() == 0 or (cols is not None and cols.numel() == 0):
-            continue
-        keys, keys_moved = (k, k_moved) if cols is None else (k[:, cols], k_moved[:, cols])
-        w = torch.matmul(q[:, rows].float(), keys.float().mT) * scaling
-        moved = torch.matmul(q_moved[:, rows].float(), keys_moved.float().mT) * scaling
-        changed = strips.changed[part]
-        pred = a32[:, strips.moved_distance[part]] - a32[:, strips.distance[part]]
-        p = torch.where(changed, pred, 0.0).double()
-        m = torch.where(changed, moved - w, 0.0).double()
-        for name, value in _strip_sums(changed, p, m).items():
+    for strip in strips.strips:
+        keys, keys_moved = (
+            (k, k_moved) if strip.cols is None else (k[:, strip.cols], k_moved[:, strip.cols])
+        )
+        w = _entries(q[:, strip.rows], keys, scaling, strip.flat)
+        m = _entries(q_moved[:, strip.rows], keys_moved, scaling, strip.flat).sub_(w)  # ΔW
+        p = a32[:, strip.moved_distance].sub_(a32[:, strip.distance])  # ΔŴ
+        for name, value in _strip_sums(p, m).items():
             out[name] += value
-        logits = {"meas": moved, "pred": w + pred, "plain": w}
-        lse = {
-            x: torch.logaddexp(
-                lse_u[:, rows], torch.logsumexp(torch.where(changed, v, -torch.inf), -1)
-            )
-            for x, v in logits.items()
-        }
-        pairs = (("meas", "pred"), ("meas", "plain"), ("pred", "plain"))
-        for name, (x, y) in zip(KLS, pairs, strict=True):
-            weight = torch.exp(logits[x] - lse[x][..., None])
-            terms = torch.where(changed, weight * (logits[x] - logits[y]), 0.0).sum(-1)
-            kls[name][:, rows] = terms - lse[x] + lse[y]
+        for name, value in _strip_kls(w, p, m, lse_u[:, strip.rows], strip.row):
+            kls[name][:, strip.rows] = value
     out["entries"] = torch.full_like(out["changed"], strips.entries)
     out["covered"] = torch.full_like(out["changed"], strips.covered)
     out.update({name: v.double().mean(-1) for name, v in kls.items()})
     return out
 
 
-def _strip_sums(changed, p, m) -> dict[str, torch.Tensor]:
+def _entries(q: torch.Tensor, k: torch.Tensor, scaling: float, flat: torch.Tensor) -> torch.Tensor:
+    """[P, |E|] float32: the logits q·kᵀ·scaling of the strip's [P, r, c] map at ``flat``."""
+    w = torch.matmul(q.float(), k.float().mT).mul_(scaling)
+    return w.flatten(-2).index_select(-1, flat)
+
+
+def _strip_sums(p: torch.Tensor, m: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The sums over E of one strip from ΔŴ ``p`` and ΔW ``m`` [P, |E|], in float64."""
+    p, m = p.double(), m.double()
     return {
-        "changed": changed.sum().double().expand(p.shape[0]),
-        "sum_pred": p.sum((-1, -2)),
-        "sum_meas": m.sum((-1, -2)),
-        "sum_pred2": (p * p).sum((-1, -2)),
-        "sum_meas2": (m * m).sum((-1, -2)),
-        "sum_cross": (p * m).sum((-1, -2)),
+        "changed": torch.full((p.shape[0],), float(p.shape[-1]), dtype=torch.float64),
+        "sum_pred": p.sum(-1),
+        "sum_meas": m.sum(-1),
+        "sum_pred2": torch.linalg.vecdot(p, p),
+        "sum_meas2": torch.linalg.vecdot(m, m),
+        "sum_cross": torch.linalg.vecdot(p, m),
     }
+
+
+def _strip_kls(w: torch.Tensor, p: torch.Tensor, m: torch.Tensor, lse_u: torch.Tensor, row):
+    """(name, [P, r]) per ``KLS``: the rows' KLs of one strip from its plain logits ``w``,
+    ΔŴ ``p`` and ΔW ``m`` on E ([P, |E|], ``row`` [|E|] each entry's row) and the
+    log-sum-exp over each row's unchanged covered entries ``lse_u`` [P, r] (module doc).
+
+    Per x ∈ (measured W + ΔW, predicted W + ΔŴ, plain W): M_x the row's maximum over E,
+    e_x = exp(x − M_x), LSE_x = logaddexp(LSE_U, M_x + log Σ e_x), and
+    Σ_E P_x (x − y) = e^{M_x − LSE_x} Σ e_x (x − y), where x − y is m − p, m or p."""
+    heads, rows = lse_u.shape
+
+    def per_row(values: torch.Tensor) -> torch.Tensor:  # Σ over each row's entries
+        return torch.zeros(heads, rows, dtype=values.dtype).index_add_(1, row, values)
+
+    lse, weight = {}, {}
+    for name, x in (("meas", w + m), ("pred", w + p), ("plain", w)):
+        top = torch.full((heads, rows), -torch.inf).scatter_reduce_(1, row.expand_as(x), x, "amax")
+        top = torch.where(torch.isfinite(top), top, 0.0)  # a row without changed entries
+        e = (x - top[:, row]).exp_()
+        lse[name] = torch.logaddexp(lse_u, top + per_row(e).log())
+        weight[name] = (e, torch.exp(top - lse[name]))
+    (e_meas, s_meas), (e_pred, s_pred) = weight["meas"], weight["pred"]
+    toward_m = per_row(e_meas * m)
+    terms = (
+        (s_meas * (toward_m - per_row(e_meas * p)), "meas", "pred"),
+        (s_meas * toward_m, "meas", "plain"),
+        (s_pred * per_row(e_pred * p), "pred", "plain"),
+    )
+    for name, (term, x, y) in zip(KLS, terms, strict=True):
+        yield name, term - lse[x] + lse[y]
 
 
 def fit_capture(cap, layouts: LayoutCache, options: FitOptions) -> tuple[torch.Tensor, Any]:
@@ -283,16 +320,10 @@ class ChangePredictor:
             layout = self.layouts.causal(n, self.options, cap.query.device)
         if isinstance(layout, CausalLayout):  # the strips (module doc)
             q, k = cap.query[0], cap.key[0]
-            # torch's own threads: on 2 idle cores the strips take 1.6x a capture forward
-            # with them, 2.8x on one thread (benchmarks/bench_cause.py)
-            raw = layer_qk_sums(q, k, layout, scaling=cap.scaling).total
-            zero = torch.zeros(heads, dtype=torch.float64, device=q.device)
-            fits = fit_sums(centred_sums(*raw, zero, layout), layout)
+            a = fit_terms(*grouped_fit_sums(q, k, layout, cap.scaling), layout)[0]
             if self._strips is None:
                 self._strips = WindowStrips.of(self.positions.to(q.device), n)
-            figures = strip_change_figures(
-                q, k, query[0], key[0], cap.scaling, fits.a, self._strips
-            )
+            figures = strip_change_figures(q, k, query[0], key[0], cap.scaling, a, self._strips)
         else:
             fitted, fits = fit_capture(cap, self.layouts, self.options)
             w_moved = dataclasses.replace(cap, query=query, key=key, _logits=None).logits[0]
