@@ -49,37 +49,28 @@ def test_an_exactly_additive_model_is_unchanged_by_its_fit_to_float_rounding():
 
 
 @pytest.mark.parametrize("strength", [0.3, 1.0])
-def test_the_fit_removes_exactly_the_non_additive_part_of_a_planted_interaction(
-    monkeypatch, strength
-):
+def test_the_fit_removes_exactly_the_non_additive_part_of_a_planted_interaction(strength):
     """W_λ = A + I (A exactly additive, I the planted interaction). The fit is linear, so
-    the replaced logits are A + fit(I): the replacement removes I − fit(I), as planted."""
-    import transformers.models.gpt_neox.modeling_gpt_neox as neox
-
+    the replaced logits are A + fit(I): the replacement removes I − fit(I), as planted.
+    Seen where it acts: the model's own eager softmax rows (``output_attentions``)."""
     ids = block_window(N)
     w0, planted = _captured(planted_model(0.0), ids), planted_model(strength)
-    planted.set_attn_implementation("eager")  # the replaced logits reach the eager function
+    planted.set_attn_implementation("eager")  # eager returns its softmax rows
     interaction = _captured(planted, ids) - w0
     layout = LayoutCache().causal(N, FitOptions())
     fit_i = torch.stack(
         [fitted_map(fit_heads(interaction.double(), layout), h, layout) for h in range(4)]
     )
     expected = w0.double() + fit_i  # [H, n, n], NaN off the causal entries
-    seen = {}
-    eager = neox.eager_attention_forward
-
-    def spy(module, query, key, value, attention_mask, scaling, **kw):
-        seen["w"] = (torch.matmul(query, key.transpose(2, 3)) * scaling + attention_mask)[0]
-        return eager(module, query, key, value, attention_mask, scaling, **kw)
-
-    monkeypatch.setattr(neox, "eager_attention_forward", spy)
-    _logits(planted, ids, form=LogitForm("additive"))
     causal = layout.mask
+    want = torch.softmax(expected.masked_fill(~causal, -torch.inf), dim=-1)
+    with torch.no_grad(), logits_replaced(planted, LogitReplacement(LogitForm("additive"))):
+        got = planted(torch.tensor([ids]), output_attentions=True).attentions[0][0]
     removed = (interaction.double() - fit_i)[:, causal]
     assert removed.abs().max() > 1e-3  # something non-additive was planted
-    torch.testing.assert_close(
-        seen["w"].double()[:, causal], expected[:, causal], atol=2e-5, rtol=0
-    )
+    plain = torch.softmax(_captured(planted, ids).double().masked_fill(~causal, -torch.inf), -1)
+    assert (plain - want).abs().max() > 1e-3  # and the softmax rows tell them apart
+    torch.testing.assert_close(got.double(), want, atol=2e-6, rtol=0)
 
 
 def test_sdpa_and_eager_models_get_the_same_replacement():
@@ -145,6 +136,43 @@ def test_foreign_with_the_sequence_itself_as_donor_is_the_fit():
         _logits(model, ids, form=LogitForm("foreign"), donor=short)
 
 
+@pytest.mark.parametrize("arch", ["llama", "gemma2"])
+def test_the_route_of_the_whole_logits_gives_what_the_logit_change_gives(monkeypatch, arch):
+    """Every head, F all the layer attends: the scores are W' itself on a zero query
+    (reversed rows, sums from q and k), elsewhere W + δ. Forced down the second route, the
+    same outputs (llama: grouped KV heads; gemma2: sliding-window layers, a band F, with its
+    soft-capping off), unpadded and in a padded batch."""
+    import posgen.harness.hf_posgen.logit_replacement as replacement
+
+    model = build_model(arch)
+    for module in model.modules():
+        if hasattr(module, "attn_logit_softcapping"):
+            module.attn_logit_softcapping = None
+    ids = list(range(5, 45))
+    batch, mask = torch.tensor([ids, ids[::-1]]), torch.ones(2, 40, dtype=torch.long)
+    mask[1, 31:] = 0
+    donor = LogitDonor(distance_terms(model, ids), "itself")
+    taken = []
+    whole = replacement.fit_logits
+    monkeypatch.setattr(replacement, "fit_logits", lambda *a: taken.append(1) or whole(*a))
+
+    def run(form: str) -> tuple[torch.Tensor, torch.Tensor]:
+        taken.clear()
+        with torch.no_grad(), logits_replaced(model, LogitReplacement(form, donor=donor)):
+            return model(batch[:1]).logits, model(batch, attention_mask=mask).logits[:, :31]
+
+    for form in map(LogitForm, ("additive", "distance", "key", "foreign")):
+        first = run(form)
+        assert len(taken) == 2 * len(model.model.layers)  # every layer, both forwards
+        with monkeypatch.context() as forced:
+            forced.setattr(LogitReplacement, "replaces_whole_logits", lambda *a: False)
+            second = run(form)
+            assert not taken
+        for one, other in zip(first, second, strict=True):
+            torch.testing.assert_close(one, other, atol=2e-5, rtol=0)
+        assert (first[0] - _logits(model, ids)).abs().max() > 1e-3  # and it replaced
+
+
 def test_shuffled_permutes_each_rows_residual_among_its_fitted_entries():
     gen = torch.Generator().manual_seed(3)
     fitted = torch.rand(12, 12, generator=gen) < 0.6
@@ -195,11 +223,20 @@ def test_logits_with_layers_is_a_perturbation_of_its_own():
     assert p.cache_namespace() != ModelPerturbation.parse(None, None, 0).cache_namespace()
 
 
-def test_the_distance_matrix_is_a_gather_by_the_clamped_distance():
-    from posgen.harness.hf_posgen.logit_forms import distance_matrix
+@pytest.mark.parametrize("form", ["additive", "distance", "key"])
+def test_the_reversed_scores_are_a_gather_by_the_distance_masked_past_the_fit(form):
+    from posgen.harness.hf_posgen.logit_forms import reversed_form_logits
 
-    a = torch.randn(3, 12, dtype=torch.float32)
+    gen = torch.Generator().manual_seed(1)
+    a, b, c = (torch.randn(3, 12, generator=gen, dtype=torch.float64) for _ in range(3))
+    a[:, 9:] = float("nan")  # a band of 9 distances: the rest is not fitted
     for m in (1, 2, 7, 12):
         i = torch.arange(m)
-        index = (i[:, None] - i[None, :]).clamp(min=0)
-        assert torch.equal(distance_matrix(a, m), a[:, index])
+        d = i[:, None] - i[None, :]
+        parts = {"additive": "abc", "distance": "ab", "key": "bc"}[form]
+        terms = {"a": a[:, d.clamp(min=0)], "b": b[:, :m, None], "c": c[:, None, :m]}
+        want = sum(terms[x] for x in parts)
+        fitted = (d >= 0) & (d < 9)
+        got = reversed_form_logits(LogitForm(form), a, b, c, torch.empty(3, m, m)).flip(1)
+        torch.testing.assert_close(got[:, fitted], want[:, fitted].float())
+        assert (got[:, ~fitted] <= torch.finfo(torch.float32).min / 2).all()

@@ -135,24 +135,16 @@ def logit_change(
     contiguous [P, m, m] float32) when given.
 
     ``fits``: the :class:`~posgen.harness.additive_fit.logit_fit.HeadFits` of ``logits``
-    over ``fitted``; ``donor_a`` [P, m] for ``foreign``; ``shuffle_keys`` [P, m, m] float, random sort keys for ``shuffled``.
-    The work is in place: the distance term laid out as a Toeplitz matrix
-    (:func:`distance_matrix`) and a few passes over ``out``.
+    over ``fitted`` (or any object with its ``a``, ``b``, ``c``); ``donor_a`` [P, m] for
+    ``foreign``; ``shuffle_keys`` [P, m, m] float, random sort keys for ``shuffled``.
     """
     import torch
 
     p, m = logits.shape[0], logits.shape[-1]
     if out is None:
         out = torch.empty(p, m, m, dtype=torch.float32, device=logits.device)
-    b, c = fits.b.float(), fits.c.float()
-    if form.name == "key":
-        torch.add(b[:, :, None], c[:, None, :], out=out)
-    else:
-        a = (donor_a if form.needs_donor else fits.a).float()
-        torch.add(distance_matrix(a, m), b[:, :, None], out=out)
-        if form.name != "distance":
-            out.add_(c[:, None, :])
-    out.sub_(logits).masked_fill_(~fitted, 0.0)  # unused parameters (NaN) lie off F
+    fit = reversed_form_logits(form, fits.a, fits.b, fits.c, torch.empty_like(out), donor_a)
+    torch.sub(fit.flip(1), logits, out=out).masked_fill_(~fitted, 0.0)
     if form.name == "shuffled":  # the fit plus its residual W − fit, permuted in each row
         if shuffle_keys is None:
             raise ValueError("logits=shuffled needs the row's shuffle keys")
@@ -160,16 +152,41 @@ def logit_change(
     return out
 
 
-def distance_matrix(a: torch.Tensor, m: int) -> torch.Tensor:
-    """``D[p, i, j] = a[p, max(i − j, 0)]`` [P, m, m] from ``a`` [P, ≥ m]: a strided view of
-    ``u = (a[m−1], …, a[0], a[0], …, a[0])`` (2m − 1 long; ``u[m−1−i+j]`` is
-    ``a[i − j]`` for ``j ≤ i`` and ``a[0]`` above the diagonal), its rows read in reverse:
-    one copy of memory in order, where a gather by an [m, m] index reads the index too."""
+def reversed_form_logits(
+    form: LogitForm,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor,
+    out: torch.Tensor,
+    donor_a: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The form's logits with the query rows in reverse order, written into ``out``
+    [P, m, m] (contiguous): ``out[p, m − 1 − i, j]`` is the logit of (i, j) for j ≤ i and
+    every fitted distance, the dtype's minimum elsewhere (above the diagonal, and at
+    distances the fit leaves out, e.g. past a band): a[i−j] + b[i] + c[j] (``additive``,
+    ``shuffled`` without its residual; ``foreign`` with ``donor_a`` [P, m] for a),
+    a[i−j] + b[i] (``distance``), b[i] + c[j] (``key``), from the fit's terms ``a``, ``b``,
+    ``c`` [P, ≥ m].
+
+    Reversed, the distance term is a Hankel matrix, ``u[i' + j]`` with u = (a[m−1], …,
+    a[0], min, …, min) (2m − 1 long): a strided view of u, no copy. So the whole map costs
+    two passes over ``out`` (the view plus c written, b added), and the layer's mask comes
+    with it: no masked fill."""
     import torch
 
-    p = a.shape[0]
-    u = torch.cat([a[:, :m].flip(-1), a[:, :1].expand(p, m - 1)], dim=-1).contiguous()
-    return u.as_strided((p, m, m), (u.stride(0), 1, 1)).flip(1)
+    p, m = out.shape[0], out.shape[-1]
+    low = torch.finfo(out.dtype).min
+    u = torch.full((p, 2 * m - 1), low, dtype=out.dtype, device=out.device)
+    fitted = torch.isfinite(a[:, :m])  # the distances the fit has: the others stay masked
+    if form.name != "key":
+        a = (donor_a if form.needs_donor else a)[:, :m].to(out.dtype)
+    u[:, :m] = torch.where(fitted, a if form.name != "key" else 0.0, low).flip(-1)
+    hankel = u.as_strided((p, m, m), (u.stride(0), 1, 1))
+    b = b[:, :m].to(out.dtype).flip(-1)[:, :, None]
+    if form.name == "distance":
+        return torch.add(hankel, b, out=out)
+    torch.add(hankel, c[:, None, :m].to(out.dtype), out=out)
+    return out.add_(b)
 
 
 def shuffled_within_rows(

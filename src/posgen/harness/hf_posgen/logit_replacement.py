@@ -10,24 +10,31 @@ model's own implementation unchanged. In a chosen layer, for each row of the bat
    m of the n slots), and the fitted entries F are the entries the layer attends among
    them with j ≤ i (the causal mask, or the model's own, e.g. a sliding window);
 2. the logits of the chosen heads (all, or ``heads=``), as the model scores them, are
-   ``W = q @ repeat_kv(k)ᵀ · scaling`` [P, m, m] float32 (then the layer's soft-capping,
-   tanh(W / cap) · cap), from the model's own post-RoPE q and k;
+   ``W = q @ repeat_kv(k)ᵀ · scaling`` over F, from the model's own post-RoPE q and k
+   (then the layer's soft-capping, tanh(W / cap) · cap);
 3. the exact fit of W over F (:mod:`posgen.harness.additive_fit.logit_fit`; a causal or
-   band F is solved from its structure) gives the form's replacement W'
-   (:mod:`.logit_forms`), and δ = W' − W on F, 0 elsewhere;
-4. the model's own attention runs with the additive mask (0 where the layer attends, the
-   dtype's minimum elsewhere) plus δ: it computes W, adds the mask, so its softmax sees
-   W + δ = W' (to float rounding) where the layer attends, and multiplies by the values
-   as usual. That is transformers' ``sdpa`` function (a float mask) where the model runs
+   band F is solved from its structure) gives the form's logits W' (:mod:`.logit_forms`);
+4. the model's own attention runs with W' as its scores, and its softmax and value
+   product as usual: transformers' ``sdpa`` function (a float mask) where the model runs
    sdpa, else (eager, soft-capping, attention sinks) the family's own eager attention.
    Nothing of attention or RoPE is re-implemented.
 
-With ``heads=`` the model's own implementation also runs, and the other heads' outputs
-are taken from it (bit for bit what plain ``hf`` computes). Forwards with a KV cache
-(``generate``) are refused: the fit needs the full rows.
+Step 4 takes one of two exact routes:
 
-Cost per chosen layer: one [B, H, n, n] logit product more than eager attention, the
-O(n²) sums of the fit, O(n) structured solve, and the [B, H, n, n] replacement.
+- **The whole of the logits** (every head, F all the layer attends, no soft-capping, a
+  form without the residual, float32/64): the attention function gets a zero query, so
+  its scores are 0, and the additive mask W' on F, the dtype's minimum elsewhere, so its
+  softmax sees W' itself. The fit's sums come straight from q and k
+  (:mod:`posgen.harness.additive_fit.qk_sums`, float64, no [n, n] logit map): the cost
+  per layer is O(n d log n) sums, an O(n) solve, and three passes writing W'.
+- **Otherwise** (``heads=``, ``shuffled``, soft-capping, options that leave attended
+  entries out of F, half precision): W is computed ([P, m, m] float32) and the mask
+  carries δ = W' − W on F, 0 on the other attended entries: the attention function
+  computes W again and adds the mask, so its softmax sees W + δ = W' (to float rounding).
+  With ``heads=`` the model's own implementation also runs, and the other heads' outputs
+  are taken from it (bit for bit what plain ``hf`` computes).
+
+Forwards with a KV cache (``generate``) are refused: the fit needs the full rows.
 """
 
 from __future__ import annotations
@@ -41,12 +48,21 @@ from typing import Any
 import torch
 
 from posgen.compat import base_implementation, using_attention
-from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache, fit_sums, head_sums
+from posgen.harness.additive_fit.causal_layout import CausalLayout
+from posgen.harness.additive_fit.logit_fit import (
+    FitOptions,
+    LayoutCache,
+    fit_sums,
+    fit_terms,
+    head_sums,
+)
+from posgen.harness.additive_fit.qk_sums import grouped_fit_sums
 from posgen.harness.hf_posgen.logit_forms import (
     SHUFFLE_STREAM,
     LogitDonor,
     LogitForm,
     logit_change,
+    reversed_form_logits,
 )
 from posgen.harness.hf_posgen.qk_noise import base_forward
 from posgen.harness.model_family import family_of
@@ -81,24 +97,52 @@ class LogitReplacement:
         if last is not None and last[0] is attention_mask and last[1] == shape:
             return last[2]
         attended = attended_entries(attention_mask, query, key, module, kwargs)
-        rows = []
+        rows, whole = [], True
         for row in range(shape[0]):
             m = real_length(attended[row])
             fitted = self.options.apply(attended[row, :m, :m])
-            rows.append((m, fitted, fit_layout(self.layouts, fitted, self.options)))
+            layout = fit_layout(self.layouts, fitted, self.options)
+            rows.append((m, fitted, layout))
+            whole = whole and isinstance(layout, CausalLayout)
+            whole = whole and torch.equal(fitted, attended[row, :m, :m])
         low = torch.finfo(query.dtype).min
         additive = torch.where(attended[:, None], 0.0, low).to(query.dtype)
-        found = MaskRows(additive, rows)
+        found = MaskRows(additive, rows, whole)
         self._masks = (attention_mask, shape, found)  # holds the mask: its id stays unique
         return found
+
+    def replaces_whole_logits(self, query, masks: MaskRows, softcap) -> bool:
+        """Whether this call takes the route of the whole logits (module doc)."""
+        plain_form = self.form.name != "shuffled" and self.heads is None
+        exact_dtype = query.dtype in (torch.float32, torch.float64)
+        return plain_form and exact_dtype and softcap is None and masks.fit_is_mask
 
 
 @dataclass
 class MaskRows:
-    """One mask's additive form [B, 1, n, keys] and per row (m, F [m, m], layout)."""
+    """One mask's additive form [B, 1, n, keys], per row (m, F [m, m], layout), whether
+    every row's F is all its real tokens attend and structured (``fit_is_mask``), and the
+    buffers that the layers of one forward reuse (allocating the [B, H, n, keys] mask per
+    layer costs more in page faults than writing it)."""
 
     additive: torch.Tensor
     rows: list[tuple[int, torch.Tensor, Any]]
+    fit_is_mask: bool = False
+    buffers: dict = field(default_factory=dict, repr=False)
+
+    def buffer(self, name: str, like: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+        """A reusable tensor of ``shape`` with ``like``'s dtype and device."""
+        key = (name, shape, like.dtype, like.device)
+        if key not in self.buffers:
+            self.buffers[key] = torch.empty(shape, dtype=like.dtype, device=like.device)
+        return self.buffers[key]
+
+    def zero_query(self, query: torch.Tensor) -> torch.Tensor:
+        """Zeros of ``query``'s shape (made once per forward; nothing writes to them)."""
+        key = ("zero query", tuple(query.shape), query.dtype, query.device)
+        if key not in self.buffers:
+            self.buffers[key] = torch.zeros_like(query)
+        return self.buffers[key]
 
 
 _ACTIVE: ContextVar[LogitReplacement | None] = ContextVar("posgen_logit_replacement", default=None)
@@ -146,9 +190,13 @@ def _make_forward(base: str) -> Callable[..., Any]:
         if query.shape[2] != key.shape[2]:
             raise RuntimeError("logits= replaces whole forwards only (no KV cache, no generate)")
         masks = state.mask_rows(attention_mask, query, key, module, kwargs)
+        attend = _attend(base, module, kwargs.get("softcap"))
+        if state.replaces_whole_logits(query, masks, kwargs.get("softcap")):
+            scores = fit_logits(state, module, layer, query, key, masks, kwargs)
+            out, weights = attend(module, masks.zero_query(query), key, value, scores, **kwargs)
+            return out.flip(1), None if weights is None else weights.flip(2)  # rows back
         delta = logit_delta(state, module, layer, query, key, masks.rows, kwargs)
         mask = delta.to(query.dtype).add_(masks.additive)
-        attend = _attend(base, module, kwargs.get("softcap"))
         out, weights = attend(module, query, key, value, mask, **kwargs)
         if state.heads is None:
             return out, weights
@@ -185,6 +233,45 @@ def attended_entries(attention_mask, query, key, module, kwargs) -> torch.Tensor
     if mask.dtype == torch.bool:
         return mask
     return mask > torch.finfo(mask.dtype).min / 2
+
+
+def fit_logits(state, module, layer, query, key, masks: MaskRows, kwargs) -> torch.Tensor:
+    """The scores of the route of the whole logits (module doc), **query rows reversed**:
+    [B, H, n, keys] in the query's dtype, where ``scores[r, h, n − 1 − i, j]`` is, per row r,
+    the form's logit W'[i, j] on its fitted entries (all its real tokens attend), 0 on the
+    other entries the layer attends (the queries of padding: their outputs are not read),
+    the dtype's minimum elsewhere. The query is zero, so the row order is the scores' alone:
+    reversed, the distance term is a strided view (:func:`.logit_forms.reversed_form_logits`),
+    and the caller reverses the attention's output rows back."""
+    b_size, h, n = query.shape[:3]
+    keys = key if _grouped_like_repeat_kv(module, key.shape[1], h) else None
+    keys = family_of(module).expand_kv(module, key, h) if keys is None else keys
+    scaling = kwargs.get("scaling")
+    scaling = module.head_dim**-0.5 if scaling is None else scaling
+    shape = (b_size, h, n, key.shape[2])
+    whole = b_size == 1 and masks.rows[0][0] == n  # W' written straight into the scores
+    scores = masks.buffer("scores", query, shape)
+    if not whole:
+        scores.copy_(masks.additive.expand(shape).flip(2))
+    heads = list(range(h))
+    for row, (m, _, layout) in enumerate(masks.rows):
+        sums = grouped_fit_sums(query[row, :, :m], keys[row, :, :m], layout, scaling)
+        a, b, c = fit_terms(*sums, layout)
+        donor = None if state.donor is None else state.donor.distance_term(layer, heads, m)
+        if whole:
+            reversed_form_logits(state.form, a, b, c, scores[0], donor)
+        else:  # the row's real queries are its first m: the last m once reversed
+            block = torch.empty_like(scores[row, :, :m, :m])
+            scores[row, :, n - m :, :m] = reversed_form_logits(state.form, a, b, c, block, donor)
+    return scores
+
+
+def _grouped_like_repeat_kv(module, kv_heads: int, heads: int) -> bool:
+    """Whether the family's ``repeat_kv`` gives query head p the key head p // g (then the
+    sums read each key head once for its g query heads)."""
+    index = torch.arange(kv_heads, dtype=torch.float32).view(1, kv_heads, 1, 1)
+    spread = family_of(module).expand_kv(module, index, heads).flatten()
+    return torch.equal(spread, (torch.arange(heads) // (heads // kv_heads)).float())
 
 
 def logit_delta(state, module, layer, query, key, rows, kwargs) -> torch.Tensor:
