@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from posgen.compat import CompatError, attn_implementation, internal
@@ -77,11 +78,19 @@ def using_attention(
     make_forward: Callable[[], Callable[..., Any]],
     mask: str,
     wraps: str = "",
+    state: tuple[ContextVar, Any] | None = None,
 ) -> Iterator[str]:
     """The one way posgen runs an attention function of its own (attention capture, qk
-    noise, Λ attention): registered once (:func:`register_attention`), active within the
-    block, the model's own implementation restored on exit
-    (:func:`attention_implementation`). Yields the name of the model's own."""
+    noise, Λ attention, ``logits=``): registered once (:func:`register_attention`), active
+    within the block, the model's own implementation restored on exit
+    (:func:`attention_implementation`). ``state`` (a context variable and its value): what
+    the function reads on each call, set for the block and reset after it. Yields the name
+    of the model's own."""
     register_attention(name, make_forward, mask, wraps)
-    with attention_implementation(model, name) as original:
-        yield original
+    token = None if state is None else state[0].set(state[1])
+    try:
+        with attention_implementation(model, name) as original:
+            yield original
+    finally:
+        if state is not None:
+            state[0].reset(token)

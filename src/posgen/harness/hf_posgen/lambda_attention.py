@@ -393,13 +393,9 @@ def lambda_attention(
     if base != "eager" and base not in ALL_ATTENTION_FUNCTIONS:
         raise ValueError(f"lambda attention cannot wrap unknown implementation {base!r}")
     handle = modules[0].register_forward_hook(hook, with_kwargs=True)
-    token = _ACTIVE.set(state)
-    try:
-        # the sdpa mask function: None for unpadded causal input
-        with using_attention(
-            model, attention_name(base), lambda: _make_forward(base), mask="sdpa", wraps=base
-        ):
+    make = lambda: _make_forward(base)  # noqa: E731
+    try:  # the sdpa mask function: None for unpadded causal input
+        with using_attention(model, attention_name(base), make, "sdpa", base, (_ACTIVE, state)):
             yield
     finally:
         handle.remove()
-        _ACTIVE.reset(token)

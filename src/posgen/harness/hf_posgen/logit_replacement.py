@@ -165,14 +165,9 @@ def logits_replaced(model: torch.nn.Module, replacement: LogitReplacement) -> It
         )
     if replacement.form.needs_donor and replacement.donor is None:
         raise ValueError("logits=foreign needs a donor sequence's fit (LogitDonor)")
-    token = _ACTIVE.set(replacement)
-    try:
-        with using_attention(
-            model, attention_name(base), lambda: _make_forward(base), mask=base, wraps=base
-        ):
-            yield
-    finally:
-        _ACTIVE.reset(token)
+    make = lambda: _make_forward(base)  # noqa: E731
+    with using_attention(model, attention_name(base), make, base, base, (_ACTIVE, replacement)):
+        yield
 
 
 def _make_forward(base: str) -> Callable[..., Any]:

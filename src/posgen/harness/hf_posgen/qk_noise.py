@@ -172,11 +172,6 @@ def attention_active(model: torch.nn.Module, attend: Attend) -> Iterator[None]:
     """Within the block, every attention call of ``model`` goes to ``attend`` with the
     model's own implementation (:data:`Attend`); the implementation is restored on exit."""
     base = check_base(base_implementation(model))
-    token = _ACTIVE.set(attend)
-    try:
-        with using_attention(
-            model, attention_name(base), lambda: _make_forward(base), mask=base, wraps=base
-        ):
-            yield
-    finally:
-        _ACTIVE.reset(token)
+    make = lambda: _make_forward(base)  # noqa: E731
+    with using_attention(model, attention_name(base), make, base, base, (_ACTIVE, attend)):
+        yield
