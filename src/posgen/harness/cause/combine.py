@@ -14,36 +14,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from posgen.atomic import atomic_write_bytes, atomic_write_text
 from posgen.harness.cause.folder import CauseFolder
-from posgen.harness.layers.combine import CombineError, check_out
-from posgen.harness.layers.score import json_safe, read_scores
-from posgen.results.folder.store import atomic_write_json
+from posgen.harness.layers.combine import MARK, check_out, read_finished, write_combined
 
-MARK = "combined.json"
 KIND = "posgen-cause-combined"
 
 
 def read_profiles(runs: list[Path]) -> list[dict[str, Any]]:
     """The profile of every folder, in the order given."""
-    resolved = [Path(r).resolve() for r in runs]
-    if len(set(resolved)) != len(resolved):
-        raise CombineError("--combine: a folder is named twice")
-    profiles = []
-    for run in runs:
-        if not (Path(run) / CauseFolder.settings).is_file():
-            raise CombineError(
-                f"--combine {run}: not a posgen cause folder (no {CauseFolder.settings})"
-            )
-        path = Path(run) / "cause_scores.json"
-        if not path.is_file():
-            raise CombineError(
-                f"--combine {run}: no cause_scores.json; finish that run first "
-                "(rerun its posgen cause command: it resumes)"
-            )
-        prof = read_scores(path)  # JSON null reads back as NaN: no layers run is None
+    profiles = read_finished(runs, CauseFolder.settings, "cause_scores.json", "posgen cause")
+    for prof in profiles:  # JSON null reads back as NaN: no layers run is None
         prof["layers_run"] = prof["layers_run"] if isinstance(prof["layers_run"], dict) else None
-        profiles.append(prof)
     return profiles
 
 
@@ -54,19 +35,6 @@ def combine(runs: list[Path], out: Path) -> dict[str, Path]:
     check_out(out, runs, MARK, "combined cause report")
     profiles = read_profiles(runs)
     cross = cross_model_rows(profiles)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {
-        "png": out / "cause.png",
-        "md": out / "cause.md",
-        "scores": out / "cause_scores.json",
-        "mark": out / MARK,
-    }
-    atomic_write_bytes(paths["png"], cause_figure(profiles))
-    atomic_write_text(paths["md"], render_markdown(profiles, cross=cross_model_section(cross)))
-    atomic_write_json(
-        paths["scores"], {"profiles": json_safe(profiles), "cross_model": json_safe(cross)}
-    )
-    atomic_write_json(
-        paths["mark"], {"kind": KIND, "sources": [str(Path(r).resolve()) for r in runs]}
-    )
-    return paths
+    md = render_markdown(profiles, cross=cross_model_section(cross))
+    scores = {"profiles": profiles, "cross_model": cross}
+    return write_combined(out, runs, "cause", KIND, cause_figure(profiles), md, scores)

@@ -40,6 +40,52 @@ def add_include_path_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_profile_arguments(parser: argparse.ArgumentParser, default_limit: int) -> None:
+    """``--model``, ``--random-init``, ``--limit`` and ``--seed`` (``posgen layers``,
+    ``posgen cause``)."""
+    from posgen.perturbations.seeding import DEFAULT_SEED
+
+    parser.add_argument(
+        "--model", default="embedded", metavar="ID_OR_PATH", help="model (default: embedded)"
+    )
+    parser.add_argument(
+        "--random-init",
+        action="store_true",
+        help="the seeded random-init twin of --model instead of the model (its "
+        "architecture, weights drawn from --seed)",
+    )
+    parser.add_argument(
+        "--limit", type=int, default=default_limit, help=f"posgen_prose documents ({default_limit})"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=DEFAULT_SEED, help=f"perturbation seed ({DEFAULT_SEED})"
+    )
+
+
+def add_folder_arguments(parser: argparse.ArgumentParser, command: str, combine: str) -> None:
+    """``--combine``, ``--out``, ``--batch-size``, the loading flags and ``--no-progress``
+    (``posgen layers``, ``posgen cause``); ``combine``: what a combined report holds."""
+    from posgen.harness.loading.options import add_loading_arguments
+
+    parser.add_argument(
+        "--combine",
+        nargs="+",
+        type=Path,
+        metavar="RUN",
+        help=f"instead of a run: one report ({combine}) over finished posgen {command} "
+        "folders; no model loads",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help=f"output folder (default ./posgen-{command}/<model>, with --combine "
+        f"./posgen-{command}/combined)",
+    )
+    parser.add_argument("--batch-size", default="8", help="lm-eval batch size (default 8)")
+    add_loading_arguments(parser)
+    parser.add_argument("--no-progress", action="store_true", help="no per-cell progress lines")
+
+
 COMBINE_KEEPS = {"combine", "out", "no_progress"}  # what --combine takes besides folders
 
 

@@ -16,10 +16,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from posgen.harness.cli.arguments import combine_command
+from posgen.harness.cli.arguments import (
+    add_folder_arguments,
+    add_profile_arguments,
+    combine_command,
+)
 from posgen.harness.input_error import InputError
-from posgen.harness.loading.options import add_loading_arguments
-from posgen.perturbations.seeding import DEFAULT_SEED
 
 DEFAULT_FORMS = "additive;distance;key"
 DEFAULT_CONTROLS = "foreign;shuffled"
@@ -28,14 +30,7 @@ DEFAULT_LIMIT = 12  # posgen layers' documents
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--model", default="embedded", metavar="ID_OR_PATH", help="model (default: embedded)"
-    )
-    parser.add_argument(
-        "--random-init",
-        action="store_true",
-        help="measure the seeded random-init twin of --model (weights drawn from --seed)",
-    )
+    add_profile_arguments(parser, DEFAULT_LIMIT)
     parser.add_argument(
         "--layers", help="layers replaced one at a time: 12, 0-5 or 3;7;11 (default: every layer)"
     )
@@ -57,12 +52,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         f"(default {DEFAULT_SCHEMES})",
     )
     parser.add_argument(
-        "--limit", type=int, default=DEFAULT_LIMIT, help=f"posgen_prose documents ({DEFAULT_LIMIT})"
-    )
-    parser.add_argument(
-        "--seed", type=int, default=DEFAULT_SEED, help=f"perturbation seed ({DEFAULT_SEED})"
-    )
-    parser.add_argument(
         "--layers-run",
         type=Path,
         metavar="DIR",
@@ -70,23 +59,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "its per-layer sensitivity to the predicted change under its scheme (remembered: a "
         "rerun of the folder without it relates to the same one)",
     )
-    parser.add_argument(
-        "--combine",
-        nargs="+",
-        type=Path,
-        metavar="RUN",
-        help="instead of a run: one report over finished posgen cause folders, with the "
-        "cross-model section; no model loads",
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        help="output folder (default ./posgen-cause/<model>, with --combine "
-        "./posgen-cause/combined)",
-    )
-    parser.add_argument("--batch-size", default="8", help="lm-eval batch size (default 8)")
-    add_loading_arguments(parser)
-    parser.add_argument("--no-progress", action="store_true", help="no per-cell progress lines")
+    add_folder_arguments(parser, "cause", "with the cross-model section")
 
 
 def _names(text: str, what: str) -> list[str]:

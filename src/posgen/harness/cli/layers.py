@@ -15,10 +15,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from posgen.harness.cli.arguments import combine_command
+from posgen.harness.cli.arguments import (
+    add_folder_arguments,
+    add_profile_arguments,
+    combine_command,
+)
 from posgen.harness.input_error import InputError
-from posgen.harness.loading.options import add_loading_arguments
-from posgen.perturbations.seeding import DEFAULT_SEED
 
 if TYPE_CHECKING:
     from posgen.results.folder.layers_config import LayersConfig
@@ -28,9 +30,7 @@ DEFAULT_LIMIT = 12  # posgen run's default posgen_prose documents
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--model", default="embedded", metavar="ID_OR_PATH", help="model (default: embedded)"
-    )
+    add_profile_arguments(parser, DEFAULT_LIMIT)
     parser.add_argument(
         "--positions",
         default=DEFAULT_POSITIONS,
@@ -48,12 +48,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--layers to keep it short",
     )
     parser.add_argument(
-        "--limit", type=int, default=DEFAULT_LIMIT, help=f"posgen_prose documents ({DEFAULT_LIMIT})"
-    )
-    parser.add_argument(
-        "--seed", type=int, default=DEFAULT_SEED, help=f"perturbation seed ({DEFAULT_SEED})"
-    )
-    parser.add_argument(
         "--decompose-docs",
         type=int,
         default=8,
@@ -67,29 +61,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="a `posgen length` folder of the same model with scheme 'none': relate "
         "sensitivity to attention-output drift past the trained context",
     )
-    parser.add_argument(
-        "--random-init",
-        action="store_true",
-        help="profile the seeded random-init twin of --model (its architecture, weights "
-        "drawn from --seed) instead of the model",
+    add_folder_arguments(
+        parser, "layers", "a panel and a section per folder, e.g. of several models"
     )
-    parser.add_argument(
-        "--combine",
-        nargs="+",
-        type=Path,
-        metavar="RUN",
-        help="instead of a run: one report (a panel and a section per folder) over finished "
-        "posgen layers folders, e.g. of several models; no model loads",
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        help="output folder (default ./posgen-layers/<model>, with --combine "
-        "./posgen-layers/combined)",
-    )
-    parser.add_argument("--batch-size", default="8", help="lm-eval batch size (default 8)")
-    add_loading_arguments(parser)
-    parser.add_argument("--no-progress", action="store_true", help="no per-cell progress lines")
 
 
 def resolve(args: argparse.Namespace) -> LayersConfig:

@@ -30,25 +30,53 @@ class CombineError(ValueError):
 
 def read_profiles(runs: list[Path]) -> list[dict[str, Any]]:
     """The profile of every folder, labelled so no two panels share a title."""
-    resolved = [Path(r).resolve() for r in runs]
-    if len(set(resolved)) != len(resolved):
-        raise CombineError("--combine: a folder is named twice")
-    profiles = []
-    for run in runs:
-        if not (Path(run) / SETTINGS).is_file():
-            raise CombineError(f"--combine {run}: not a posgen layers folder (no {SETTINGS})")
-        path = Path(run) / "layers_scores.json"
-        if not path.is_file():
-            raise CombineError(
-                f"--combine {run}: no layers_scores.json; finish that run first "
-                "(rerun its posgen layers command: it resumes)"
-            )
-        profiles.append(read_scores(path))
+    profiles = read_finished(runs, SETTINGS, "layers_scores.json", "posgen layers")
     titles = [(p["model"], p["scheme"]) for p in profiles]
     for prof, run, title in zip(profiles, runs, titles, strict=True):
         if titles.count(title) > 1:  # same model and scheme: tell the panels apart
             prof["model"] = f"{prof['model']} ({Path(run).name})"
     return profiles
+
+
+def read_finished(runs: list[Path], settings: str, scores: str, command: str) -> list[dict]:
+    """The ``scores`` file of every folder of ``command`` (marked by its ``settings``
+    file), in the order given; each folder once, and finished."""
+    resolved = [Path(r).resolve() for r in runs]
+    if len(set(resolved)) != len(resolved):
+        raise CombineError("--combine: a folder is named twice")
+    found = []
+    for run in runs:
+        if not (Path(run) / settings).is_file():
+            raise CombineError(f"--combine {run}: not a {command} folder (no {settings})")
+        path = Path(run) / scores
+        if not path.is_file():
+            raise CombineError(
+                f"--combine {run}: no {scores}; finish that run first "
+                f"(rerun its {command} command: it resumes)"
+            )
+        found.append(read_scores(path))
+    return found
+
+
+def write_combined(
+    out: Path, runs: list[Path], stem: str, kind: str, png: bytes, md: str, scores: dict
+) -> dict[str, Path]:
+    """The combined report's four files in ``out`` (``<stem>.png``, ``<stem>.md``,
+    ``<stem>_scores.json`` and the mark naming the sources), each written atomically."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "png": out / f"{stem}.png",
+        "md": out / f"{stem}.md",
+        "scores": out / f"{stem}_scores.json",
+        "mark": out / MARK,
+    }
+    atomic_write_bytes(paths["png"], png)
+    atomic_write_text(paths["md"], md)
+    atomic_write_json(paths["scores"], json_safe(scores))
+    atomic_write_json(
+        paths["mark"], {"kind": kind, "sources": [str(Path(r).resolve()) for r in runs]}
+    )
+    return paths
 
 
 def check_out(
@@ -71,17 +99,12 @@ def combine(runs: list[Path], out: Path) -> dict[str, Path]:
 
     check_out(out, runs)
     profiles = read_profiles(runs)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {
-        "png": out / "layers.png",
-        "md": out / "layers.md",
-        "scores": out / "layers_scores.json",
-        "mark": out / MARK,
-    }
-    atomic_write_bytes(paths["png"], profile_figure(profiles))
-    atomic_write_text(paths["md"], render_markdown(profiles))
-    atomic_write_json(paths["scores"], {"profiles": json_safe(profiles)})
-    atomic_write_json(
-        paths["mark"], {"kind": KIND, "sources": [str(Path(r).resolve()) for r in runs]}
+    return write_combined(
+        out,
+        runs,
+        "layers",
+        KIND,
+        profile_figure(profiles),
+        render_markdown(profiles),
+        {"profiles": profiles},
     )
-    return paths
