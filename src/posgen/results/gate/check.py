@@ -232,12 +232,12 @@ def _paired_row(
         raise GateInputError(f"{where}: document lengths differ from the baseline's")
     gb, gc = np.array([bd[k][1] for k in keys]), np.array([cd[k][1] for k in keys])
     level_b, level_c = float((w * gb).sum() / w.sum()), float((w * gc).sum() / w.sum())
-    if "scale" in b and b["scale"] != c["scale"]:
+    if b["scale"] != c["scale"]:
         raise GateInputError(
             f"{where}: gated on {b['scale']} in the baseline, {c['scale']} in the run; "
             "make a new baseline"
         )
-    kind = metric_kind(b.get("scale", key[1]), base=key[2] == "none")
+    kind = metric_kind(b["scale"], base=key[2] == "none")
     margin = margin_on_test_scale(kind, margins.of(kind))
     test = weighted_paired_t(gc - gb, w, margin)
     return {

@@ -30,6 +30,7 @@ from posgen.results.folder.length_config import read_length_config
 from posgen.results.folder.schema import SchemaError
 from posgen.results.folder.store import slug
 from posgen.results.gate.baseline_file import GateInputError, check_docs, check_typed
+from posgen.results.gate.margins import LENGTH_METRIC
 from posgen.results.scores.length import document_excess, gather, read_records
 
 SETTINGS = (
@@ -41,7 +42,7 @@ SETTINGS = (
     "seed",
     "positions",
 )
-TASK, METRIC, KIND = "length", "nll_excess", "length"
+TASK, METRIC, KIND = "length", LENGTH_METRIC, "length"
 
 
 def length_section(run_root: Path, model: str) -> dict[str, Any] | None:
@@ -119,7 +120,11 @@ def length_pairs(
     base = {cell["scheme"]: cell for cell in baseline["cells"]}
     if set(now) != set(base):
         raise GateInputError(f"length schemes mismatch: baseline {sorted(base)}, run {sorted(now)}")
-    return [((TASK, METRIC, KIND, s, None), base[s], now[s]) for s in b["schemes"]]
+    # each cell states its gated scale, as the other kinds' cells do: the length metric
+    return [
+        ((TASK, METRIC, KIND, s, None), {**base[s], "scale": METRIC}, {**now[s], "scale": METRIC})
+        for s in b["schemes"]
+    ]
 
 
 def validate_section(section: Any, where: str) -> None:
