@@ -350,3 +350,34 @@ def add_length(
             }
             atomic_write_json(result_path(folder, scheme, doc), record)
     return folder
+
+
+def gate_cell(
+    rate: float,
+    g,
+    w=None,
+    task: str = "posgen_prose",
+    metric: str = "word_perplexity",
+    degradation: float = 0.0,
+    worst: bool = False,
+) -> dict:
+    """One cell of a gate payload (``posgen check``'s input) with per-document values
+    ``g`` and weights ``w`` (default 200 words each): a position swap cell at ``rate``,
+    gated on perplexity for a perplexity metric, else on accuracy; ``worst``: ``g`` is
+    also the worst-case values."""
+    g = np.asarray(g, dtype=float)
+    w = np.full(g.size, 200.0) if w is None else np.asarray(w, dtype=float)
+    docs = {"keys": [f"d{i:02d}" for i in range(g.size)], "w": w.tolist(), "g": g.tolist()}
+    if worst:
+        docs["g_worst"] = g.tolist()
+    return {
+        "task": task,
+        "metric": metric,
+        "lm_eval_key": f"{metric},none",
+        "scale": "perplexity" if metric.endswith("perplexity") else "accuracy",
+        "kind": "position",
+        "scheme": "swap",
+        "rate": rate,
+        "degradation": degradation,
+        "docs": docs,
+    }

@@ -12,30 +12,12 @@ from scipy import stats
 from posgen.results.gate.check import check_options, compare
 from posgen.results.gate.margins import margin_on_test_scale, to_user
 from posgen.results.gate.output import format_table
+from synthetic_run import gate_cell
 
 
 def _payload(g: np.ndarray, w: np.ndarray) -> dict:
     """``g``: ``[cells, n]`` per-document degradations of prose cells."""
-    cells = []
-    for i, row in enumerate(g):
-        cells.append(
-            {
-                "task": "posgen_prose",
-                "metric": "word_perplexity",
-                "lm_eval_key": "word_perplexity,none",
-                "scale": "perplexity",
-                "kind": "position",
-                "scheme": "swap",
-                "rate": round(0.01 * (i + 1), 2),
-                "degradation": 0.0,
-                "docs": {
-                    "keys": [f"d{j}" for j in range(row.size)],
-                    "w": w.tolist(),
-                    "g": row.tolist(),
-                },
-            }
-        )
-    return {"cells": cells}
+    return {"cells": [gate_cell(round(0.01 * (i + 1), 2), row, w) for i, row in enumerate(g)]}
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -14,6 +14,7 @@ from posgen.results.gate.check import Margins, compare
 from posgen.results.gate.margins import margin_on_test_scale
 from posgen.results.gate.output import format_table, junit_xml, summary
 from posgen.results.gate.power import documents_needed, noncentrality, spread_known
+from synthetic_run import gate_cell
 
 INFO = {
     "model": "cand",
@@ -26,24 +27,7 @@ INFO = {
 
 
 def _cell(rate: float, g, w=None, task="posgen_prose", metric="word_perplexity") -> dict:
-    g = np.asarray(g, dtype=float)
-    w = np.full(g.size, 200.0) if w is None else np.asarray(w, dtype=float)
-    return {
-        "task": task,
-        "metric": metric,
-        "lm_eval_key": f"{metric},none",
-        "scale": "perplexity" if metric.endswith("perplexity") else "accuracy",
-        "kind": "position",
-        "scheme": "swap",
-        "rate": rate,
-        "degradation": 0.0,
-        "docs": {
-            "keys": [f"d{i:02d}" for i in range(g.size)],
-            "w": w.tolist(),
-            "g": g.tolist(),
-            "g_worst": g.tolist(),
-        },
-    }
+    return gate_cell(rate, g, w, task, metric, worst=True)
 
 
 def _family(n: int, m: int, seed: int, shift: float = 0.0):

@@ -9,6 +9,7 @@ from scipy import stats
 from posgen.results.gate.check import Margins, compare
 from posgen.results.gate.margins import margin_on_test_scale, to_user
 from posgen.results.stats.paired_test import holm, holm_factors, weighted_paired_t
+from synthetic_run import gate_cell
 
 SUITE = {"suite": "offline", "tasks": ["posgen_prose"]}
 
@@ -49,23 +50,8 @@ def _payload(rng, base_nll, words, effect, draw_sd):
     cells = []
     for c, eff in enumerate(effect):
         g = eff + rng.normal(0.0, draw_sd, words.size)
-        cells.append(
-            {
-                "task": "posgen_prose",
-                "metric": "word_perplexity",
-                "lm_eval_key": "word_perplexity,none",
-                "scale": "perplexity",
-                "kind": "position",
-                "scheme": "swap",
-                "rate": float(c + 1),
-                "degradation": float(np.expm1((g * words).sum() / words.sum())),
-                "docs": {
-                    "keys": [f"d{i}" for i in range(words.size)],
-                    "w": words.tolist(),
-                    "g": g.tolist(),
-                },
-            }
-        )
+        change = float(np.expm1((g * words).sum() / words.sum()))
+        cells.append(gate_cell(float(c + 1), g, words, degradation=change))
     return {"suite": SUITE, "limits": {"posgen_prose": 12}, "cells": cells}
 
 
@@ -115,18 +101,7 @@ def test_a_tiny_shift_on_every_document_fails_only_without_a_margin():
 
 
 def _payload_from(g, words):
-    cell = {
-        "task": "posgen_prose",
-        "metric": "word_perplexity",
-        "lm_eval_key": "word_perplexity,none",
-        "scale": "perplexity",
-        "kind": "position",
-        "scheme": "swap",
-        "rate": 0.1,
-        "degradation": 0.0,
-        "docs": {"keys": [f"d{i}" for i in range(g.size)], "w": list(words), "g": list(g)},
-    }
-    return {"cells": [cell]}
+    return {"cells": [gate_cell(0.1, g, words)]}
 
 
 @pytest.mark.parametrize("kind", ["perplexity", "accuracy", "length"])
