@@ -52,6 +52,20 @@ def chat_model(tiny_model_dir, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def positional_model_dir(tmp_path_factory) -> Path:
+    """:func:`planted_models.positional_llama` saved with the tiny tokenizer: 4 layers,
+    only layer ``POSITIONAL_LAYER`` position-dependent (``posgen layers`` and ``posgen
+    cause`` end to end)."""
+    from planted_models import POSITIONAL_LAYER, positional_llama
+    from tiny_models import build_tokenizer
+
+    path = tmp_path_factory.mktemp("positional") / "model"
+    positional_llama(4, POSITIONAL_LAYER).save_pretrained(path)
+    build_tokenizer().save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
 def embedded_model_dir() -> Path:
     """The embedded SmolLM2-135M as a plain Hugging Face folder (converted once)."""
     from posgen.harness.embedded import embedded_model_path

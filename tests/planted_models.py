@@ -68,7 +68,10 @@ def planted_model(interaction: float = 0.0, seed: int = 0) -> torch.nn.Module:
     return model
 
 
-def positional_llama(layers: int = 4, positional: int = 2) -> torch.nn.Module:
+POSITIONAL_LAYER = 2  # positional_llama's default: the one position-dependent layer
+
+
+def positional_llama(layers: int = 4, positional: int = POSITIONAL_LAYER) -> torch.nn.Module:
     """A Llama whose layers have q/k projections scaled by 1e-3 (attention logits ~1e-6
     of their size: nearly uniform, barely position-dependent), except layer
     ``positional``: q/k scaled up 8x (sharp, position-dependent attention) and v/o 4x (so

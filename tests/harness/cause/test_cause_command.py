@@ -11,22 +11,17 @@ import pandas as pd
 import pytest
 import torch
 
-from planted_models import positional_llama
+from planted_models import POSITIONAL_LAYER
 from posgen.harness.cli import build_parser
 from posgen.harness.cli import main as cli_main
 from posgen.harness.cli.cause import main
-from tiny_models import build_tokenizer
 
-POSITIONAL = 2  # the one layer with sharp, position-dependent attention
+POSITIONAL = POSITIONAL_LAYER  # the one layer with sharp, position-dependent attention
 
 
 @pytest.fixture(scope="module")
-def planted(tmp_path_factory) -> Path:
-    """:func:`planted_models.positional_llama`: 4 layers, only layer 2 position-dependent."""
-    path = tmp_path_factory.mktemp("planted") / "model"
-    positional_llama(4, POSITIONAL).save_pretrained(path)
-    build_tokenizer().save_pretrained(path)
-    return path
+def planted(positional_model_dir) -> Path:
+    return positional_model_dir
 
 
 def run(*argv: str) -> int:
