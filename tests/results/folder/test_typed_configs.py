@@ -1,4 +1,4 @@
-"""The typed configs of run, length and layers folders read the settings files written
+"""The typed configs of run, length, layers and cause folders read the settings files written
 before they existed (tests/results/folder/data, kept verbatim) back to the same dicts,
 hashes and default folders, and write them again unchanged."""
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from posgen.results.folder.cause_config import CauseConfig
 from posgen.results.folder.config import RunConfig
 from posgen.results.folder.layers_config import LayersConfig
 from posgen.results.folder.length_config import (
@@ -95,3 +96,37 @@ def test_layers_cells_follow_the_settings():
     assert config.cells()[1].layers == (1,) and config.cells()[1].heads == (0,)
     plain = LayersConfig.from_dict(_stored(LAYERS[0])["config"])
     assert [c.name for c in plain.cells()] == ["plain", "layer-000", "layer-001", "all"]
+
+
+CAUSES = ["cause_default.cause.json", "cause_twin_controls.cause.json"]
+
+
+@pytest.mark.parametrize("name", CAUSES)
+def test_a_cause_folder_from_before_reads_typed_and_resumes(name, tmp_path):
+    """cause.json as written while posgen cause kept its settings as a dict: read typed to
+    the same dict, and the folder accepts the typed config as its own (a rerun resumes)."""
+    from posgen.harness.cause.folder import CauseFolder
+
+    stored = _stored(name)
+    (tmp_path / "cause.json").write_text((DATA / name).read_text())
+    folder = CauseFolder.open(tmp_path)
+    assert isinstance(folder.config, CauseConfig)
+    assert folder.config.to_dict() == stored["config"]
+    assert CauseFolder.create(tmp_path, folder.config).config == folder.config
+    assert json.loads((tmp_path / "cause.json").read_text()) == stored
+
+
+def test_cause_cells_follow_the_settings():
+    default = CauseConfig.from_dict(_stored(CAUSES[0])["config"])
+    names = [c for c, _ in default.cells()]
+    forms = ("additive", "distance", "key")
+    assert names[:6] == ["plain", *(f"{f}-all" for f in (*forms, "foreign", "shuffled"))]
+    assert len(names) == 6 + 30 * 3
+    assert names[6:9] == [f"{f}-layer-000" for f in forms]
+    assert default.cells()[6][1] == {"seed": 1234, "logits": "additive", "layers": (0,)}
+    twin = CauseConfig.from_dict(_stored(CAUSES[1])["config"])  # --forms none
+    assert twin.cells() == [
+        ("plain", None),
+        ("additive-all", {"seed": 7, "logits": "additive"}),
+        ("shuffled-all", {"seed": 7, "logits": "shuffled"}),
+    ]

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from posgen.harness.layers.folder import LayersFolder
+from posgen.results.folder.cause_config import CauseConfig
 from posgen.results.folder.store import atomic_write_json, read_json
 
 
@@ -34,14 +35,15 @@ class CauseFolder(LayersFolder):
     schema = 1
     command = "cause"
 
-    @staticmethod
-    def config_dict(config: dict[str, Any]) -> dict[str, Any]:
-        """The settings are stored as ``posgen cause``'s resolve builds them (a dict)."""
-        return config
+    config: CauseConfig
 
     @staticmethod
-    def read_config(data: dict[str, Any]) -> dict[str, Any]:
-        return data
+    def config_dict(config: CauseConfig) -> dict[str, Any]:
+        return config.to_dict()
+
+    @staticmethod
+    def read_config(data: dict[str, Any]) -> CauseConfig:
+        return CauseConfig.from_dict(data)
 
     @property
     def prediction_path(self) -> Path:

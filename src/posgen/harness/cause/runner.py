@@ -29,27 +29,7 @@ from posgen.harness.decomposition.probe import probe_token_windows
 from posgen.harness.hf_posgen.logit_forms import LogitDonor
 from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
 from posgen.harness.layers.runner import load_entry_lm, prose_documents, score_cells
-from posgen.results.folder.config import ModelEntry
 from posgen.results.folder.store import atomic_write_parquet
-
-
-def cell_name(form: str, layer: int | None) -> str:
-    return f"{form}-all" if layer is None else f"{form}-layer-{layer:03d}"
-
-
-def cell_plan(config: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None]]:
-    """``(cell, set_perturbation keyword arguments)`` in order: plain, every form and
-    control in all layers, then each layer's forms."""
-    seed = config["seed"]
-    cells: list[tuple[str, dict[str, Any] | None]] = [("plain", None)]
-    for form in [*config["forms"], *config["controls"]]:
-        cells.append((cell_name(form, None), {"seed": seed, "logits": form}))
-    for layer in config["layers"]:
-        for form in config["forms"]:
-            cells.append(
-                (cell_name(form, layer), {"seed": seed, "logits": form, "layers": (layer,)})
-            )
-    return cells
 
 
 def rolling_windows(lm: Any, text: str) -> list[list[int]]:
@@ -93,15 +73,15 @@ def predict(folder: CauseFolder, lm: Any, progress: bool = False) -> None:
     from posgen.perturbations.base import registry
 
     cfg = folder.config
-    windows = document_windows(lm, cfg["limit"])
-    schemes = [registry.parse("position", s) for s in cfg["schemes"]]
-    lm.set_perturbation(None, None, cfg["seed"])
-    rows = predict_windows(lm.model, [w for _, _, w in windows], schemes, cfg["seed"], progress)
+    windows = document_windows(lm, cfg.limit)
+    schemes = [registry.parse("position", s) for s in cfg.schemes]
+    lm.set_perturbation(None, None, cfg.seed)
+    rows = predict_windows(lm.model, [w for _, _, w in windows], schemes, cfg.seed, progress)
     table = pd.DataFrame(rows)
     index = table.pop("doc")
     table.insert(0, "window", [windows[k][1] for k in index])
     table.insert(0, "document", [windows[k][0] for k in index])
-    table.insert(0, "model", cfg["model"]["label"])
+    table.insert(0, "model", cfg.model.label)
     atomic_write_parquet(folder.prediction_path, table)
 
 
@@ -111,20 +91,19 @@ def run(
     """Load once, score the unfinished cells (a line per cell to ``progress``), run the
     prediction if missing; seconds per step."""
     cfg = folder.config
-    cells = cell_plan(cfg)
+    cells = cfg.cells()
     todo = [c for c, _ in cells if not folder.has_cell(c)]
     need_prediction = not folder.prediction_path.is_file()
     if not todo and not need_prediction:
         return {}
     with open(folder.root / "lm_eval.log", "a", encoding="utf-8") as log:
         with contextlib.redirect_stderr(log):  # transformers' and lm-eval's bars and notes
-            entry = ModelEntry.from_dict(cfg["model"])
-            lm = load_entry_lm(entry, cfg["batch_size"], cfg["seed"], device)
+            lm = load_entry_lm(cfg.model, cfg.batch_size, cfg.seed, device)
             if any(c.startswith("foreign-") for c in todo):
-                longest = max(len(w) for _, _, w in document_windows(lm, cfg["limit"]))
+                longest = max(len(w) for _, _, w in document_windows(lm, cfg.limit))
                 lm.logit_donor = probe_donor(lm, longest)
         lm.prefix_reuse = PrefixReuse(lm.model)
-        timings = score_cells(folder, lm, cells, cfg["limit"], cfg["seed"], progress, log)
+        timings = score_cells(folder, lm, cells, cfg.limit, cfg.seed, progress, log)
         if need_prediction:
             start = time.perf_counter()
             predict(folder, lm)

@@ -9,9 +9,9 @@ from typing import Any
 
 from posgen.atomic import atomic_write, atomic_write_bytes, atomic_write_text
 from posgen.harness.cause.folder import CauseFolder
-from posgen.harness.cause.runner import cell_plan
 from posgen.harness.layers.folder import LayersFolder
 from posgen.harness.layers.score import json_safe, read_scores
+from posgen.results.folder.cause_config import CauseConfig
 from posgen.results.folder.store import RunConflictError, atomic_write_json
 from posgen.results.report.cause import cause_figure, render_markdown
 from posgen.results.scores.cause import layer_relation, nll_row, pooled_prediction
@@ -21,7 +21,7 @@ class LayersRunError(ValueError):
     """A ``--layers-run`` folder that does not belong beside this run; says why."""
 
 
-def check_layers_run(config: dict[str, Any], layers_run: Path) -> dict[str, Any]:
+def check_layers_run(config: CauseConfig, layers_run: Path) -> dict[str, Any]:
     """The layers folder's settings if its profile can be related to this run: the same
     model, seed and documents, its scheme among the run's schemes, its scores written."""
     try:
@@ -33,14 +33,14 @@ def check_layers_run(config: dict[str, Any], layers_run: Path) -> dict[str, Any]
     problems = [
         f"{what} {theirs} (this run: {ours})"
         for what, theirs, ours in (
-            ("model", other.model.label, config["model"]["label"]),
-            ("seed", other.seed, config["seed"]),
-            ("--limit", other.limit, config["limit"]),
+            ("model", other.model.label, config.model.label),
+            ("seed", other.seed, config.seed),
+            ("--limit", other.limit, config.limit),
         )
         if theirs != ours
     ]
-    if scheme not in config["schemes"]:
-        problems.append(f"scheme {scheme} (not among --positions {';'.join(config['schemes'])})")
+    if scheme not in config.schemes:
+        problems.append(f"scheme {scheme} (not among --positions {';'.join(config.schemes)})")
     if other.heads:
         problems.append("a per-head profile (--heads); give a per-layer one")
     if problems:
@@ -60,7 +60,7 @@ def nll_rows(folder: CauseFolder) -> list[dict[str, Any]]:
     plain = folder.read_cell("plain")
     bll, words, tokens = plain["loglikelihood"], plain["words"], plain["tokens"]
     rows = []
-    for cell, kwargs in cell_plan(folder.config):
+    for cell, kwargs in folder.config.cells():
         if kwargs is None or not folder.has_cell(cell):
             continue
         layers = kwargs.get("layers")
@@ -85,12 +85,12 @@ def build_profile(folder: CauseFolder, layers_run: Path | None = None) -> dict[s
     by_layer = pooled_prediction(prediction, ["scheme", "layer"])
     by_scheme = pooled_prediction(prediction, ["scheme"])
     profile: dict[str, Any] = {
-        "model": cfg["model"]["label"],
-        "random_init": bool(cfg["model"].get("random_init")),
-        "documents": cfg["limit"],
-        "schemes": cfg["schemes"],
-        "forms": cfg["forms"],
-        "controls": cfg["controls"],
+        "model": cfg.model.label,
+        "random_init": cfg.model.random_init,
+        "documents": cfg.limit,
+        "schemes": list(cfg.schemes),
+        "forms": list(cfg.forms),
+        "controls": list(cfg.controls),
         "nll": nll_rows(folder),
         "prediction": by_scheme.to_dict(orient="records"),
         "prediction_layers": by_layer.to_dict(orient="records"),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from posgen.harness.cli.arguments import (
     add_folder_arguments,
@@ -22,6 +23,9 @@ from posgen.harness.cli.arguments import (
     combine_command,
 )
 from posgen.harness.input_error import InputError
+
+if TYPE_CHECKING:
+    from posgen.results.folder.cause_config import CauseConfig
 
 DEFAULT_FORMS = "additive;distance;key"
 DEFAULT_CONTROLS = "foreign;shuffled"
@@ -109,11 +113,14 @@ def _schemes(text: str, seed: int) -> list[str]:
     return out
 
 
-def resolve(args: argparse.Namespace) -> dict:
-    """The run's settings, every check done before the model loads."""
+def resolve(args: argparse.Namespace) -> CauseConfig:
+    """The run's :class:`~posgen.results.folder.cause_config.CauseConfig`, every check done
+    before the model loads (its config is read, no weights). Raises
+    :class:`~posgen.harness.input_error.InputError`."""
     from posgen.harness.hf_posgen.layer_selection import check_layers, parse_layers
     from posgen.harness.loading import LoadOptions, check_device, load_config, model_entries
     from posgen.perturbations.base import PerturbationError
+    from posgen.results.folder.cause_config import CauseConfig
 
     if args.limit < 2:
         raise InputError(f"--limit {args.limit}: need at least 2 documents for an interval")
@@ -135,16 +142,16 @@ def resolve(args: argparse.Namespace) -> dict:
             f"{entry.path} has no rotary position embedding: the predicted change of a "
             "position scheme needs RoPE"
         )
-    return {
-        "model": entry.to_dict(),
-        "seed": args.seed,
-        "limit": args.limit,
-        "layers": list(layers if layers is not None else range(count)) if forms else [],
-        "forms": forms,
-        "controls": controls,
-        "schemes": schemes,
-        "batch_size": args.batch_size,
-    }
+    return CauseConfig(
+        model=entry,
+        seed=args.seed,
+        limit=args.limit,
+        layers=tuple(layers if layers is not None else range(count)) if forms else (),
+        forms=tuple(forms),
+        controls=tuple(controls),
+        schemes=tuple(schemes),
+        batch_size=args.batch_size,
+    )
 
 
 def _progress(line: str) -> None:
@@ -178,7 +185,7 @@ def main(args: argparse.Namespace) -> int:
     from posgen.results.folder.lock import RunLock, RunLockedError
     from posgen.results.folder.store import RunConflictError, slug
 
-    out = args.out or Path("posgen-cause") / slug(config["model"]["label"])
+    out = args.out or Path("posgen-cause") / slug(config.model.label)
     start = time.perf_counter()
     try:
         with contextlib.ExitStack() as stack:
