@@ -178,7 +178,7 @@ def family_rates(rho: float, reps: int, seed: int, times: float = 2.0) -> dict[s
     rng = np.random.default_rng(seed)
     prose = list(enumerate(grid()))  # every grid cell has a prose cell
     hits = {"a": 0, "b": 0, "fresh": 0}
-    power = np.zeros(len(prose))
+    power, planted = np.zeros(len(prose)), np.zeros(len(prose))
     for rep in range(reps):
         docs = model_docs(rng)
         g = baseline_g(docs, draw(rng, docs))
@@ -194,7 +194,8 @@ def family_rates(rho: float, reps: int, seed: int, times: float = 2.0) -> dict[s
             r for r in rows if (r["task"], r["kind"], r["rate"]) == ("posgen_prose", kind, rate)
         ]
         power[c] += cell[0]["failed"]
-    per = power / (reps / len(prose))
+        planted[c] += 1
+    per = power / planted  # each cell's share of the families it was planted in
     cells = {
         f"{kind}@{rate:g}": float(p) for (_, (kind, rate, _)), p in zip(prose, per, strict=True)
     }
@@ -213,6 +214,8 @@ def main() -> None:
         "--plant", type=float, default=2.0, help="(c): the planted cell's change, in margins"
     )
     args = ap.parse_args()
+    if args.reps < len(grid()):
+        ap.error(f"--reps {args.reps}: give at least {len(grid())} (each prose cell planted once)")
     start = time.perf_counter()
     cells = len(grid()) * 2 + 2 + len(LENGTH)
     print(
