@@ -160,13 +160,19 @@ def user_tm(tmp_path_factory):
     return PosgenTaskManager(include_path=str(folder), include_defaults=False)
 
 
-def test_a_user_task_with_one_content_field_is_inferred_and_reported(user_tm, caplog) -> None:
+def test_a_user_task_with_one_content_field_is_inferred_and_reported(
+    user_tm, caplog, monkeypatch
+) -> None:
+    from posgen.tasks import lm_eval_tasks
+
+    monkeypatch.setattr(lm_eval_tasks, "_NOTED", set())  # nothing noted yet in this process
     choice = user_tm.content_fields("onefield")
     assert (choice.how, choice.fields) == ("inferred", (FieldSpec("passage"),))
     name = "perm_shuffle_all_onefield"
     with caplog.at_level(logging.WARNING, logger="posgen"):
         task = user_tm.load([name])["tasks"][name]
-    assert "onefield: content field passage, inferred" in caplog.text
+        user_tm.load(["perm_swap_5pct_onefield", "perm_swap_20pct_onefield"])
+    assert caplog.text.count("onefield: content field passage, inferred") == 1  # once
     assert task.config.metadata["posgen_content_fields"]["how"] == "inferred"
     assert task.config.metadata["posgen"]["fields"] == [{"name": "passage"}]
     for doc, orig in zip(task.eval_docs, DOCS, strict=True):

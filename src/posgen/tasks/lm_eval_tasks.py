@@ -234,7 +234,8 @@ class PosgenTaskManager(_original_task_manager):  # type: ignore[misc,valid-type
         for key in ("tag", "group", "task_list", "task_alias"):
             cfg.pop(key, None)
         choice = self._choose(parsed.base_task or "", cfg)
-        if choice.how == "inferred":
+        if choice.how == "inferred" and choice.describe() not in _NOTED:
+            _NOTED.add(choice.describe())  # once per task and process, not once per rate
             log.warning("%s", choice.describe())  # the posgen CLI prefixes "posgen: "
         tp = TaskPerturbation(
             parsed.perturbation, parsed.seed, parsed.base_task or "", choice.fields
@@ -295,6 +296,7 @@ def task_manager(
 
 
 _SHARED: dict[tuple[str, ...], TaskManager] = {}
+_NOTED: set[str] = set()  # inferred content fields already noted in this process
 
 
 def shared_task_manager(include_path: tuple[str, ...] = ()) -> TaskManager:
