@@ -166,8 +166,11 @@ def logits_replaced(model: torch.nn.Module, replacement: LogitReplacement) -> It
     if replacement.form.needs_donor and replacement.donor is None:
         raise ValueError("logits=foreign needs a donor sequence's fit (LogitDonor)")
     make = lambda: _make_forward(base)  # noqa: E731
-    with using_attention(model, attention_name(base), make, base, base, (_ACTIVE, replacement)):
-        yield
+    try:
+        with using_attention(model, attention_name(base), make, base, base, (_ACTIVE, replacement)):
+            yield
+    finally:
+        replacement._masks = None  # the last forward's mask and buffers: [B, H, n, n] each
 
 
 def _make_forward(base: str) -> Callable[..., Any]:
