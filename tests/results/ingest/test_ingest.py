@@ -136,3 +136,37 @@ def test_a_cell_given_twice_and_missing_samples_are_refused(outputs, tmp_path, c
     assert "--log_samples" in err
     err = refused(capsys, str(tmp_path / "nowhere"), "--out", str(tmp_path / "r"))
     assert "no such lm-eval output folder" in err
+
+
+def test_the_prompt_settings_of_the_outputs_are_recorded_and_must_agree(outputs, tmp_path, capsys):
+    """lm-eval's results record its generation arguments, system prompt and chat
+    template: the ingested run's config keeps them, and outputs made with different ones
+    are refused (their cells would not compare)."""
+    text, position = (
+        copy(outputs["text"], tmp_path / "t"),
+        copy(outputs["position"], tmp_path / "p"),
+    )
+
+    def prompted(data: dict) -> None:
+        data["config"]["gen_kwargs"] = {"temperature": 0.0, "max_gen_toks": 16}
+        data.update(system_instruction="Answer briefly.", chat_template="{{ x }}")
+        data["fewshot_as_multiturn"] = True
+
+    for folder in (text, position):
+        edit_results(folder, prompted)
+    out = tmp_path / "ingested"
+    assert cli(["ingest", str(text), str(position), "--out", str(out)]) == 0
+    config = json.loads((out / "config.json").read_text())["config"]
+    assert config["gen_kwargs"] == {"temperature": 0.0, "max_gen_toks": 16}
+    assert config["system_instruction"] == "Answer briefly."
+    assert config["apply_chat_template"] is True and config["fewshot_as_multiturn"] is True
+    plain_out = tmp_path / "plain"
+    assert (
+        cli(["ingest", str(outputs["text"]), str(outputs["position"]), "--out", str(plain_out)])
+        == 0
+    )
+    plain = json.loads((plain_out / "config.json").read_text())["config"]
+    assert not {"gen_kwargs", "system_instruction", "apply_chat_template"} & set(plain)
+    edit_results(position, lambda d: d["config"].update(gen_kwargs={"temperature": 1.0}))
+    err = refused(capsys, str(text), str(position), "--out", str(tmp_path / "r"))
+    assert "made with different gen_kwargs" in err and not (tmp_path / "r").exists()

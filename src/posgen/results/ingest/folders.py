@@ -210,6 +210,7 @@ def ingest_config(
     }
     versions = sorted({str(ev.results.get("lm_eval_version", "?")) for _, _, ev in items})
     return RunConfig(
+        **prompt_settings(items),
         posgen_version=__version__,
         schema_version=SCHEMA_VERSION,
         lm_eval_version=", ".join(versions),
@@ -232,6 +233,37 @@ def ingest_config(
         installed_lm_eval_version=importlib.metadata.version("lm_eval"),
         include_path=include_path,
     )
+
+
+# lm-eval's prompt settings as its results file records them, under RunConfig's names
+PROMPT_SETTINGS = {
+    "gen_kwargs": lambda r: (r.get("config") or {}).get("gen_kwargs") or None,
+    "system_instruction": lambda r: r.get("system_instruction") or None,
+    "apply_chat_template": lambda r: bool(r.get("chat_template")),
+    "fewshot_as_multiturn": lambda r: (
+        bool(r.get("fewshot_as_multiturn")) if r.get("chat_template") else None
+    ),
+}
+
+
+def prompt_settings(items: list[tuple[str, dict[str, Any], EvaluatedTask]]) -> dict[str, Any]:
+    """The prompt settings (generation arguments, system prompt, chat template, few-shot
+    turns) every lm-eval output was made with, as :class:`RunConfig` records them. Outputs
+    made with different ones are refused (:class:`SchemaError`): a perturbed cell compares
+    with its baseline only under the same prompt."""
+    import json
+
+    found = {}
+    for name, read in PROMPT_SETTINGS.items():
+        seen = {json.dumps(read(ev.results), sort_keys=True): read(ev.results) for *_, ev in items}
+        if len(seen) > 1:
+            raise SchemaError(
+                f"the lm-eval outputs were made with different {name} ({', '.join(sorted(seen))})"
+                ": a perturbed cell compares with its baseline only under the same prompt; "
+                "ingest outputs made alike into one folder"
+            )
+        found[name] = next(iter(seen.values()))
+    return found
 
 
 def ingest(
