@@ -126,16 +126,14 @@ def main() -> None:
                 elapsed = timed(command(lm_eval, args, model, extra))
                 if round_:
                     times[label].append(elapsed)
-    base_wall, base_cpu = (min(t[i] for t in times["hf"]) for i in (0, 1))
     print(
         f"task={args.task} docs={args.docs} new_tokens={args.new_tokens} model={args.path} "
         f"batch_size={args.batch_size} device={args.device} rounds={args.repeats} "
         "(fastest; whole lm_eval process each)"
     )
-    print(f"{'':40s} {'wall s':>8s} {'ratio':>6s}   {'cpu s':>8s} {'ratio':>6s}")
-    for label, ts in times.items():
-        wall, cpu = min(t[0] for t in ts), min(t[1] for t in ts)
-        print(f"{label:40s} {wall:8.2f} {wall / base_wall:6.3f}   {cpu:8.2f} {cpu / base_cpu:6.3f}")
+    from bench_model_perturbations import print_ratios  # this folder: the script's own
+
+    print_ratios(times, width=40, digits=2)
 
 
 if __name__ == "__main__":

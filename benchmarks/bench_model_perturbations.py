@@ -82,15 +82,23 @@ def main() -> None:
             label = "hf-posgen " + ",".join(f"{k}={s}" for k, s in v.items())
             if round_:
                 times.setdefault(label, []).append(elapsed)
-    base_wall, base_cpu = (min(t[i] for t in times["hf"]) for i in (0, 1))
     print(
         f"task={args.task} limit={args.limit} requests={len(requests)} model={path} "
         f"batch_size={args.batch_size} device={args.device} rounds={args.repeats} (fastest)"
     )
-    print(f"{'':48s} {'wall s':>8s} {'ratio':>6s}   {'cpu s':>8s} {'ratio':>6s}")
+    print_ratios(times, width=48, digits=3)
+
+
+def print_ratios(times: dict[str, list[tuple[float, float]]], width: int, digits: int) -> None:
+    """Per variant its fastest (wall, CPU) seconds and their ratios over plain ``hf``'s."""
+    base_wall, base_cpu = (min(t[i] for t in times["hf"]) for i in (0, 1))
+    print(f"{'':{width}s} {'wall s':>8s} {'ratio':>6s}   {'cpu s':>8s} {'ratio':>6s}")
     for label, ts in times.items():
         wall, cpu = min(t[0] for t in ts), min(t[1] for t in ts)
-        print(f"{label:48s} {wall:8.3f} {wall / base_wall:6.3f}   {cpu:8.3f} {cpu / base_cpu:6.3f}")
+        print(
+            f"{label:{width}s} {wall:8.{digits}f} {wall / base_wall:6.3f}   "
+            f"{cpu:8.{digits}f} {cpu / base_cpu:6.3f}"
+        )
 
 
 if __name__ == "__main__":
