@@ -68,7 +68,7 @@ from posgen.harness.additive_fit.logit_fit import (
 from posgen.harness.additive_fit.qk_sums import grouped_fit_sums
 from posgen.harness.hf_posgen.lambda_attention import local_attention
 from posgen.harness.hf_posgen.layer_hooks import TWIN_ROTATIONS, layer_count, layer_positions
-from posgen.harness.hf_posgen.logit_replacement import fit_layout
+from posgen.harness.hf_posgen.logit_replacement import fit_layout, grouped_like_repeat_kv
 from posgen.harness.hf_posgen.position_hooks import build_plan
 from posgen.harness.model_family import family_of
 from posgen.results.scores.cause import KLS, SUMS, r_and_share
@@ -320,7 +320,9 @@ class ChangePredictor:
             layout = self.layouts.causal(n, self.options, cap.query.device)
         if isinstance(layout, CausalLayout):  # the strips (module doc)
             q, k = cap.query[0], cap.key[0]
-            a = fit_terms(*grouped_fit_sums(q, k, layout, cap.scaling), layout)[0]
+            grouped = cap.kv_heads and grouped_like_repeat_kv(cap.module, cap.kv_heads, heads)
+            kv = k[:: heads // cap.kv_heads] if grouped else k  # each key head once
+            a = fit_terms(*grouped_fit_sums(q, kv, layout, cap.scaling), layout)[0]
             if self._strips is None:
                 self._strips = WindowStrips.of(self.positions.to(q.device), n)
             figures = strip_change_figures(q, k, query[0], key[0], cap.scaling, a, self._strips)

@@ -242,7 +242,7 @@ def fit_logits(state, module, layer, query, key, masks: MaskRows, kwargs) -> tor
     reversed, the distance term is a strided view (:func:`.logit_forms.reversed_form_logits`),
     and the caller reverses the attention's output rows back."""
     b_size, h, n = query.shape[:3]
-    keys = key if _grouped_like_repeat_kv(module, key.shape[1], h) else None
+    keys = key if grouped_like_repeat_kv(module, key.shape[1], h) else None
     keys = family_of(module).expand_kv(module, key, h) if keys is None else keys
     scaling = kwargs.get("scaling")
     scaling = module.head_dim**-0.5 if scaling is None else scaling
@@ -264,7 +264,7 @@ def fit_logits(state, module, layer, query, key, masks: MaskRows, kwargs) -> tor
     return scores
 
 
-def _grouped_like_repeat_kv(module, kv_heads: int, heads: int) -> bool:
+def grouped_like_repeat_kv(module, kv_heads: int, heads: int) -> bool:
     """Whether the family's ``repeat_kv`` gives query head p the key head p // g (then the
     sums read each key head once for its g query heads)."""
     index = torch.arange(kv_heads, dtype=torch.float32).view(1, kv_heads, 1, 1)
