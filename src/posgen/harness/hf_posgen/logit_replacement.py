@@ -242,8 +242,8 @@ def fit_logits(state, module, layer, query, key, masks: MaskRows, kwargs) -> tor
     reversed, the distance term is a strided view (:func:`.logit_forms.reversed_form_logits`),
     and the caller reverses the attention's output rows back."""
     b_size, h, n = query.shape[:3]
-    keys = key if grouped_like_repeat_kv(module, key.shape[1], h) else None
-    keys = family_of(module).expand_kv(module, key, h) if keys is None else keys
+    grouped = grouped_like_repeat_kv(module, key.shape[1], h)  # else each query head's keys
+    keys = key if grouped else family_of(module).expand_kv(module, key, h)
     scaling = kwargs.get("scaling")
     scaling = module.head_dim**-0.5 if scaling is None else scaling
     shape = (b_size, h, n, key.shape[2])
