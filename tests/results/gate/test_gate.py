@@ -291,3 +291,37 @@ def test_other_seeds_are_refused_and_admitted_with_allow_other_seed(baseline, tm
     assert "seeds differs (baseline 2, run 1)" in capsys.readouterr().err
     assert cli([*run, "--allow-other-seed"]) == 0
     assert "differ in seeds 2 vs 1" in capsys.readouterr().out
+
+
+def test_require_power_exits_3_when_cells_cannot_see_their_margin(baseline, tmp_path, capsys):
+    """The other-seed rerun passes every cell, but its cloze cells cannot detect their
+    margin: exit 0 by default (its first line says so), 3 with --require-power, naming
+    the documents each needs; the JUnit XML carries the same verdict."""
+    make_run(tmp_path / "rerun", MODEL, seed=2)
+    run = ["check", str(tmp_path / "rerun"), "--baseline", str(baseline), "--allow-other-seed"]
+    assert cli(run) == 0
+    first = capsys.readouterr().out.split("\n\n")[1].splitlines()[0]
+    assert "0 of 18 cells worse" in first and "could not detect its margin in" in first
+    xml_path = tmp_path / "gate.xml"
+    assert cli([*run, "--require-power", "--junit-xml", str(xml_path)]) == 3
+    out = capsys.readouterr().out
+    tail = out.rsplit("\n\n", 1)[1]
+    assert "exit 3 (--require-power)" in tail
+    assert "posgen_cloze/acc/text/swap@0.5: needs about" in tail and "documents (has 60)" in tail
+    suite = ET.parse(xml_path).getroot()
+    props = {p.get("name"): p.get("value") for p in suite.find("properties")}
+    assert props["verdict"] == "cannot detect margin" and props["exit_status"] == "3"
+    blind = int(props["cells_blind_to_margin"])
+    assert blind > 0 and suite.get("errors") == str(blind) and suite.get("failures") == "0"
+    assert len(suite.findall("testcase/error")) == blind
+    assert f"could not detect its margin in {blind} of 18 cells" in first
+
+
+def test_a_measured_regression_exits_1_with_or_without_require_power(baseline, tmp_path):
+    make_run(tmp_path / "weak", {"embedded": {"sensitivity": 1.6, "fit": 0.6}}, seed=1)
+    xml_path = tmp_path / "gate.xml"
+    run = ["check", str(tmp_path / "weak"), "--baseline", str(baseline)]
+    assert cli([*run, "--require-power", "--junit-xml", str(xml_path)]) == 1
+    suite = ET.parse(xml_path).getroot()
+    props = {p.get("name"): p.get("value") for p in suite.find("properties")}
+    assert props["verdict"] == "regression" and props["exit_status"] == "1"

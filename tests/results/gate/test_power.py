@@ -130,3 +130,19 @@ def test_the_seeds_hint_appears_only_when_the_draws_differ():
     assert "needs about" in same and "seeds" not in same
     other = "\n".join(summary(rows, {**INFO, "draw": ["seed 1 vs 2"], "seeds": 1}))
     assert "seeds if the spread is draw noise" in other
+
+
+def test_gate_verdict_one_meaning_per_exit_status():
+    from posgen.results.gate.output import EXIT, blind_cells, gate_verdict
+
+    base, cand = _family(12, 3, seed=5)
+    powered = compare(base, cand)
+    assert {r["power"] for r in powered} == {"powered"} and not blind_cells(powered)
+    assert EXIT[gate_verdict(powered, require_power=True)] == 0
+    flat = compare(base, base)  # no spread: no power claim
+    assert EXIT[gate_verdict(flat, require_power=False)] == 0
+    assert EXIT[gate_verdict(flat, require_power=True)] == 3
+    worse, _ = _family(12, 3, seed=5)
+    _, much = _family(12, 3, seed=5, shift=0.5)
+    assert EXIT[gate_verdict(compare(worse, much), require_power=True)] == 1
+    assert sorted(EXIT.values()) == [0, 1, 2, 3]

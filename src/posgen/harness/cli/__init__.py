@@ -25,7 +25,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ingest": ("posgen.harness.cli.ingest", "a run folder from lm-eval output (--log_samples)"),
     "compare": ("posgen.harness.cli.compare", "print the differences between two runs"),
     "baseline": ("posgen.harness.cli.baseline", "store a run's tolerance figures as a baseline"),
-    "check": ("posgen.harness.cli.check", "CI gate: exit 1 on a real drop against a baseline"),
+    "check": (
+        "posgen.harness.cli.check",
+        "CI gate: exit 1 on a real drop against a baseline (3: could not tell, --require-power)",
+    ),
     "tasks": ("posgen.harness.cli.tasks", "list or write perturbed lm-eval task configs"),
     "model": ("posgen.harness.cli.model", "prepare the embedded model and print its path"),
     "length": ("posgen.harness.cli.length", "NLL by position past the trained context"),

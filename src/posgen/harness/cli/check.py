@@ -1,5 +1,7 @@
 """``posgen check RUN --baseline FILE``: the CI gate; exit 0 pass, 1 a measured regression,
-2 invalid input (see :mod:`posgen.results.gate.check`)."""
+2 invalid input, 3 (only with ``--require-power``) no regression measured but some cell
+could not detect a change of its margin's size (see :mod:`posgen.results.gate.check`,
+:data:`posgen.results.gate.output.EXIT`)."""
 
 from __future__ import annotations
 
@@ -76,6 +78,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "with the baseline's seed instead",
     )
     parser.add_argument("--junit-xml", type=Path, help="also write a JUnit XML report here")
+    parser.add_argument(
+        "--require-power",
+        action="store_true",
+        help="exit 3 (not 0) when no cell failed but some cell cannot detect a change of "
+        "its margin's size (twice the margin caught with < 80%% power, or no power "
+        "estimate): 'could not tell' is not 'no regression'; names the documents each needs",
+    )
 
 
 def _writable(path: Path | None) -> None:
@@ -108,42 +117,60 @@ def _dest(flag: str) -> str:
     return flag.lstrip("-").replace("-", "_")
 
 
-def main(args: argparse.Namespace) -> int:
-    from posgen.results.folder.schema import SchemaError
+def _gate(args: argparse.Namespace) -> tuple[list, dict]:
+    """The compared cells and the summary's info; writes the JUnit XML where asked."""
     from posgen.results.folder.store import atomic_write_text
     from posgen.results.gate.check import compare, gate_payload, load_baseline
-    from posgen.results.gate.output import format_table, junit_xml, summary
+    from posgen.results.gate.output import junit_xml
     from posgen.results.gate.pairing import check_pairing
 
+    margins = _options(args)
+    _writable(args.junit_xml)
+    baseline = load_baseline(args.baseline)
+    current = gate_payload(args.run, args.model)
+    draw = check_pairing(baseline["pairing"], current["pairing"], args.allow_other_seed)
+    rows = compare(baseline, current, margins, args.alpha, args.statistic)
+    info = {
+        "model": current["model"],
+        "baseline_model": baseline["model"],
+        "alpha": args.alpha,
+        "statistic": args.statistic,
+        "draw": draw,
+        "seeds": current["pairing"]["seeds"],
+        "not_gated": current["not_gated"],
+    }
+    if args.junit_xml:
+        atomic_write_text(args.junit_xml, junit_xml(rows, info, args.require_power))
+    return rows, info
+
+
+def main(args: argparse.Namespace) -> int:
+    from posgen.results.folder.schema import SchemaError
+    from posgen.results.gate.output import (
+        EXIT,
+        format_table,
+        gate_verdict,
+        require_power_lines,
+        summary,
+    )
+
     try:
-        margins = _options(args)
-        _writable(args.junit_xml)
-        baseline = load_baseline(args.baseline)
-        current = gate_payload(args.run, args.model)
-        draw = check_pairing(baseline["pairing"], current["pairing"], args.allow_other_seed)
-        rows = compare(baseline, current, margins, args.alpha, args.statistic)
-        info = {
-            "model": current["model"],
-            "baseline_model": baseline["model"],
-            "alpha": args.alpha,
-            "statistic": args.statistic,
-            "draw": draw,
-            "seeds": current["pairing"]["seeds"],
-            "not_gated": current["not_gated"],
-        }
-        if args.junit_xml:
-            atomic_write_text(args.junit_xml, junit_xml(rows, info))
+        rows, info = _gate(args)
     except (GateInputError, SchemaError, OSError) as e:
         print(f"posgen check: {e}", file=sys.stderr)
-        return 2
+        return EXIT["input"]
     except Exception as e:  # exit 1 means a measured regression, never a crash on input
         print(
             f"posgen check: could not read the run or baseline ({type(e).__name__}: {e}); "
             "not a regression: fix the input (or report this error)",
             file=sys.stderr,
         )
-        return 2
+        return EXIT["input"]
     print(format_table(rows, args.alpha))
     print()
     print("\n".join(summary(rows, info)))
-    return 1 if any(r["failed"] for r in rows) else 0
+    verdict = gate_verdict(rows, args.require_power)
+    if verdict == "cannot detect margin":
+        print()
+        print("\n".join(require_power_lines(rows)))
+    return EXIT[verdict]

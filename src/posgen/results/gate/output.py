@@ -22,6 +22,9 @@ from posgen.results.gate.margins import format_level
 
 SHOWN = 8  # cells named in a summary line before "and N more"
 NO_POWER = "power cannot be estimated"
+BLIND = ("underpowered", "unknown")  # power states of a cell that cannot see its margin
+# posgen check's exit status, one meaning each (2: invalid input, set by the command)
+EXIT = {"pass": 0, "regression": 1, "input": 2, "cannot detect margin": 3}
 # why a lower level under perturbation is no better tolerance when the base got worse
 BASE_REASON = {
     "perplexity": "the ratio PPL_pert/PPL_base falls when PPL_base rises",
@@ -71,6 +74,43 @@ def verdict(r: dict[str, Any]) -> str:
     return "ok (underpowered)" if r["power"] == "underpowered" else "ok"
 
 
+def blind_cells(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The cells that cannot detect a change of their margin's size: underpowered (twice
+    the margin caught with < 80 % power) or without a power estimate."""
+    return [r for r in rows if r["power"] in BLIND]
+
+
+def gate_verdict(rows: list[dict[str, Any]], require_power: bool) -> str:
+    """A key of :data:`EXIT`: ``regression`` when any cell failed; else, with
+    ``require_power``, ``cannot detect margin`` when any cell is blind to its margin;
+    else ``pass``."""
+    if any(r["failed"] for r in rows):
+        return "regression"
+    if require_power and blind_cells(rows):
+        return "cannot detect margin"
+    return "pass"
+
+
+def require_power_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """What ``--require-power`` prints when it exits 3: each blind cell and the documents
+    it needs (or why none can be named)."""
+    blind = blind_cells(rows)
+    out = [
+        f"posgen check: could not detect its margin in {len(blind)} of {len(rows)} cells "
+        f"and no cell failed: exit {EXIT['cannot detect margin']} (--require-power); "
+        "rerun both the baseline and the candidate on more documents:"
+    ]
+    for r in blind:
+        name = cell_name(tuple(r[k] for k in KEY))
+        if r["power"] == "unknown":
+            out.append(f"  {name}: {NO_POWER} (its paired differences do not vary)")
+        elif r["docs_needed"]:
+            out.append(f"  {name}: needs about {r['docs_needed']} documents (has {r['n']})")
+        else:
+            out.append(f"  {name}: more documents than any suite holds (has {r['n']})")
+    return out
+
+
 def summary(rows: list[dict[str, Any]], info: dict[str, Any]) -> list[str]:
     """The lines under the table: verdicts, pairing, worse-at-base notes, the intervals,
     and which cells lack power or a power estimate.
@@ -79,10 +119,11 @@ def summary(rows: list[dict[str, Any]], info: dict[str, Any]) -> list[str]:
     differ, allowed by --allow-other-seed), seeds, not_gated (the candidate's tasks whose
     primary metric the gate cannot test, with why)."""
     m, failed = len(rows), sum(r["failed"] for r in rows)
-    alpha = info["alpha"]
+    alpha, blind = info["alpha"], len(blind_cells(rows))
+    sight = f"; could not detect its margin in {blind} of {m} cells" if blind else ""
     out = [
         f"posgen check: {failed} of {m} cells worse than the baseline by more than their "
-        f"margin ({info['model']} vs {info['baseline_model']}; statistic "
+        f"margin{sight} ({info['model']} vs {info['baseline_model']}; statistic "
         f"{info['statistic']}; paired by document, Holm over {m} cells at alpha {alpha:g})"
     ]
     if info["draw"]:
@@ -213,41 +254,63 @@ PROPERTIES = (
 )
 
 
-def junit_xml(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
+def junit_xml(rows: list[dict[str, Any]], info: dict[str, Any], require_power: bool = False) -> str:
     """A JUnit report: one testcase per cell (a failure when it fails), its figures as
     properties (``ci_lo``/``ci_hi``: the Holm-adjusted interval; ``*_unadjusted``: the
-    ``1 - 2 alpha`` one; ``mde`` ``n/a`` where power cannot be estimated), the summary as
-    the suite's system-out."""
+    ``1 - 2 alpha`` one; ``mde`` ``n/a`` where power cannot be estimated;
+    ``detects_margin``), the summary as the suite's system-out, and the suite's
+    ``verdict`` and ``exit_status`` (those of the command) as its properties. With
+    ``require_power`` a cell blind to its margin that did not fail is an ``error``
+    (the gate could not tell), counted in the suite's ``errors``."""
     failures = sum(r["failed"] for r in rows)
+    verdict_ = gate_verdict(rows, require_power)
+    errors = sum(not r["failed"] for r in blind_cells(rows)) if require_power else 0
     out = [
         '<?xml version="1.0" encoding="UTF-8"?>',
-        f'<testsuite name="posgen-gate" tests="{len(rows)}" failures="{failures}">',
+        f'<testsuite name="posgen-gate" tests="{len(rows)}" failures="{failures}" '
+        f'errors="{errors}">',
+        "  <properties>",
+        f'    <property name="verdict" value={quoteattr(verdict_)}/>',
+        f'    <property name="exit_status" value="{EXIT[verdict_]}"/>',
+        f'    <property name="require_power" value="{str(require_power).lower()}"/>',
+        f'    <property name="cells_blind_to_margin" value="{len(blind_cells(rows))}"/>',
+        "  </properties>",
     ]
     for r in rows:
-        name = cell_name(tuple(r[k] for k in KEY))
-        out.append(f'  <testcase classname="posgen.gate" name={quoteattr(name)}>')
-        out.append("    <properties>")
-        for key in PROPERTIES:
-            out.append(f"      <property name={quoteattr(key)} value={quoteattr(_v(r[key]))}/>")
-        out.append("    </properties>")
-        if r["failed"]:
-            msg = (
-                f"change {r['change']:+.3g} {r['unit']}, Holm interval {_interval(r)} above "
-                f"the margin {r['margin']:.3g} (baseline {r['baseline']:.4g}, current "
-                f"{r['current']:.4g}; Holm p {r['p_holm']:.3g})"
-            )
-            out.append(f"    <failure message={quoteattr(msg)}/>")
-        elif r["power"] == "underpowered":
-            out.append(f"    <system-out>{_escape(power_note(r, info))}</system-out>")
-        elif r["power"] == "unknown":
-            out.append(
-                f"    <system-out>{NO_POWER}: the paired differences do not vary</system-out>"
-            )
-        out.append("  </testcase>")
+        out += _testcase(r, info, require_power)
     text = "\n".join(summary(rows, info))
     out.append(f"  <system-out>{_escape(text)}</system-out>")
     out.append("</testsuite>")
     return "\n".join(out) + "\n"
+
+
+def _testcase(r: dict[str, Any], info: dict[str, Any], require_power: bool) -> list[str]:
+    """One cell's ``testcase`` element, line by line (:func:`junit_xml`)."""
+    name = cell_name(tuple(r[k] for k in KEY))
+    out = [f'  <testcase classname="posgen.gate" name={quoteattr(name)}>', "    <properties>"]
+    for key in PROPERTIES:
+        out.append(f"      <property name={quoteattr(key)} value={quoteattr(_v(r[key]))}/>")
+    sees = "n/a" if r["power"] == "no margin" else str(r["power"] not in BLIND).lower()
+    out += [f'      <property name="detects_margin" value="{sees}"/>', "    </properties>"]
+    if r["failed"]:
+        msg = (
+            f"change {r['change']:+.3g} {r['unit']}, Holm interval {_interval(r)} above "
+            f"the margin {r['margin']:.3g} (baseline {r['baseline']:.4g}, current "
+            f"{r['current']:.4g}; Holm p {r['p_holm']:.3g})"
+        )
+        out.append(f"    <failure message={quoteattr(msg)}/>")
+    elif r["power"] in BLIND:
+        message = _blind_message(r, info)
+        if require_power:
+            out.append(f'    <error type="cannot-detect-margin" message={quoteattr(message)}/>')
+        out.append(f"    <system-out>{_escape(message)}</system-out>")
+    return [*out, "  </testcase>"]
+
+
+def _blind_message(r: dict[str, Any], info: dict[str, Any]) -> str:
+    if r["power"] == "unknown":
+        return f"{NO_POWER}: the paired differences do not vary"
+    return power_note(r, info)
 
 
 def _v(x: Any) -> str:
