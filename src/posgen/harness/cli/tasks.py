@@ -23,6 +23,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from posgen.atomic import atomic_write_text
 from posgen.harness.cli.arguments import add_include_path_argument
 from posgen.harness.input_error import InputError
 
@@ -177,11 +178,8 @@ def _write(args: argparse.Namespace, p: Any, name: str) -> int:
             "posgen_perturbation": tp.to_dict(),
         }
     )
-    args.output_dir.mkdir(parents=True, exist_ok=True)
     path = args.output_dir / f"{name}.yaml"
-    tmp = path.with_suffix(".yaml.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    atomic_write_text(path, text)
     print(choice.describe())
     print(f"wrote {path}\nrun: lm_eval --include_path {args.output_dir} --tasks {name} ...")
     print(json.dumps(tp.to_dict()), file=sys.stderr)
