@@ -88,7 +88,7 @@ def build_damaged(folder: Path, layers: tuple[int, ...], scale: float, seed: int
 
     if (folder / "config.json").is_file():
         return folder
-    src = embedded_model_path(progress=False)
+    src = embedded_model_path()
     model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
