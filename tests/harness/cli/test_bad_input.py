@@ -110,11 +110,26 @@ def _out_cases(models, cwd: Path) -> list[tuple[str, str]]:
     ]
 
 
-@pytest.mark.parametrize("command", ["length", "decompose", "run"])
+@pytest.mark.parametrize("command", ["length", "decompose", "run", "layers", "cause", "ingest"])
 @pytest.mark.parametrize("case", [0, 1, 2])
-def test_an_unusable_out_is_refused(models, no_loading, capsys, command, case):
+def test_an_unusable_out_is_refused(models, no_loading, capsys, monkeypatch, command, case):
+    """Every command that takes --out refuses a file, a path under a file and a folder it
+    cannot write, in one line, before it reads the model's entry (its config)."""
+    from posgen.harness import loading
+    from posgen.harness.run import plan
+
+    def refuse(*a, **k):
+        raise AssertionError("the model entry was read before --out was checked")
+
+    monkeypatch.setattr(loading, "model_entries", refuse)
+    monkeypatch.setattr(plan, "model_entries", refuse)
     out, message = _out_cases(models, no_loading)[case]
-    _refused([command, "--model", str(models["short"]), "--out", out], message, capsys, no_loading)
+    source = (
+        [str(no_loading / "lm-eval-out")]
+        if command == "ingest"
+        else ["--model", str(models["short"])]
+    )
+    _refused([command, *source, "--out", out], message, capsys, no_loading)
     assert models["afile"].read_text() == "not a folder"
 
 

@@ -119,9 +119,12 @@ def resolve(args: argparse.Namespace) -> CauseConfig:
     :class:`~posgen.harness.input_error.InputError`."""
     from posgen.harness.hf_posgen.layer_selection import check_layers, parse_layers
     from posgen.harness.loading import LoadOptions, check_device, load_config, model_entries
+    from posgen.harness.out_folder import check_out_folder
     from posgen.perturbations.base import PerturbationError
     from posgen.results.folder.cause_config import CauseConfig
 
+    if args.out is not None:
+        check_out_folder(args.out)
     if args.limit < 2:
         raise InputError(f"--limit {args.limit}: need at least 2 documents for an interval")
     try:

@@ -74,10 +74,13 @@ def resolve(args: argparse.Namespace) -> LayersConfig:
     from posgen.harness.hf_posgen.layer_selection import check_layers, parse_layers
     from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
     from posgen.harness.loading import LoadOptions, check_device, model_entries, require_rope
+    from posgen.harness.out_folder import check_out_folder
     from posgen.perturbations.base import PerturbationError
     from posgen.results.folder.config import Decompose
     from posgen.results.folder.layers_config import LayersConfig
 
+    if args.out is not None:
+        check_out_folder(args.out)
     if args.limit < 2:
         raise InputError(f"--limit {args.limit}: need at least 2 documents for an interval")
     if args.decompose_docs < 0 or args.decompose_tokens < 8:
