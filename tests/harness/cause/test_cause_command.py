@@ -124,9 +124,22 @@ def test_the_prediction_draws_are_the_cells_draws(planted):
         (["--positions", "scale:0.5"], "non-integer positions"),
         (["--limit", "1"], "at least 2 documents"),
         (["--forms", "none", "--controls", "none"], "at least one form"),
+        # empty values: every layer (96 cells), no forms, no controls, no schemes
+        (["--layers", ""], "--layers '': give a layer (12), a range (0-5)"),
+        (["--forms", ""], "--forms '': give ';'-separated forms (additive;distance;key), or"),
+        (["--forms", ";"], "--forms ';': give ';'-separated forms"),
+        (["--controls", " "], "--controls ' ': give ';'-separated forms (foreign;shuffled)"),
+        (["--positions", ""], "--positions '': give ';'-separated position schemes"),
     ],
 )
 def test_bad_input_is_refused_before_loading(argv, message, capsys, tmp_path, monkeypatch):
+    """Refused from the flags alone: the model's entry is never read."""
+    from posgen.harness import loading
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model entry was read")
+
+    monkeypatch.setattr(loading, "model_entries", refuse)
     monkeypatch.chdir(tmp_path)
     assert run(*argv) == 2
     err = capsys.readouterr().err.strip()

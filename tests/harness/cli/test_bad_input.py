@@ -261,9 +261,17 @@ def test_decompose_refuses_past_context_figures_without_tokens_past_c(
     _refused([*argv, "--out", str(no_weights / "out")], message, capsys, no_weights)
 
 
-def test_layers_refuses_an_empty_layer_list(models, no_loading, capsys):
-    argv = ["layers", "--model", str(models["short"]), "--layers", ""]
-    _refused(argv, "--layers '': give a layer (12)", capsys, no_loading)
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--layers", ""], "--layers '': give a layer (12)"),
+        (["--layers", " "], "or leave --layers out for every layer"),
+        (["--positions", ""], "--positions '': give a position scheme (e.g. swap:0.2)"),
+        (["--features", ""], "--features '': give a feature scheme (e.g. rope_noise:1)"),
+    ],
+)
+def test_layers_refuses_an_empty_value(models, no_loading, capsys, args, message):
+    _refused(["layers", "--model", str(models["short"]), *args], message, capsys, no_loading)
 
 
 def test_layers_refuses_a_length_run_without_the_plain_model(models, no_loading, capsys):

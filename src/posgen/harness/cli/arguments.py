@@ -86,6 +86,20 @@ def add_folder_arguments(parser: argparse.ArgumentParser, command: str, combine:
     parser.add_argument("--no-progress", action="store_true", help="no per-cell progress lines")
 
 
+def check_out_and_layers(args: argparse.Namespace) -> None:
+    """``--out`` and ``--layers`` of ``posgen layers`` / ``posgen cause``, checked before
+    anything else (no config read yet): an unusable folder, or an empty ``--layers ''``,
+    which would silently mean every layer. Raises :class:`InputError`."""
+    from posgen.harness.hf_posgen.layer_selection import LAYERS_FORMS
+    from posgen.harness.input_error import InputError
+    from posgen.harness.out_folder import check_out_folder
+
+    if args.out is not None:
+        check_out_folder(args.out)
+    if args.layers is not None and not args.layers.strip():
+        raise InputError(f"--layers '': give {LAYERS_FORMS}, or leave --layers out for every layer")
+
+
 COMBINE_KEEPS = {"combine", "out", "no_progress"}  # what --combine takes besides folders
 
 

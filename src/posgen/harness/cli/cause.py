@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from posgen.harness.cli.arguments import (
     add_folder_arguments,
     add_profile_arguments,
+    check_out_and_layers,
     combine_command,
 )
 from posgen.harness.input_error import InputError
@@ -66,8 +67,20 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     add_folder_arguments(parser, "cause", "with the cross-model section")
 
 
+# what each ';'-separated flag takes, named when it is given empty
+NAMES_FORMS = {
+    "forms": f"';'-separated forms ({DEFAULT_FORMS}), or 'none' for no per-layer cells",
+    "controls": f"';'-separated forms ({DEFAULT_CONTROLS}), or 'none' for no controls",
+    "positions": f"';'-separated position schemes ({DEFAULT_SCHEMES})",
+}
+
+
 def _names(text: str, what: str) -> list[str]:
+    """The names of a ';'-separated flag (``none``: no names); an empty one is refused
+    (it would silently mean no forms, or no controls)."""
     parts = [p.strip() for p in text.split(";") if p.strip()]
+    if not parts:
+        raise InputError(f"--{what} {text!r}: give {NAMES_FORMS[what]}")
     if parts == ["none"]:
         return []
     if len(set(parts)) != len(parts):
@@ -119,12 +132,10 @@ def resolve(args: argparse.Namespace) -> CauseConfig:
     :class:`~posgen.harness.input_error.InputError`."""
     from posgen.harness.hf_posgen.layer_selection import check_layers, parse_layers
     from posgen.harness.loading import LoadOptions, check_device, load_config, model_entries
-    from posgen.harness.out_folder import check_out_folder
     from posgen.perturbations.base import PerturbationError
     from posgen.results.folder.cause_config import CauseConfig
 
-    if args.out is not None:
-        check_out_folder(args.out)
+    check_out_and_layers(args)
     if args.limit < 2:
         raise InputError(f"--limit {args.limit}: need at least 2 documents for an interval")
     try:

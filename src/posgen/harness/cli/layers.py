@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from posgen.harness.cli.arguments import (
     add_folder_arguments,
     add_profile_arguments,
+    check_out_and_layers,
     combine_command,
 )
 from posgen.harness.input_error import InputError
@@ -74,22 +75,29 @@ def resolve(args: argparse.Namespace) -> LayersConfig:
     from posgen.harness.hf_posgen.layer_selection import check_layers, parse_layers
     from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
     from posgen.harness.loading import LoadOptions, check_device, model_entries, require_rope
-    from posgen.harness.out_folder import check_out_folder
     from posgen.perturbations.base import PerturbationError
     from posgen.results.folder.config import Decompose
     from posgen.results.folder.layers_config import LayersConfig
 
-    if args.out is not None:
-        check_out_folder(args.out)
+    check_out_and_layers(args)
     if args.limit < 2:
         raise InputError(f"--limit {args.limit}: need at least 2 documents for an interval")
     if args.decompose_docs < 0 or args.decompose_tokens < 8:
         raise InputError("--decompose-docs must be >= 0 and --decompose-tokens >= 8")
-    if args.layers is not None and not args.layers.strip():
-        raise InputError(
-            "--layers '': give a layer (12), a range (0-5) or ';'-separated ones (3;7;11), "
-            "or leave --layers out for every layer"
-        )
+    for flag, value, what in (
+        (
+            "--positions",
+            args.positions,
+            "a position scheme (e.g. swap:0.2), or 'none' with --features",
+        ),
+        (
+            "--features",
+            args.features,
+            "a feature scheme (e.g. rope_noise:1), or leave --features out",
+        ),
+    ):
+        if value is not None and not value.strip():
+            raise InputError(f"{flag} '': give {what}")
     if args.length_run is not None:
         _check_length_run(args.length_run)
     try:
