@@ -22,6 +22,8 @@ from posgen.harness.cli.arguments import (
     add_profile_arguments,
     check_out_and_layers,
     combine_command,
+    documents_limit,
+    limit_note,
 )
 from posgen.harness.input_error import InputError
 
@@ -159,7 +161,7 @@ def resolve(args: argparse.Namespace) -> CauseConfig:
     return CauseConfig(
         model=entry,
         seed=args.seed,
-        limit=args.limit,
+        limit=documents_limit(args.limit),
         layers=tuple(layers if layers is not None else range(count)) if forms else (),
         forms=tuple(forms),
         controls=tuple(controls),
@@ -190,6 +192,9 @@ def main(args: argparse.Namespace) -> int:
     except (InputError, LayersRunError) as e:
         print(f"posgen cause: {e}", file=sys.stderr)
         return 2
+    note = limit_note(args.limit, config.limit)
+    if note is not None:
+        print(f"posgen cause: note: {note}", file=sys.stderr)
     import contextlib
     import time
 

@@ -20,6 +20,8 @@ from posgen.harness.cli.arguments import (
     add_profile_arguments,
     check_out_and_layers,
     combine_command,
+    documents_limit,
+    limit_note,
 )
 from posgen.harness.input_error import InputError
 
@@ -121,7 +123,7 @@ def resolve(args: argparse.Namespace) -> LayersConfig:
         positions=None if spec.positions is None else spec.positions.to_string(),
         features=None if spec.features is None else spec.features.to_string(),
         seed=args.seed,
-        limit=args.limit,
+        limit=documents_limit(args.limit),
         layers=tuple(layers if layers is not None else range(count)),
         batch_size=args.batch_size,
         decompose=Decompose(args.decompose_docs, args.decompose_tokens),
@@ -167,6 +169,9 @@ def main(args: argparse.Namespace) -> int:
     except InputError as e:
         print(f"posgen layers: {e}", file=sys.stderr)
         return 2
+    note = limit_note(args.limit, config.limit)
+    if note is not None:
+        print(f"posgen layers: note: {note}", file=sys.stderr)
     import contextlib
     import time
 
