@@ -17,7 +17,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="DIR",
         help="lm_eval --output_path folder(s) (or results_*.json files), written with "
-        "--log_samples: the baseline and the perturbed cells of the same documents",
+        "--log_samples: the baseline and the perturbed cells of the same documents "
+        "(hf-posgen with positions= or features= in every layer; layers=, heads=, "
+        "logits= and length= are refused)",
     )
     parser.add_argument("--out", type=Path, required=True, help="the run folder to write")
     add_threshold_arguments(parser)
