@@ -104,8 +104,11 @@ def test_a_bad_model_is_refused(models, no_loading, capsys, command, model, mess
 
 def _out_cases(models, cwd: Path) -> list[tuple[str, str]]:
     return [
-        (str(models["afile"]), "is a file, not a folder"),
-        (str(models["afile"] / "sub"), "is a file, so no folder can be made under it"),
+        (str(models["afile"]), "is a file, not a folder; choose another --out"),
+        (
+            str(models["afile"] / "sub"),
+            "is a file, so no folder can be made under it; choose another --out",
+        ),
         ("/sys/posgen-out", "cannot write into /sys"),
     ]
 
