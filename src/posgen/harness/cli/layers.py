@@ -86,20 +86,7 @@ def resolve(args: argparse.Namespace) -> LayersConfig:
         raise InputError(f"--limit {args.limit}: need at least 2 documents for an interval")
     if args.decompose_docs < 0 or args.decompose_tokens < 8:
         raise InputError("--decompose-docs must be >= 0 and --decompose-tokens >= 8")
-    for flag, value, what in (
-        (
-            "--positions",
-            args.positions,
-            "a position scheme (e.g. swap:0.2), or 'none' with --features",
-        ),
-        (
-            "--features",
-            args.features,
-            "a feature scheme (e.g. rope_noise:1), or leave --features out",
-        ),
-    ):
-        if value is not None and not value.strip():
-            raise InputError(f"{flag} '': give {what}")
+    _check_schemes_given(args)
     if args.length_run is not None:
         _check_length_run(args.length_run)
     try:
@@ -129,6 +116,22 @@ def resolve(args: argparse.Namespace) -> LayersConfig:
         decompose=Decompose(args.decompose_docs, args.decompose_tokens),
         heads=n_heads if args.heads else None,  # query heads per layer
     )
+
+
+# what --positions and --features take, named when one is given empty
+SCHEME_FORMS = {
+    "positions": "a position scheme (e.g. swap:0.2), or 'none' with --features",
+    "features": "a feature scheme (e.g. rope_noise:1), or leave --features out",
+}
+
+
+def _check_schemes_given(args: argparse.Namespace) -> None:
+    """Refuse an empty ``--positions ''`` or ``--features ''`` (it would silently mean no
+    scheme)."""
+    for name, what in SCHEME_FORMS.items():
+        value = getattr(args, name)
+        if value is not None and not value.strip():
+            raise InputError(f"--{name} '': give {what}")
 
 
 def _check_length_run(folder: Path) -> None:
