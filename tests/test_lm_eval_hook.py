@@ -107,26 +107,43 @@ def test_other_errors_keep_their_traceback() -> None:
     assert "ZeroDivisionError" in proc.stderr
 
 
-def test_the_lm_eval_cli_refuses_a_layer_past_the_last_in_one_line(tiny_model_dir) -> None:
-    """The real console script: ``layers=99`` of a 2-layer model, refused from its config
-    before the weights load, one line under lm-eval's own log lines, exit status 2."""
+def _lm_eval_cli(model_args: str) -> subprocess.CompletedProcess:
+    """The real console script on posgen_prose (one document), hf-posgen with ``model_args``."""
     import shutil
 
     script = shutil.which("lm_eval", path=os.path.dirname(sys.executable))
     assert script, "the lm_eval console script is not installed next to this Python"
-    model = tiny_model_dir("llama", 0)
-    args = f"pretrained={model},positions=swap:0.1,layers=99"
-    cmd = [script, "--model", "hf-posgen", "--model_args", args, "--tasks", "posgen_prose"]
+    cmd = [script, "--model", "hf-posgen", "--model_args", model_args, "--tasks", "posgen_prose"]
     env = {k: v for k, v in os.environ.items() if k != "POSGEN_DISABLE_LM_EVAL_HOOK"}
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    proc = subprocess.run(
+    return subprocess.run(
         [*cmd, "--limit", "1", "--device", "cpu"],
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+def _one_line_refusal(proc: subprocess.CompletedProcess) -> list[str]:
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    ours = [ln for ln in proc.stderr.splitlines() if ln.startswith("lm_eval: ")]
-    assert ours == [f"lm_eval: hf-posgen: layers=99: {model} has 2 layers (0-1)"]
+    return [ln for ln in proc.stderr.splitlines() if ln.startswith("lm_eval: ")]
+
+
+def test_the_lm_eval_cli_refuses_a_layer_past_the_last_in_one_line(tiny_model_dir) -> None:
+    """The real console script: ``layers=99`` of a 2-layer model, refused from its config
+    before the weights load, one line under lm-eval's own log lines, exit status 2."""
+    model = tiny_model_dir("llama", 0)
+    proc = _lm_eval_cli(f"pretrained={model},positions=swap:0.1,layers=99")
+    assert _one_line_refusal(proc) == [f"lm_eval: hf-posgen: layers=99: {model} has 2 layers (0-1)"]
+
+
+def test_the_lm_eval_cli_refuses_an_empty_logits_in_one_line(tiny_model_dir) -> None:
+    """``logits=`` (empty) ran the plain model and exited 0: now one line, exit status 2,
+    before the weights load."""
+    proc = _lm_eval_cli(f"pretrained={tiny_model_dir('llama', 0)},logits=")
+    assert _one_line_refusal(proc) == [
+        "lm_eval: hf-posgen: logits= is empty: give a form (additive, distance, key, "
+        "shuffled), or leave logits= out"
+    ]

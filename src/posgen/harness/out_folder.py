@@ -22,7 +22,10 @@ def check_out_folder(path: Path | str, flag: str = "--out") -> Path:
             break
         existing = existing.parent
     if not existing.is_dir():
-        raise InputError(f"{flag} {path}: {existing} is a file, so no folder can be made under it")
+        raise InputError(
+            f"{flag} {path}: {existing} is a file, so no folder can be made under it; "
+            f"choose another {flag}"
+        )
     try:  # os.access says yes to root even on a read-only file system: probe it
         if not os.access(existing, os.W_OK | os.X_OK):
             raise PermissionError("no write permission")

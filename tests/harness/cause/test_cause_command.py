@@ -124,9 +124,22 @@ def test_the_prediction_draws_are_the_cells_draws(planted):
         (["--positions", "scale:0.5"], "non-integer positions"),
         (["--limit", "1"], "at least 2 documents"),
         (["--forms", "none", "--controls", "none"], "at least one form"),
+        # empty values: every layer (96 cells), no forms, no controls, no schemes
+        (["--layers", ""], "--layers '': give a layer (12), a range (0-5)"),
+        (["--forms", ""], "--forms '': give ';'-separated forms (additive;distance;key), or"),
+        (["--forms", ";"], "--forms ';': give ';'-separated forms"),
+        (["--controls", " "], "--controls ' ': give ';'-separated forms (foreign;shuffled)"),
+        (["--positions", ""], "--positions '': give ';'-separated position schemes"),
     ],
 )
 def test_bad_input_is_refused_before_loading(argv, message, capsys, tmp_path, monkeypatch):
+    """Refused from the flags alone: the model's entry is never read."""
+    from posgen.harness import loading
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model entry was read")
+
+    monkeypatch.setattr(loading, "model_entries", refuse)
     monkeypatch.chdir(tmp_path)
     assert run(*argv) == 2
     err = capsys.readouterr().err.strip()
@@ -212,3 +225,29 @@ def test_a_rerun_keeps_the_layers_run_it_was_given(folder, planted, capsys):
     assert run("--model", str(planted), "--out", str(folder), *ARGS) == 0
     scores = json.loads((folder / "cause_scores.json").read_text())
     assert scores["layers_run"]["scheme"] == "swap:0.2" and scores["relation"]
+
+
+def test_a_limit_past_the_documents_records_the_documents_that_ran(
+    planted, tmp_path, capsys, monkeypatch
+):
+    """lm-eval reads --limit as "at most": --limit 100000 runs every posgen_prose
+    document, the folder records that count (the same settings as --limit <count>), and
+    one note line says so."""
+    import posgen.harness.cause.runner as runner
+    import posgen.harness.cause.score as score
+    from posgen.tasks.offline import load_rows
+
+    ran = []
+    monkeypatch.setattr(runner, "run", lambda folder, *a: ran.append(folder.config.limit) or {})
+    monkeypatch.setattr(score, "write_report", lambda folder, *a: {"md": folder.root / "x.md"})
+    count = len(load_rows("posgen_prose.jsonl"))
+    out = tmp_path / "c"
+    assert run("--model", str(planted), "--out", str(out), "--limit", "100000") == 0
+    assert ran == [count]
+    assert json.loads((out / "cause.json").read_text())["config"]["limit"] == count
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"posgen cause: note: --limit 100000: posgen_prose has {count} documents; all "
+        f"{count} run and the folder records --limit {count}"
+    ]
+    assert run("--model", str(planted), "--out", str(out), "--limit", str(count)) == 0
+    assert ran == [count, count] and capsys.readouterr().err == ""

@@ -104,17 +104,35 @@ def test_a_bad_model_is_refused(models, no_loading, capsys, command, model, mess
 
 def _out_cases(models, cwd: Path) -> list[tuple[str, str]]:
     return [
-        (str(models["afile"]), "is a file, not a folder"),
-        (str(models["afile"] / "sub"), "is a file, so no folder can be made under it"),
+        (str(models["afile"]), "is a file, not a folder; choose another --out"),
+        (
+            str(models["afile"] / "sub"),
+            "is a file, so no folder can be made under it; choose another --out",
+        ),
         ("/sys/posgen-out", "cannot write into /sys"),
     ]
 
 
-@pytest.mark.parametrize("command", ["length", "decompose", "run"])
+@pytest.mark.parametrize("command", ["length", "decompose", "run", "layers", "cause", "ingest"])
 @pytest.mark.parametrize("case", [0, 1, 2])
-def test_an_unusable_out_is_refused(models, no_loading, capsys, command, case):
+def test_an_unusable_out_is_refused(models, no_loading, capsys, monkeypatch, command, case):
+    """Every command that takes --out refuses a file, a path under a file and a folder it
+    cannot write, in one line, before it reads the model's entry (its config)."""
+    from posgen.harness import loading
+    from posgen.harness.run import plan
+
+    def refuse(*a, **k):
+        raise AssertionError("the model entry was read before --out was checked")
+
+    monkeypatch.setattr(loading, "model_entries", refuse)
+    monkeypatch.setattr(plan, "model_entries", refuse)
     out, message = _out_cases(models, no_loading)[case]
-    _refused([command, "--model", str(models["short"]), "--out", out], message, capsys, no_loading)
+    source = (
+        [str(no_loading / "lm-eval-out")]
+        if command == "ingest"
+        else ["--model", str(models["short"])]
+    )
+    _refused([command, *source, "--out", out], message, capsys, no_loading)
     assert models["afile"].read_text() == "not a folder"
 
 
@@ -246,9 +264,17 @@ def test_decompose_refuses_past_context_figures_without_tokens_past_c(
     _refused([*argv, "--out", str(no_weights / "out")], message, capsys, no_weights)
 
 
-def test_layers_refuses_an_empty_layer_list(models, no_loading, capsys):
-    argv = ["layers", "--model", str(models["short"]), "--layers", ""]
-    _refused(argv, "--layers '': give a layer (12)", capsys, no_loading)
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--layers", ""], "--layers '': give a layer (12)"),
+        (["--layers", " "], "or leave --layers out for every layer"),
+        (["--positions", ""], "--positions '': give a position scheme (e.g. swap:0.2)"),
+        (["--features", ""], "--features '': give a feature scheme (e.g. rope_noise:1)"),
+    ],
+)
+def test_layers_refuses_an_empty_value(models, no_loading, capsys, args, message):
+    _refused(["layers", "--model", str(models["short"]), *args], message, capsys, no_loading)
 
 
 def test_layers_refuses_a_length_run_without_the_plain_model(models, no_loading, capsys):

@@ -170,6 +170,38 @@ def test_invalid_specs_fail_before_the_weights_load(monkeypatch, kwargs):
         )
 
 
+@pytest.mark.parametrize(
+    "name", ["positions", "features", "perturb_seed", "length", "layers", "heads", "logits"]
+)
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_model_argument_fails_before_the_weights_load(monkeypatch, name, empty):
+    """``--model_args ...,logits=`` reaches hf-posgen as ``logits=''``: it would run the
+    plain model (or, for layers=, every layer) under a name that says otherwise."""
+
+    def no_loading(*args, **kw):
+        raise AssertionError("weights were loaded before the spec was checked")
+
+    monkeypatch.setattr(HFLM, "__init__", no_loading)
+    with pytest.raises(PerturbationError) as err:
+        HFPosgenLM(pretrained="/no/such/model", **{name: empty})
+    assert str(err.value).startswith(f"{name}= is empty: give ")
+    assert str(err.value).endswith(f", or leave {name}= out") and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("form", ["additive", "key"])
+def test_logits_beside_lambda_attention_fails_before_the_weights_load(monkeypatch, form):
+    def no_loading(*args, **kw):
+        raise AssertionError("weights were loaded before the spec was checked")
+
+    monkeypatch.setattr(HFLM, "__init__", no_loading)
+    with pytest.raises(PerturbationError) as err:
+        HFPosgenLM(pretrained="/no/such/model", logits=form, length="lambda:4:64")
+    assert str(err.value) == (
+        f"logits={form} and length=lambda:4,64 both replace the attention function; "
+        "run them apart (drop logits= or length=)"
+    )
+
+
 def test_gpt2_gets_a_clear_error_and_still_runs_text(tiny_model_dir):
     path = str(tiny_model_dir("gpt2"))
     for kwargs in (

@@ -192,3 +192,28 @@ def test_combine_bad_input_exits_2_and_writes_nothing(folder, tmp_path, case, me
         assert [p.name for p in out.iterdir()] == ["notes.txt"]
     elif case not in ("out-is-input", "out-is-file"):
         assert not out.exists()
+
+
+def test_a_limit_past_the_documents_records_the_documents_that_ran(
+    planted, tmp_path, capsys, monkeypatch
+):
+    """As ``posgen cause``: --limit above the posgen_prose documents runs them all, and
+    the folder records how many; one note line says so."""
+    import posgen.harness.layers.runner as runner
+    import posgen.harness.layers.score as score
+    from posgen.tasks.offline import load_rows
+
+    ran = []
+    monkeypatch.setattr(
+        runner, "run", lambda folder, *a, **k: ran.append(folder.config.limit) or {}
+    )
+    monkeypatch.setattr(score, "write_report", lambda folder, *a: {"md": folder.root / "x.md"})
+    count = len(load_rows("posgen_prose.jsonl"))
+    out = tmp_path / "l"
+    assert run("--model", str(planted), "--out", str(out), "--limit", str(count + 1)) == 0
+    assert ran == [count]
+    assert json.loads((out / "layers.json").read_text())["config"]["limit"] == count
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"posgen layers: note: --limit {count + 1}: posgen_prose has {count} documents; all "
+        f"{count} run and the folder records --limit {count}"
+    ]

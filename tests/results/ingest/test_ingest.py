@@ -170,3 +170,61 @@ def test_the_prompt_settings_of_the_outputs_are_recorded_and_must_agree(outputs,
     edit_results(position, lambda d: d["config"].update(gen_kwargs={"temperature": 1.0}))
     err = refused(capsys, str(text), str(position), "--out", str(tmp_path / "r"))
     assert "made with different gen_kwargs" in err and not (tmp_path / "r").exists()
+
+
+@pytest.fixture(scope="module")
+def settings(outputs, tiny_model_dir) -> dict[str, Path]:
+    """hf-posgen outputs with settings a run folder cannot hold: logits=additive, and
+    positions= in one layer only."""
+    model, root = str(tiny_model_dir("llama", 0)), outputs["root"]
+    runs = {
+        "logits": "logits=additive",
+        "layers": "positions=swap:0.05,layers=1,perturb_seed=1234",
+    }
+    for name, args in runs.items():
+        lm_eval(root, root / name, "hf-posgen", f"pretrained={model},dtype=float32,{args}",
+                "posgen_prose")  # fmt: skip
+    return {name: root / name for name in runs}
+
+
+def test_a_logits_output_is_refused_not_taken_for_the_baseline(outputs, settings, tmp_path, capsys):
+    """Beside a position cell, a logits=additive output was the position cell's baseline
+    (its 'degradation' −95 %); it is refused in one line, nothing written."""
+    out = tmp_path / "r"
+    err = refused(capsys, str(outputs["position"]), str(settings["logits"]), "--out", str(out))
+    (results,) = settings["logits"].rglob("results_*.json")
+    assert err.strip() == (
+        f"posgen ingest: {results} / posgen_prose: hf-posgen ran with logits=additive, which "
+        "a run folder cannot represent (its cells are the plain model or positions=/features= "
+        "in every layer); measure that with posgen cause, and ingest only outputs without "
+        "layers=, heads=, logits= or length="
+    )
+    assert not out.exists()
+
+
+def test_a_scheme_in_one_layer_is_refused_not_taken_for_every_layer(
+    outputs, settings, tmp_path, capsys
+):
+    out = tmp_path / "r"
+    err = refused(capsys, str(outputs["text"]), str(settings["layers"]), "--out", str(out))
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
+    assert "hf-posgen ran with layers=1, which a run folder cannot represent" in err
+    assert "measure that with posgen layers, and ingest only outputs without" in err
+
+
+def test_settings_are_read_from_the_model_args_too(outputs, settings, tmp_path, capsys):
+    """A record without them (an older posgen) is read with lm-eval's model_args; and
+    length=none, the plain model, is no setting."""
+    logits = copy(settings["logits"], tmp_path / "logits")
+    edit_results(logits, lambda d: d["config"]["posgen"].pop("logits"))
+    err = refused(capsys, str(outputs["position"]), str(logits), "--out", str(tmp_path / "r"))
+    assert "hf-posgen ran with logits=additive" in err
+    for name, value in (("heads", "0;1"), ("length", "lambda:4:64")):
+        other = copy(outputs["position"], tmp_path / name)
+        edit_results(other, lambda d, kv={name: value}: d["config"]["model_args"].update(kv))
+        err = refused(capsys, str(outputs["text"]), str(other), "--out", str(tmp_path / "r"))
+        assert f"hf-posgen ran with {name}={value}" in err
+    plain = copy(outputs["position"], tmp_path / "plain-length")
+    edit_results(plain, lambda d: d["config"]["model_args"].update(length="none"))
+    out = tmp_path / "ingested"
+    assert cli(["ingest", str(outputs["text"]), str(plain), "--out", str(out)]) == 0

@@ -86,6 +86,42 @@ def add_folder_arguments(parser: argparse.ArgumentParser, command: str, combine:
     parser.add_argument("--no-progress", action="store_true", help="no per-cell progress lines")
 
 
+PROFILE_DOCUMENTS = "posgen_prose.jsonl"  # the documents of posgen layers and posgen cause
+
+
+def documents_limit(limit: int) -> int:
+    """``--limit`` of ``posgen layers`` / ``posgen cause`` read as lm-eval reads its own,
+    "at most": the number of posgen_prose documents that run (the first ``limit``), which
+    is what their folder records."""
+    from posgen.tasks.offline import load_rows
+
+    return min(limit, len(load_rows(PROFILE_DOCUMENTS)))
+
+
+def limit_note(asked: int, ran: int) -> str | None:
+    """The note of a ``--limit`` above the documents there are (None when all asked ran)."""
+    if ran >= asked:
+        return None
+    return (
+        f"--limit {asked}: posgen_prose has {ran} documents; all {ran} run and the folder "
+        f"records --limit {ran}"
+    )
+
+
+def check_out_and_layers(args: argparse.Namespace) -> None:
+    """``--out`` and ``--layers`` of ``posgen layers`` / ``posgen cause``, checked before
+    anything else (no config read yet): an unusable folder, or an empty ``--layers ''``,
+    which would silently mean every layer. Raises :class:`InputError`."""
+    from posgen.harness.hf_posgen.layer_selection import LAYERS_FORMS
+    from posgen.harness.input_error import InputError
+    from posgen.harness.out_folder import check_out_folder
+
+    if args.out is not None:
+        check_out_folder(args.out)
+    if args.layers is not None and not args.layers.strip():
+        raise InputError(f"--layers '': give {LAYERS_FORMS}, or leave --layers out for every layer")
+
+
 COMBINE_KEEPS = {"combine", "out", "no_progress"}  # what --combine takes besides folders
 
 

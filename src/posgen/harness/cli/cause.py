@@ -20,7 +20,10 @@ from typing import TYPE_CHECKING
 from posgen.harness.cli.arguments import (
     add_folder_arguments,
     add_profile_arguments,
+    check_out_and_layers,
     combine_command,
+    documents_limit,
+    limit_note,
 )
 from posgen.harness.input_error import InputError
 
@@ -66,8 +69,20 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     add_folder_arguments(parser, "cause", "with the cross-model section")
 
 
+# what each ';'-separated flag takes, named when it is given empty
+NAMES_FORMS = {
+    "forms": f"';'-separated forms ({DEFAULT_FORMS}), or 'none' for no per-layer cells",
+    "controls": f"';'-separated forms ({DEFAULT_CONTROLS}), or 'none' for no controls",
+    "positions": f"';'-separated position schemes ({DEFAULT_SCHEMES})",
+}
+
+
 def _names(text: str, what: str) -> list[str]:
+    """The names of a ';'-separated flag (``none``: no names); an empty one is refused
+    (it would silently mean no forms, or no controls)."""
     parts = [p.strip() for p in text.split(";") if p.strip()]
+    if not parts:
+        raise InputError(f"--{what} {text!r}: give {NAMES_FORMS[what]}")
     if parts == ["none"]:
         return []
     if len(set(parts)) != len(parts):
@@ -122,6 +137,7 @@ def resolve(args: argparse.Namespace) -> CauseConfig:
     from posgen.perturbations.base import PerturbationError
     from posgen.results.folder.cause_config import CauseConfig
 
+    check_out_and_layers(args)
     if args.limit < 2:
         raise InputError(f"--limit {args.limit}: need at least 2 documents for an interval")
     try:
@@ -145,7 +161,7 @@ def resolve(args: argparse.Namespace) -> CauseConfig:
     return CauseConfig(
         model=entry,
         seed=args.seed,
-        limit=args.limit,
+        limit=documents_limit(args.limit),
         layers=tuple(layers if layers is not None else range(count)) if forms else (),
         forms=tuple(forms),
         controls=tuple(controls),
@@ -176,6 +192,9 @@ def main(args: argparse.Namespace) -> int:
     except (InputError, LayersRunError) as e:
         print(f"posgen cause: {e}", file=sys.stderr)
         return 2
+    note = limit_note(args.limit, config.limit)
+    if note is not None:
+        print(f"posgen cause: note: {note}", file=sys.stderr)
     import contextlib
     import time
 

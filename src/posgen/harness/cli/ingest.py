@@ -17,7 +17,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="DIR",
         help="lm_eval --output_path folder(s) (or results_*.json files), written with "
-        "--log_samples: the baseline and the perturbed cells of the same documents",
+        "--log_samples: the baseline and the perturbed cells of the same documents "
+        "(hf-posgen with positions= or features= in every layer; layers=, heads=, "
+        "logits= and length= are refused)",
     )
     parser.add_argument("--out", type=Path, required=True, help="the run folder to write")
     add_threshold_arguments(parser)
@@ -26,6 +28,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from posgen.harness.input_error import InputError
+    from posgen.harness.out_folder import check_out_folder
     from posgen.harness.run.options import check_include_paths
     from posgen.results.folder.schema import SchemaError
     from posgen.results.folder.store import RunConflictError
@@ -35,6 +38,7 @@ def main(args: argparse.Namespace) -> int:
         print("posgen ingest: --threshold and --threshold-acc must be > 0", file=sys.stderr)
         return 2
     try:
+        check_out_folder(args.out)
         include_path = check_include_paths(args.include_path)
     except InputError as e:
         print(f"posgen ingest: {e}", file=sys.stderr)

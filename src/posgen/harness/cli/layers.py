@@ -18,7 +18,10 @@ from typing import TYPE_CHECKING
 from posgen.harness.cli.arguments import (
     add_folder_arguments,
     add_profile_arguments,
+    check_out_and_layers,
     combine_command,
+    documents_limit,
+    limit_note,
 )
 from posgen.harness.input_error import InputError
 
@@ -78,15 +81,12 @@ def resolve(args: argparse.Namespace) -> LayersConfig:
     from posgen.results.folder.config import Decompose
     from posgen.results.folder.layers_config import LayersConfig
 
+    check_out_and_layers(args)
     if args.limit < 2:
         raise InputError(f"--limit {args.limit}: need at least 2 documents for an interval")
     if args.decompose_docs < 0 or args.decompose_tokens < 8:
         raise InputError("--decompose-docs must be >= 0 and --decompose-tokens >= 8")
-    if args.layers is not None and not args.layers.strip():
-        raise InputError(
-            "--layers '': give a layer (12), a range (0-5) or ';'-separated ones (3;7;11), "
-            "or leave --layers out for every layer"
-        )
+    _check_schemes_given(args)
     if args.length_run is not None:
         _check_length_run(args.length_run)
     try:
@@ -110,12 +110,28 @@ def resolve(args: argparse.Namespace) -> LayersConfig:
         positions=None if spec.positions is None else spec.positions.to_string(),
         features=None if spec.features is None else spec.features.to_string(),
         seed=args.seed,
-        limit=args.limit,
+        limit=documents_limit(args.limit),
         layers=tuple(layers if layers is not None else range(count)),
         batch_size=args.batch_size,
         decompose=Decompose(args.decompose_docs, args.decompose_tokens),
         heads=n_heads if args.heads else None,  # query heads per layer
     )
+
+
+# what --positions and --features take, named when one is given empty
+SCHEME_FORMS = {
+    "positions": "a position scheme (e.g. swap:0.2), or 'none' with --features",
+    "features": "a feature scheme (e.g. rope_noise:1), or leave --features out",
+}
+
+
+def _check_schemes_given(args: argparse.Namespace) -> None:
+    """Refuse an empty ``--positions ''`` or ``--features ''`` (it would silently mean no
+    scheme)."""
+    for name, what in SCHEME_FORMS.items():
+        value = getattr(args, name)
+        if value is not None and not value.strip():
+            raise InputError(f"--{name} '': give {what}")
 
 
 def _check_length_run(folder: Path) -> None:
@@ -156,6 +172,9 @@ def main(args: argparse.Namespace) -> int:
     except InputError as e:
         print(f"posgen layers: {e}", file=sys.stderr)
         return 2
+    note = limit_note(args.limit, config.limit)
+    if note is not None:
+        print(f"posgen layers: note: {note}", file=sys.stderr)
     import contextlib
     import time
 

@@ -133,6 +133,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     try:
+        if args.out is not None:
+            check_out_folder(args.out)  # before any model's config is read
         config = resolve_config(args)  # every check before any model loads
         notes = check_model_side_kinds(config)
         if args.length and args.length != "quick":

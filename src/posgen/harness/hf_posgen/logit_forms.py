@@ -98,6 +98,17 @@ class LogitDonor:
         return a[heads, :m]
 
 
+def check_beside_length(logits: LogitForm | None, length: Any) -> None:
+    """Refuse ``logits=`` beside a length scheme that runs its own attention function
+    (Λ attention): both replace the model's attention. No torch: ``hf-posgen`` checks it
+    before any weights load."""
+    if logits is not None and length is not None and length.uses_attention:
+        raise PerturbationError(
+            f"logits={logits.name} and length={length.to_string()} both replace the "
+            "attention function; run them apart (drop logits= or length=)"
+        )
+
+
 def with_donor(new: Any, donor: LogitDonor | None) -> Any:
     """The model-side perturbation ``new`` checked for ``logits=``: not beside Λ
     attention (both replace the attention function), and for ``foreign`` a ``donor``
@@ -106,11 +117,7 @@ def with_donor(new: Any, donor: LogitDonor | None) -> Any:
 
     if new.logits is None:
         return new
-    if new.length is not None and new.length.uses_attention:
-        raise PerturbationError(
-            f"logits={new.logits.name} and length={new.length.to_string()} both replace "
-            "the attention function; run them apart"
-        )
+    check_beside_length(new.logits, new.length)
     if not new.logits.needs_donor:
         return new
     if donor is None:

@@ -56,9 +56,14 @@ from posgen.harness.hf_posgen.generation_rows import GenerationRows
 from posgen.harness.hf_posgen.launch import join_launch, launch_accelerator
 from posgen.harness.hf_posgen.layer_hooks import layer_count
 from posgen.harness.hf_posgen.layer_selection import check_on_model
-from posgen.harness.hf_posgen.logit_forms import LogitDonor, LogitForm, with_donor
+from posgen.harness.hf_posgen.logit_forms import (
+    LogitDonor,
+    LogitForm,
+    check_beside_length,
+    with_donor,
+)
 from posgen.harness.hf_posgen.loglikelihood_rows import LoglikelihoodRows, split_differently
-from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
+from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation, refuse_empty
 from posgen.harness.hf_posgen.perturbed_forward import perturbed_forward, plan_forward
 from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
 from posgen.harness.hf_posgen.pretrained_config import (
@@ -99,17 +104,9 @@ class HFPosgenLM(HFLM):
         token of an n-token context). Specs are checked before any weights load; rope
         scalings (``dynamic:F``,
         ``yarn:F``) are passed to ``from_pretrained``."""
-        perturbation = ModelPerturbation.parse(
-            positions, features, perturb_seed, layers, heads, logits
+        perturbation, length_scheme = checked_arguments(
+            positions, features, perturb_seed, length, layers, heads, logits
         )
-        if perturbation.logits is not None and perturbation.logits.needs_donor:
-            raise PerturbationError(
-                "logits=foreign takes its distance term from another sequence's fit: set "
-                "HFPosgenLM.logit_donor and call set_perturbation (posgen cause does)"
-            )
-        length_scheme = parse_length_arg(length)
-        if perturbation.layers is not None and length_scheme is not None:
-            raise PerturbationError("layers= restricts positions=/features=; drop length=")
         if isinstance(pretrained, str):
             pretrained = resolve_pretrained(pretrained)
             check_layers_in_config(pretrained, perturbation, kwargs)
@@ -299,3 +296,39 @@ class HFPosgenLM(HFLM):
             self.plan_observer(*plan.context_rows(), self._generation.docs(strings))
         with generating(self.model, plan):
             return super()._model_generate(context, max_length, stop, **generation_kwargs)
+
+
+def checked_arguments(
+    positions: str | None,
+    features: str | None,
+    perturb_seed: int | str,
+    length: str | None,
+    layers: str | None,
+    heads: str | None,
+    logits: str | None,
+) -> tuple[ModelPerturbation, Any]:
+    """hf-posgen's own model arguments checked and parsed before any weights load: the
+    model-side perturbation and the length scheme (or None). Raises ``PerturbationError``
+    (an empty value, an unknown or invalid spec, settings that exclude each other)."""
+    refuse_empty(
+        {
+            "positions": positions,
+            "features": features,
+            "perturb_seed": perturb_seed,
+            "length": length,
+            "layers": layers,
+            "heads": heads,
+            "logits": logits,
+        }
+    )
+    perturbation = ModelPerturbation.parse(positions, features, perturb_seed, layers, heads, logits)
+    if perturbation.logits is not None and perturbation.logits.needs_donor:
+        raise PerturbationError(
+            "logits=foreign takes its distance term from another sequence's fit: set "
+            "HFPosgenLM.logit_donor and call set_perturbation (posgen cause does)"
+        )
+    length_scheme = parse_length_arg(length)
+    if perturbation.layers is not None and length_scheme is not None:
+        raise PerturbationError("layers= restricts positions=/features=; drop length=")
+    check_beside_length(perturbation.logits, length_scheme)
+    return perturbation, length_scheme

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,29 @@ def parse_spec(kind: str, value: str | Perturbation | None) -> Perturbation | No
     except PerturbationError as exc:  # its message lists the accepted forms
         arg = "positions" if kind == "position" else "features"
         raise PerturbationError(f"{arg}={value}: {exc}") from None
+
+
+# what each hf-posgen model argument takes, named when it is given empty
+ARGUMENT_FORMS = {
+    "positions": "a position scheme (e.g. swap:0.05)",
+    "features": "a feature scheme (e.g. rope_noise:0.5)",
+    "perturb_seed": "an integer seed",
+    "length": "a length scheme (e.g. lambda:4:64, yarn:2)",
+    "layers": "a layer (12), a range (0-5) or ';'-separated ones (3;7;11)",
+    "heads": "a query head (2), a range (0-3) or ';'-separated ones (0;5)",
+    "logits": "a form (additive, distance, key, shuffled)",
+}
+
+
+def refuse_empty(given: Mapping[str, Any]) -> None:
+    """Refuse an hf-posgen model argument given with an empty value (``logits=`` in
+    ``--model_args``): it would silently mean the plain model (or every layer). Leaving
+    the argument out (or ``none``) keeps its default."""
+    for name, value in given.items():
+        if isinstance(value, str) and not value.strip():
+            raise PerturbationError(
+                f"{name}= is empty: give {ARGUMENT_FORMS[name]}, or leave {name}= out"
+            )
 
 
 @dataclass(frozen=True)

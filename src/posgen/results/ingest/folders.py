@@ -9,7 +9,8 @@ the run folder gets the same tables, scores and report as ``posgen run``'s.
 Refused with a message, before anything is written: a perturbed cell without its
 baseline (the same model and task unperturbed), perturbation seeds that differ, a cell
 given twice, a model recorded with two dtypes, documents that differ between a cell
-and its baseline, and a task whose samples were not logged.
+and its baseline, a task whose samples were not logged, and an ``hf-posgen`` output run
+with ``layers=``, ``heads=``, ``logits=`` or ``length=`` (no run folder cell holds them).
 """
 
 from __future__ import annotations

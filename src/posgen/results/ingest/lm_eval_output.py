@@ -10,7 +10,10 @@ beside it (the same ``<time>``). A task is recognised as a posgen cell from
 - the ``hf-posgen`` model record in the results (``config.posgen``: position and
   feature specs and ``perturb_seed``; ``posgen run`` keeps it in each cell's raw output
   too); any other model (``hf``, ``vllm``, an API model) perturbs nothing inside the
-  model.
+  model. An ``hf-posgen`` output with ``layers=``, ``heads=``, ``logits=`` or ``length=``
+  (in its record or its ``model_args``) is refused: a run folder's cells are the plain
+  model or a scheme in every layer, and ``posgen layers``, ``posgen cause`` and
+  ``posgen length`` measure those settings.
 """
 
 from __future__ import annotations
@@ -125,7 +128,8 @@ def model_args(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def model_side(ev: EvaluatedTask) -> tuple[str, Perturbation, int] | None:
     """The position or feature perturbation ``hf-posgen`` ran under: (kind, perturbation,
-    seed), or None. Refuses both at once (one perturbation per cell)."""
+    seed), or None. Refuses both at once (one perturbation per cell) and any setting a
+    run folder cannot represent (:func:`refuse_unrepresentable`)."""
     cfg = ev.config
     record = cfg.get("posgen")
     # hf-posgen's record: under `lm_eval --model hf-posgen`, and in posgen run's own raw
@@ -137,6 +141,7 @@ def model_side(ev: EvaluatedTask) -> tuple[str, Perturbation, int] | None:
             f"{ev.where}: an hf-posgen run without its 'posgen' record in the results; "
             "rerun it with this posgen's hf-posgen model"
         )
+    refuse_unrepresentable(ev, record)
     found = []
     for kind, key in MODEL_SIDE_KINDS.items():
         spec = record.get(key)
@@ -151,6 +156,49 @@ def model_side(ev: EvaluatedTask) -> tuple[str, Perturbation, int] | None:
             "perturbation per cell, run them separately"
         )
     return found[0] if found else None
+
+
+# hf-posgen's model-side settings beyond a whole-model positions=/features=: a run
+# folder's cells (results.folder.plan, what posgen run evaluates) have no place for them;
+# each with the command whose folder does
+UNREPRESENTABLE = {
+    "layers": "posgen layers",
+    "heads": "posgen layers --heads",
+    "logits": "posgen cause",
+    "length": "posgen length",
+}
+
+
+def unrepresentable_settings(ev: EvaluatedTask, record: Mapping[str, Any]) -> dict[str, str]:
+    """The settings of :data:`UNREPRESENTABLE` an ``hf-posgen`` output ran with, as
+    ``name -> value``, read from its ``posgen`` record (short forms) and from lm-eval's
+    ``model_args`` (a record of an older posgen may lack them); ``length=none`` (the
+    plain model) is no setting."""
+    args = model_args(ev.config)
+    found = {}
+    for name in UNREPRESENTABLE:
+        value = record.get(f"{name}_str", record.get(name))
+        if value is None or value == "":
+            value = args.get(name)
+        if value is not None and str(value).strip().lower() not in ("", "none"):
+            found[name] = str(value)
+    return found
+
+
+def refuse_unrepresentable(ev: EvaluatedTask, record: Mapping[str, Any]) -> None:
+    """Refuse (:class:`SchemaError`, one line) an ``hf-posgen`` output run with
+    ``layers=``, ``heads=``, ``logits=`` or ``length=``: as a run folder's cell it would
+    pass for the plain model (``logits=additive``) or for the scheme in every layer."""
+    found = unrepresentable_settings(ev, record)
+    if not found:
+        return
+    given = ", ".join(f"{k}={v}" for k, v in found.items())
+    tools = " / ".join(dict.fromkeys(UNREPRESENTABLE[k] for k in found))
+    raise SchemaError(
+        f"{ev.where}: hf-posgen ran with {given}, which a run folder cannot represent (its "
+        "cells are the plain model or positions=/features= in every layer); measure that "
+        f"with {tools}, and ingest only outputs without layers=, heads=, logits= or length="
+    )
 
 
 def text_side(ev: EvaluatedTask) -> tuple[str, Perturbation | None, int | None]:
