@@ -1,8 +1,8 @@
 """An installed release that moved an internal posgen uses (here: the model family's
-``apply_rotary_pos_emb`` taking other parameters) stops ``posgen cause``, ``posgen layers``,
-``posgen run``, ``posgen decompose`` and ``hf-posgen`` before their first cell: one line naming the internal, exit
-status 2, no weights loaded and nothing written (issue 39: ``posgen cause`` used to
-compute every cell and die in its prediction step)."""
+``apply_rotary_pos_emb`` taking other parameters) stops ``posgen cause``, ``posgen
+layers``, ``posgen run``, ``posgen decompose`` and ``hf-posgen`` before their first cell:
+one line naming the internal, exit status 2, no weights loaded and nothing written (issue
+39: ``posgen cause`` used to compute every cell and die in its prediction step)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ MOVED = "transformers.models.llama.modeling_llama:rotate_half"  # (x), not (q, k
 def moved_rotary(monkeypatch, tmp_path):
     """The llama family's rotary function listed where one with other parameters lies;
     loading weights or starting a cell fails the test; an empty working folder."""
+    from posgen.harness.cause import runner as cause_runner
     from posgen.harness.cli import decompose
     from posgen.harness.layers import runner
     from posgen.harness.run import cells
@@ -27,6 +28,7 @@ def moved_rotary(monkeypatch, tmp_path):
 
     monkeypatch.setitem(compat.ROTARY_FUNCTIONS, "llama", MOVED)
     monkeypatch.setattr(runner, "load_entry_lm", refuse)
+    monkeypatch.setattr(cause_runner, "load_entry_lm", refuse)
     monkeypatch.setattr(cells.ModelSession, "__enter__", refuse)
     monkeypatch.setattr(decompose, "decompose_model", refuse)
     monkeypatch.chdir(tmp_path)
