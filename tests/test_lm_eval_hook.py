@@ -100,6 +100,17 @@ def test_bad_model_args_end_in_one_line_and_exit_2(layers, heads, message) -> No
     assert line.startswith(f"lm_eval: hf-posgen: {message}"), line
 
 
+def test_a_compat_error_ends_in_one_line_and_exits_2() -> None:
+    code = (
+        "from posgen._lm_eval_hook import refuse_bad_model_args_in_one_line as r\nr()\n"
+        "from posgen import compat\ncompat.internal('transformers.no_such_module:x')\n"
+    )
+    proc = _python(code)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("lm_eval: hf-posgen: transformers.no_such_module:x is missing"), line
+
+
 def test_other_errors_keep_their_traceback() -> None:
     code = "from posgen._lm_eval_hook import refuse_bad_model_args_in_one_line as r\nr()\n1/0\n"
     proc = _python(code)

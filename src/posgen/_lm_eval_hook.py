@@ -92,15 +92,26 @@ def activate() -> None:
 def refuse_bad_model_args_in_one_line() -> None:
     """In the ``lm_eval`` CLI, a posgen ``PerturbationError`` that reaches the top (bad
     ``hf-posgen`` model arguments: ``layers=99``, ``layers=a``, ``heads=`` without
-    ``layers=``, ...) ends the process with its one-line message on stderr and exit status
-    2, not under lm-eval's traceback; any other exception is shown as before."""
+    ``layers=``, ...) or ``CompatError`` (an installed release moved an internal
+    ``hf-posgen`` uses: checked as the model is built, before its weights load) ends the
+    process with its one-line message on stderr and exit status 2, not under lm-eval's
+    traceback; any other exception is shown as before."""
     from posgen.lm_eval_plugin import MODEL_NAME
 
     previous = sys.excepthook
 
     def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
         base = sys.modules.get("posgen.perturbations.base")
-        if base is None or not isinstance(exc, base.PerturbationError):
+        compat = sys.modules.get("posgen.compat")
+        refused = tuple(
+            cls
+            for cls in (
+                getattr(base, "PerturbationError", None),
+                getattr(compat, "CompatError", None),
+            )
+            if cls is not None
+        )
+        if not refused or not isinstance(exc, refused):
             previous(kind, exc, tb)
             return
         import logging

@@ -8,11 +8,14 @@ names listed here: :data:`LM_EVAL_INTERNALS`, :data:`TRANSFORMERS_INTERNALS`,
 ``hf-posgen`` overrides with their parameters (:data:`LM_EVAL_OVERRIDES`), the attributes
 it reads or sets (:data:`TRANSFORMERS_ATTRIBUTES`, :data:`LM_EVAL_ATTRIBUTES`), the
 methods it wraps on one lm-eval object (:data:`LM_EVAL_WRAPPED`) and each
-model family's ``apply_rotary_pos_emb`` (:data:`ROTARY_FUNCTIONS`). :func:`check`
-verifies them against the installed libraries (the test suite runs it), and each
-accessor raises :class:`CompatError` with one clear message naming the internal and the
-tested version when an upgrade moved it, instead of an ``AttributeError`` deep inside a
-run.
+model family's ``apply_rotary_pos_emb`` (:data:`ROTARY_FUNCTIONS`; a plain function in
+transformers 5.24, a ``kernels`` wrapper module carrying it in 5.25:
+:mod:`posgen.compat.rotary`). :func:`check` verifies them against the installed
+libraries (the test suite runs it, also on the newest releases in range: ``make
+test-newest``); :func:`require` raises what it finds, and every command and ``hf-posgen``
+call it for their model's family before their first cell. Each accessor raises
+:class:`CompatError` with one clear message naming the internal and the tested version
+when an upgrade moved it, instead of an ``AttributeError`` deep inside a run.
 
 Every patch of another library's object goes through :mod:`posgen.compat.patches`, each
 with its undo: :func:`patched` (a module attribute listed here, within a block),
@@ -31,8 +34,16 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+from collections.abc import Iterable
 from importlib import metadata
 from typing import Any
+
+from posgen.compat.rotary import (
+    ROTARY_PARAMETERS,
+    is_kernel_wrapper,
+    rotary_function,
+    rotary_problem,
+)
 
 LM_EVAL_TESTED = "0.4.13"
 TRANSFORMERS_TESTED = "5.x"
@@ -133,8 +144,9 @@ LM_EVAL_ATTRIBUTES = {
     "HFLM.logits_cache": "off while one request group needs two forwards (perturbed contexts)",
 }
 # per model family of harness/model_family.py: the function that rotates its queries and
-# keys, which heads= wraps (patched_rotary); check() verifies it takes these parameters first
-ROTARY_PARAMETERS = ("q", "k", "cos", "sin")
+# keys, which heads= wraps (patched_rotary); check() verifies it takes ROTARY_PARAMETERS
+# first, or that the kernels wrapper transformers 5.25 puts there carries such a function
+# (posgen.compat.rotary)
 ROTARY_FUNCTIONS: dict[str, str] = {
     family: f"transformers.models.{family}.modeling_{family}:apply_rotary_pos_emb"
     for family in ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "gpt_neox")
@@ -210,17 +222,22 @@ def _version(lib: str) -> str:
         return "(not installed)"
 
 
-def check() -> list[str]:
+def check(families: Iterable[str] | None = None) -> list[str]:
     """Every internal that does not resolve in the installed libraries, every overridden
     or wrapped method whose parameters changed, every family's rotary function that does
-    not take :data:`ROTARY_PARAMETERS` first, and a torch module that does not run an
-    instance's own ``forward`` (:func:`forward_replaced`). Empty: all as posgen expects."""
+    not take :data:`ROTARY_PARAMETERS` first (or, as transformers 5.25's kernels wrapper,
+    carries no such function), and a torch module that does not run an instance's own
+    ``forward`` (:func:`forward_replaced`). ``families``: only these families' rotary
+    functions (names of :data:`ROTARY_FUNCTIONS`; unlisted names are skipped); None: all.
+    Empty: all as posgen expects."""
     import inspect
 
     missing = []
     paths = (*LM_EVAL_INTERNALS, *TRANSFORMERS_INTERNALS, *TORCH_INTERNALS)
     written_for = {**LM_EVAL_OVERRIDES, **LM_EVAL_WRAPPED}
-    for path in (*paths, *written_for, *ROTARY_FUNCTIONS.values()):
+    chosen = set(ROTARY_FUNCTIONS if families is None else families)
+    rotary = [path for family, path in ROTARY_FUNCTIONS.items() if family in chosen]
+    for path in (*paths, *written_for, *rotary):
         try:
             obj = _resolve(path)
         except (ImportError, AttributeError) as exc:
@@ -230,21 +247,28 @@ def check() -> list[str]:
             params = tuple(inspect.signature(obj).parameters)
             if params != written_for[path]:
                 missing.append(f"{path}: parameters {params}, posgen wraps {written_for[path]}")
-        elif path in ROTARY_FUNCTIONS.values() and rotary_problem(obj):
+        elif path in rotary and rotary_problem(obj):
             missing.append(f"{path}: {rotary_problem(obj)}")
     from posgen.compat.patches import instance_forward_problems
 
     return missing + instance_forward_problems()
 
 
-def rotary_problem(fn: Any) -> str:
-    """Why ``fn`` is not an ``apply_rotary_pos_emb(q, k, cos, sin, ...)`` ('' if it is)."""
-    import inspect
+def require(families: Iterable[str] | None = None) -> None:
+    """Raise :class:`CompatError` listing every problem :func:`check` finds (``families``:
+    as there): what a command calls before its first cell, so a run that would meet a
+    moved internal stops before any work instead of after it."""
+    problems = check(families)
+    if problems:
+        raise CompatError(
+            f"posgen does not match the installed libraries ({_installed()}; tested with "
+            f"lm-eval {LM_EVAL_TESTED}, transformers {TRANSFORMERS_TESTED}, torch "
+            f"{TORCH_TESTED}): " + "; ".join(problems)
+        )
 
-    params = tuple(inspect.signature(fn).parameters)[: len(ROTARY_PARAMETERS)]
-    return (
-        "" if params == ROTARY_PARAMETERS else f"parameters start {params}, not {ROTARY_PARAMETERS}"
-    )
+
+def _installed() -> str:
+    return ", ".join(f"{lib} {_version(lib)}" for lib in ("lm_eval", "transformers", "torch"))
 
 
 def evaluation_tracker(output_path: str | None) -> Any:
@@ -298,13 +322,16 @@ __all__ = [
     "forward_replaced",
     "install_task_manager",
     "internal",
+    "is_kernel_wrapper",
     "namespace_response_cache",
     "patched",
     "patched_rotary",
     "plain_response_cache",
     "register_attention",
     "replace_task_manager",
+    "require",
     "require_supported_lm_eval",
+    "rotary_function",
     "rotary_problem",
     "task_manager_installed",
     "using_attention",

@@ -23,6 +23,7 @@ from posgen.compat import (
     TRANSFORMERS_TESTED,
     CompatError,
     internal,
+    rotary_function,
     rotary_problem,
 )
 
@@ -135,15 +136,19 @@ def patched(path: str, make: Callable[[Any], Any]) -> Iterator[Any]:
 def patched_rotary(module: str, name: str, make: Callable[[Any], Any]) -> Iterator[Any]:
     """:func:`patched` for a model family's ``apply_rotary_pos_emb`` in its modeling module
     ``module`` (listed in :data:`ROTARY_FUNCTIONS` or an unlisted family's): refused with a
-    :class:`CompatError` unless it takes :data:`ROTARY_PARAMETERS` first."""
+    :class:`CompatError` unless it takes :data:`ROTARY_PARAMETERS` first. ``make`` gets the
+    plain function: the attribute itself (transformers 5.24), or the function its
+    ``kernels`` wrapper carries (5.25, :func:`posgen.compat.rotary_function`); the
+    attribute (the wrapper) is put back on exit."""
     path = f"{module}:{name}"
-    problem = rotary_problem(internal(path))
+    found = internal(path)
+    problem = rotary_problem(found)
     if problem:
         raise CompatError(
             f"{path}: {problem}; posgen wraps it as apply_rotary_pos_emb(q, k, cos, sin) "
             f"(tested with transformers {TRANSFORMERS_TESTED})"
         )
-    with _patched(path, make) as replacement:
+    with _patched(path, lambda original: make(rotary_function(original))) as replacement:
         yield replacement
 
 

@@ -20,6 +20,8 @@ from types import ModuleType
 
 import torch
 
+from posgen.compat import rotary_function
+
 
 class NoRotaryEmbeddingError(ValueError):
     """The model has no rotary position embedding for position/feature schemes to act on."""
@@ -55,8 +57,11 @@ class ModelFamily:
         return self._function(module, self.eager_attention, "run this architecture's attention")
 
     def apply_rotary_function(self, module: torch.nn.Module) -> Callable:
-        """The family's own ``apply_rotary_pos_emb(q, k, cos, sin)``."""
-        return self._function(module, self.apply_rotary, "rotate by this architecture's RoPE")
+        """The family's own ``apply_rotary_pos_emb(q, k, cos, sin)``: the plain function,
+        also where transformers 5.25 wraps it in a ``kernels`` module
+        (:func:`posgen.compat.rotary_function`)."""
+        found = self._function(module, self.apply_rotary, "rotate by this architecture's RoPE")
+        return rotary_function(found)
 
     def expand_kv(self, module: torch.nn.Module, key: torch.Tensor, heads: int) -> torch.Tensor:
         """[B, KV, n, d] -> [B, H, n, d] with the family's own ``repeat_kv`` where it has one."""
@@ -112,7 +117,12 @@ def families() -> list[ModelFamily]:
 def family_of(model: torch.nn.Module) -> ModelFamily:
     """The family of a model or of one of its modules (by ``config.model_type``);
     :data:`GENERIC` for a model type no family lists."""
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    return family_of_type(getattr(getattr(model, "config", None), "model_type", None))
+
+
+def family_of_type(model_type: str | None) -> ModelFamily:
+    """The family of a ``config.model_type`` (a config read before weights load);
+    :data:`GENERIC` for a model type no family lists."""
     return _FAMILIES.get(model_type, GENERIC)
 
 

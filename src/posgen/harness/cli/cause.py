@@ -184,9 +184,11 @@ def main(args: argparse.Namespace) -> int:
     if args.combine is not None:
         return combine_main(args)
     from posgen.harness.cause.score import LayersRunError, check_layers_run
+    from posgen.harness.loading import require_compatible
 
     try:
         config = resolve(args)
+        require_compatible([config.model])  # posgen.compat, before the first cell
         if args.layers_run is not None:
             check_layers_run(config, args.layers_run)
     except (InputError, LayersRunError) as e:

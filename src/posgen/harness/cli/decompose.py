@@ -257,6 +257,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         entry, device, context, length = check_arguments(args)
         check_probe_windows(entry, args.docs, args.tokens)
+        loading.require_compatible([entry])  # posgen.compat, before any weights load
     except InputError as e:
         print(f"posgen decompose: {e}", file=sys.stderr)
         return 2

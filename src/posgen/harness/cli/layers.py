@@ -167,8 +167,11 @@ def _progress(line: str) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.combine is not None:
         return combine_main(args)
+    from posgen.harness.loading import require_compatible
+
     try:
         config = resolve(args)
+        require_compatible([config.model])  # posgen.compat, before the first cell
     except InputError as e:
         print(f"posgen layers: {e}", file=sys.stderr)
         return 2

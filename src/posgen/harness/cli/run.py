@@ -132,6 +132,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from posgen.harness.loading import require_compatible
+
     try:
         if args.out is not None:
             check_out_folder(args.out)  # before any model's config is read
@@ -143,6 +145,7 @@ def main(args: argparse.Namespace) -> int:
         out = check_out_folder(args.out or default_out(config))
         length = _length_jobs(args, config, out)
         notes += check_run_metrics(config)  # reads the tasks' configs: the slowest check
+        require_compatible(config.models)  # posgen.compat, before the first cell
     except InputError as e:
         print(f"posgen run: {e}", file=sys.stderr)
         return 2

@@ -3,7 +3,9 @@
 A length scheme given as text (``length=``) is parsed; a rope-scaling scheme
 (``dynamic:F``, ``yarn:F``) becomes ``from_pretrained`` kwargs built from the config
 (:func:`length_load_kwargs`), and ``layers=``/``heads=`` past the model's last layer or
-head are refused from the config alone (:func:`check_layers_in_config`).
+head are refused from the config alone (:func:`check_layers_in_config`), and the
+installed libraries are checked for what posgen uses with this model
+(:func:`require_compatible`).
 """
 
 from __future__ import annotations
@@ -60,3 +62,18 @@ def length_load_kwargs(
     if clash:
         raise PerturbationError(f"length={scheme.to_string()} sets the rope; drop {clash}")
     return scheme.load_kwargs(_config(pretrained, given))
+
+
+def require_compatible(pretrained: Any, given: dict[str, Any]) -> None:
+    """:func:`posgen.compat.require` for this model (a path, whose config is read, or a
+    loaded model), before its weights load: every internal hf-posgen uses and the rotary
+    function of the model's family, so a moved internal stops the model at its
+    construction, not inside the first request. Raises :class:`~posgen.compat.CompatError`."""
+    from posgen.compat import require
+    from posgen.harness.model_family import family_of, family_of_type
+
+    if isinstance(pretrained, str):
+        family = family_of_type(getattr(_config(pretrained, given), "model_type", None))
+    else:
+        family = family_of(pretrained)
+    require([family.name])

@@ -14,6 +14,7 @@ map) plus a device, built and loaded here. The API::
     loaded = load_model(entries[0], device, length=scheme)   # LoadedModel(model, tokenizer, record)
     tokenizer = load_tokenizer(entries[0])                    # no weights
     config = load_config(entries[0])                          # no weights
+    require_compatible(entries)            # compat.check() for these models, before any work
     hflm_kwargs(entry, device)             # the same entry as lm-eval's hf model arguments
 
 Modules: ``options`` (the flags, devices), ``entries`` (model entries, revisions), ``hub``
@@ -37,6 +38,7 @@ from posgen.harness.loading.load import (
     load_model,
     load_tokenizer,
     random_init_twin,
+    require_compatible,
 )
 from posgen.harness.loading.options import (
     LoadError,
@@ -61,5 +63,6 @@ __all__ = [
     "load_tokenizer",
     "model_entries",
     "random_init_twin",
+    "require_compatible",
     "require_rope",
 ]

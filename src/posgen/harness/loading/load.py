@@ -5,6 +5,7 @@ Top-level imports stay light: torch, transformers and peft load inside the funct
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -116,6 +117,22 @@ def load_config(entry: ModelEntry, **overrides: Any) -> Any:
     return AutoConfig.from_pretrained(
         resolve_pretrained(entry.path), **_hub_kwargs(entry), **overrides
     )
+
+
+def require_compatible(entries: Iterable[ModelEntry]) -> None:
+    """:func:`posgen.compat.require` for a run on these models (their configs are read, no
+    weights): every lm-eval, transformers and torch internal posgen uses, and the rotary
+    function of each model's family. Commands call it before their first cell, so an
+    installed release that moved an internal stops a run before any work, not after its
+    cells. Raises :class:`LoadError` (an ``InputError``) with compat's message."""
+    from posgen.compat import CompatError, require
+    from posgen.harness.model_family import family_of_type
+
+    families = {family_of_type(getattr(load_config(e), "model_type", None)).name for e in entries}
+    try:
+        require(families)
+    except CompatError as e:
+        raise LoadError(str(e)) from None
 
 
 def load_tokenizer(entry: ModelEntry) -> Any:
