@@ -214,7 +214,8 @@ def check() -> list[str]:
     """Every internal that does not resolve in the installed libraries, every overridden
     or wrapped method whose parameters changed, every family's rotary function that does
     not take :data:`ROTARY_PARAMETERS` first, and a torch module that does not run an
-    instance's own ``forward`` (:func:`forward_replaced`). Empty: all as posgen expects."""
+    instance's own ``forward`` (:func:`forward_replaced`), and the position families'
+    internals (:mod:`.position_families`). Empty: all as posgen expects."""
     import inspect
 
     missing = []
@@ -233,8 +234,9 @@ def check() -> list[str]:
         elif path in ROTARY_FUNCTIONS.values() and rotary_problem(obj):
             missing.append(f"{path}: {rotary_problem(obj)}")
     from posgen.compat.patches import instance_forward_problems
+    from posgen.compat.position_families import position_family_problems
 
-    return missing + instance_forward_problems()
+    return missing + instance_forward_problems() + position_family_problems()
 
 
 def rotary_problem(fn: Any) -> str:
