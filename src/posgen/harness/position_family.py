@@ -26,12 +26,15 @@ The hooks that move positions for the non-rotary families are in
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from posgen.perturbations.base import PerturbationError
+
+if TYPE_CHECKING:
+    import torch
 
 KINDS = ("rotary", "absolute", "alibi", "none")
 
@@ -127,9 +130,9 @@ for _family in (
     register_position_family(_family)
 
 
-def _no_rope_layers(config: Any) -> list[int] | None:
+def _no_rope_layers(read: Any) -> list[int] | None:
     """SmolLM3's per-layer flags (1: the layer applies RoPE, 0: NoPE), else None."""
-    flags = getattr(config, "no_rope_layers", None)
+    flags = read("no_rope_layers")
     return None if flags is None else [int(f) for f in flags]
 
 
@@ -137,15 +140,30 @@ def position_family_of(model: torch.nn.Module) -> PositionFamily:
     """The position family of ``model`` (by ``config.model_type`` and its flags); an
     unlisted model type is taken as rotary, which :mod:`.model_family` checks."""
     config = getattr(model, "config", None)
-    model_type = getattr(config, "model_type", None)
-    if model_type == "falcon" and getattr(config, "alibi", False):
+    return family_of_config(lambda key: getattr(config, key, None))
+
+
+def family_of_config(read: Any) -> PositionFamily:
+    """The position family from a config's settings, ``read(key)`` (None when unset)."""
+    model_type = read("model_type")
+    if model_type == "falcon" and read("alibi"):
         model_type = "falcon-alibi"
     if model_type in _FAMILIES:
         return _FAMILIES[model_type]
-    flags = _no_rope_layers(config)
+    flags = _no_rope_layers(read)
     if flags is not None and not any(flags):
         return NONE
     return ROTARY  # unlisted: model_family's require_rotary refuses it if it has no RoPE
+
+
+def family_of_folder(path: str) -> PositionFamily | None:
+    """The position family of a local model folder from its config.json alone (no torch,
+    no weights); None without one (a hub id: loading checks)."""
+    config = Path(path) / "config.json"
+    if not config.is_file():
+        return None
+    values = json.loads(config.read_text(encoding="utf-8"))
+    return family_of_config(values.get)
 
 
 def _arch(model: torch.nn.Module) -> str:

@@ -80,7 +80,7 @@ def check_on_model(p: Any, model: Any, backend: str, layers: int) -> None:
     if backend != "causal":
         raise PerturbationError("positions=/features=/logits= need a causal (decoder-only) model")
     what = " and ".join(
-        f"{k}={v}"
+        f"{k}={getattr(v, 'to_string', v.__str__)()}"
         for k, v in (("positions", p.positions), ("features", p.features))
         if v is not None
     )
