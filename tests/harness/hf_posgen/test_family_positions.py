@@ -147,7 +147,10 @@ REFUSED = [
 
 
 @pytest.mark.parametrize(("name", "kwargs", "message"), REFUSED)
-def test_what_a_family_cannot_take_is_refused_in_one_line(tiny_model_dir, name, kwargs, message):
+def test_what_a_family_cannot_take_is_refused_in_one_line(
+    tiny_model_dir, monkeypatch, name, kwargs, message
+):
+    monkeypatch.setattr(HFLM, "__init__", lambda *a, **k: pytest.fail("weights loaded"))
     with pytest.raises(PerturbationError, match=message) as refused:
         HFPosgenLM(pretrained=str(tiny_model_dir(name)), device="cpu", **kwargs)
     assert "\n" not in str(refused.value)

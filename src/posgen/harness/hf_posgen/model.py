@@ -62,6 +62,7 @@ from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
 from posgen.harness.hf_posgen.perturbed_forward import perturbed_forward, plan_forward
 from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
 from posgen.harness.hf_posgen.pretrained_config import (
+    check_family_in_config,
     check_layers_in_config,
     length_load_kwargs,
     parse_length_arg,
@@ -113,6 +114,7 @@ class HFPosgenLM(HFLM):
         if isinstance(pretrained, str):
             pretrained = resolve_pretrained(pretrained)
             check_layers_in_config(pretrained, perturbation, kwargs)
+            check_family_in_config(pretrained, perturbation, kwargs)
         launch = launch_accelerator()  # before any weights load
         kwargs.update(length_load_kwargs(pretrained, length_scheme, kwargs))
         super().__init__(pretrained=pretrained, **kwargs)
