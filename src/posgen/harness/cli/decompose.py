@@ -275,6 +275,8 @@ def _require_family(entry, args: argparse.Namespace) -> None:
 def main(args: argparse.Namespace) -> int:
     import pandas as pd
 
+    from posgen.harness.position_family import MEANINGS
+
     try:
         entry, device, context, length = check_arguments(args)
         check_probe_windows(entry, args.docs, args.tokens)
@@ -298,7 +300,9 @@ def main(args: argparse.Namespace) -> int:
     if args.experiments:
         _experiments(args, entry, device)
     with pd.option_context("display.width", 200, "display.max_columns", 40):
-        print(summary.T.to_string(header=False))
+        print(summary.drop(columns=["distance_term"], errors="ignore").T.to_string(header=False))
+        for family in dict.fromkeys(summary.get("position_family", [])):
+            print(f"a[i−j] of {family} positions: {MEANINGS[family]}")
         if getattr(length, "uses_attention", False):  # Λ: what was fitted
             masks = ", ".join(sorted(table["fit_mask"].unique()))
             print(f"fitted under {length.to_string()}: {masks} (Lambda's global keys not fitted)")
