@@ -193,29 +193,31 @@ def check_schemes(model: torch.nn.Module, p: Any, what: str) -> PositionFamily:
 
 
 def _refusals(family: PositionFamily, p: Any) -> list[tuple[bool, str]]:
+    """(refused?, why) of each thing a non-rotary family may not take."""
     qk = p.features is not None and getattr(p.features, "where", "") == "qk"
     absolute = family.kind == "absolute"
+    moved = p.positions is not None or p.features is not None
+    features = p.features.to_string() if qk else ""
     return [
         (
-            absolute and p.layers is not None,
-            "layers=: this {arch!r} model's learned absolute "
-            "positions enter once, before the first layer; drop layers= (positions= acts there)",
+            absolute and moved and p.layers is not None,
+            "layers=: this {arch!r} model's learned absolute positions enter once, before "
+            "the first layer; drop layers= (positions= acts there)",
         ),
         (
             qk,
-            "{features}: qk noise perturbs rotary queries and keys; this {arch!r} model has "
-            "{family} positions: use features=rope_noise:σ (a jitter of the positions it sees)".replace(
-                "{features}", p.features.to_string() if qk else ""
-            ),
+            f"{features}: qk noise perturbs rotary queries and keys; this {{arch!r}} model "
+            "has {family} positions: use features=rope_noise:σ (a jitter of the positions "
+            "it sees)",
         ),
         (
-            p.logits is not None,
-            "logits=: the additive-fit replacement runs through rotary "
-            "attention functions only; this {arch!r} model has {family} positions",
+            p.logits is not None and not absolute,
+            "logits=: the additive-fit replacement runs through transformers' attention "
+            "functions, which this {arch!r} model's attention bypasses",
         ),
         (
             p.length is not None,
-            "length=: the length schemes are rotary; this {arch!r} model "
-            "has {family} positions (posgen length says what applies)",
+            "length=: the length schemes are rotary; this {arch!r} model has {family} "
+            "positions (posgen length says what applies)",
         ),
     ]
