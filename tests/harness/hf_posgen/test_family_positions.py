@@ -58,7 +58,7 @@ def test_identity_is_bit_identical_to_hf_and_a_swap_is_not(folder, lm, spec):
 
 
 @pytest.mark.parametrize("positions", ["swap:0.3", "shift:4"])
-def test_absolute_positions_are_the_ids_the_model_would_take(tiny_model_dir, positions):
+def test_absolute_positions_are_the_ids_the_model_would_take(positions):
     """GPT-2 and OPT take ``position_ids``: the hook gives exactly the model's own forward
     with the planned ids passed in."""
     for name in ("gpt2", "opt"):
