@@ -33,6 +33,7 @@ HARNESS_RANKS = {
     "__init__": 0,
     "input_error": 0,  # what every refusal raises
     "model_family": 0,
+    "position_family": 0,  # where positions enter, beside model_family
     "embedded": 0,
     "additive_fit": 0,  # the exact fit: pure tensor math, used by the model side and above
     "loading": 1,  # the one loader, below every driver that loads a model

@@ -1,8 +1,8 @@
 """Tiny random-weight causal LMs and a tokenizer trained offline, for tests.
 
 One builder per architecture family posgen claims (RoPE: Llama, Qwen2, Qwen3, Mistral,
-Gemma2, Gemma3, Phi3, GPT-NeoX with partial rotary) plus GPT-2 (no RoPE) for the
-clear-error path. Weights are seeded and float32; everything is built locally.
+Gemma2, Gemma3, Phi3, GPT-NeoX with partial rotary) plus the other position families:
+learned absolute (GPT-2, OPT), ALiBi (BLOOM, MPT) and none (SmolLM3 with every layer NoPE). Weights are seeded and float32; everything is built locally.
 """
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFa
 VOCAB = 384
 ROPE_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "gpt_neox")
 ALL_ARCHS = (*ROPE_ARCHS, "gpt2")
+# the other position families (posgen.harness.position_family): learned absolute, ALiBi,
+# and "smollm3_nope" (SmolLM3 with every layer NoPE: no position encoding at all)
+FAMILY_ARCHS = ("gpt2", "opt", "bloom", "mpt", "smollm3_nope")
 
 _COMMON = dict(
     vocab_size=VOCAB,
@@ -72,7 +75,27 @@ CONFIGS: dict[str, dict] = {
         bos_token_id=1,
         eos_token_id=2,
     ),
+    "opt": dict(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        word_embed_proj_dim=64,
+        ffn_dim=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=2048,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    ),
+    "bloom": dict(
+        vocab_size=VOCAB, hidden_size=64, n_layer=2, n_head=4, bos_token_id=1, eos_token_id=2
+    ),
+    "mpt": dict(
+        vocab_size=VOCAB, d_model=64, n_heads=4, n_layers=2, expansion_ratio=2, max_seq_len=2048
+    ),
+    "smollm3_nope": dict(_COMMON, no_rope_layers=[0, 0]),
 }
+MODEL_TYPES = {"smollm3_nope": "smollm3"}  # CONFIGS key -> config.model_type where they differ
 
 
 def training_text() -> list[str]:
@@ -101,7 +124,7 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
 
 def build_model(arch: str = "llama", seed: int = 0) -> torch.nn.Module:
     """A 2-layer random-weight model of ``arch`` in float32, in eval mode."""
-    cfg = AutoConfig.for_model(arch, **CONFIGS[arch])
+    cfg = AutoConfig.for_model(MODEL_TYPES.get(arch, arch), **CONFIGS[arch])
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     return model.eval()

@@ -226,9 +226,10 @@ def check(families: Iterable[str] | None = None) -> list[str]:
     """Every internal that does not resolve in the installed libraries, every overridden
     or wrapped method whose parameters changed, every family's rotary function that does
     not take :data:`ROTARY_PARAMETERS` first (or, as transformers 5.25's kernels wrapper,
-    carries no such function), and a torch module that does not run an instance's own
-    ``forward`` (:func:`forward_replaced`). ``families``: only these families' rotary
-    functions (names of :data:`ROTARY_FUNCTIONS`; unlisted names are skipped); None: all.
+    carries no such function), a torch module that does not run an instance's own
+    ``forward`` (:func:`forward_replaced`), and the position families' internals
+    (:mod:`.position_families`). ``families``: only these families' rotary functions
+    (names of :data:`ROTARY_FUNCTIONS`; unlisted names are skipped); None: all.
     Empty: all as posgen expects."""
     import inspect
 
@@ -250,8 +251,9 @@ def check(families: Iterable[str] | None = None) -> list[str]:
         elif path in rotary and rotary_problem(obj):
             missing.append(f"{path}: {rotary_problem(obj)}")
     from posgen.compat.patches import instance_forward_problems
+    from posgen.compat.position_families import position_family_problems
 
-    return missing + instance_forward_problems()
+    return missing + instance_forward_problems() + position_family_problems()
 
 
 def require(families: Iterable[str] | None = None) -> None:

@@ -27,6 +27,7 @@ def models(tmp_path_factory, tiny_model_dir) -> dict[str, Path]:
     return {
         "short": short,
         "gpt2": tiny_model_dir("gpt2", 0),
+        "mpt": tiny_model_dir("mpt", 0),
         "no-config": root / "no-config",
         "afile": root / "afile",
     }
@@ -97,9 +98,25 @@ MODELS = [
 @pytest.mark.parametrize("command", ["length", "decompose"])
 @pytest.mark.parametrize(("model", "message"), MODELS)
 def test_a_bad_model_is_refused(models, no_loading, capsys, command, model, message):
+    if (command, model) == ("decompose", "gpt2"):
+        model, message = "mpt", "mpt's ALiBi attention is not adapted"  # GPT-2 decomposes
+    if (command, model) == ("length", "gpt2"):
+        message = "has learned absolute positions: its table has a row per position"
     path = models.get(model, no_loading / "no-such-model")
     argv = [command, "--model", str(path), "--out", str(no_loading / "out")]
     _refused(argv, message, capsys, no_loading)
+
+
+def test_length_on_alibi_takes_only_the_scheme_none(models, tiny_model_dir, no_loading, capsys):
+    bloom = str(tiny_model_dir("bloom", 0))
+    argv = ["length", "--model", bloom, "--out", str(no_loading / "o"), "--schemes", "scale:2"]
+    _refused([*argv, "--trained-context", "32"], "only the scheme none applies", capsys, no_loading)
+
+
+@pytest.mark.parametrize("flag", [["--length", "scale:2"], ["--experiments"]])
+def test_decompose_refuses_rope_measures_on_learned_positions(models, no_loading, capsys, flag):
+    argv = ["decompose", "--model", str(models["gpt2"]), "--out", str(no_loading / "o"), *flag]
+    _refused(argv, f"{flag[0]} measures RoPE models", capsys, no_loading)
 
 
 def _out_cases(models, cwd: Path) -> list[tuple[str, str]]:

@@ -111,18 +111,19 @@ def test_unrotate_recovers_position_free_keys():
     torch.testing.assert_close(kept["again"], kept["post"], rtol=0, atol=1e-5)
 
 
-def test_non_rope_model_gives_a_clear_error():
+def test_learned_absolute_positions_have_no_rotation_to_undo():
+    """GPT-2's q·k carries no rotation (posgen.harness.position_family): un-rotating and
+    rotating are the identity, not an error."""
     model = build_model("gpt2", seed=0)
+    seen = []
 
     def consumer(cap) -> None:
-        cap.unrotate(cap.key)
+        seen.append(torch.equal(cap.unrotate(cap.key), cap.key))
+        seen.append(torch.equal(cap.rotate(cap.key), cap.key))
 
-    with (
-        pytest.raises(ValueError, match="needs a RoPE model"),
-        torch.no_grad(),
-        capture_attention(model, consumer),
-    ):
+    with torch.no_grad(), capture_attention(model, consumer):
         model(torch.randint(3, 384, (1, 8)), use_cache=False)
+    assert seen == [True] * 4
 
 
 @pytest.mark.slow

@@ -87,10 +87,10 @@ def test_random_init_twin_is_seeded_and_distinct(tok):
     assert a["random_init"].all() and not trained["random_init"].any()
 
 
-def test_non_rope_model_is_refused_clearly(tok):
-    with pytest.raises(ValueError, match="needs a RoPE model"):
+def test_an_unadapted_alibi_model_is_refused_clearly(tok):
+    with pytest.raises(ValueError, match="mpt's attention is not adapted"):
         decompose_model(
-            build_model("gpt2", seed=0), tokenizer=tok, docs=1, tokens=16, progress=False
+            build_model("mpt", seed=0), tokenizer=tok, docs=1, tokens=16, progress=False
         )
 
 

@@ -10,7 +10,6 @@ from lm_eval.models.huggingface import HFLM
 
 from posgen.harness.hf_posgen.model import HFPosgenLM
 from posgen.harness.hf_posgen.position_hooks import rotary_positions
-from posgen.harness.model_family import NoRotaryEmbeddingError
 from posgen.perturbations import PerturbationError
 from tiny_models import ROPE_ARCHS, training_text
 
@@ -202,19 +201,22 @@ def test_logits_beside_lambda_attention_fails_before_the_weights_load(monkeypatc
     )
 
 
-def test_gpt2_gets_a_clear_error_and_still_runs_text(tiny_model_dir):
+def test_gpt2_moves_its_learned_positions_and_refuses_what_has_no_meaning(tiny_model_dir):
+    """GPT-2's positions are a learned table (posgen.harness.position_family): positions=
+    and rope_noise act there (tests/harness/hf_posgen/test_family_positions.py); qk noise
+    and layers= are refused in one line; text still runs as plain hf."""
     path = str(tiny_model_dir("gpt2"))
-    for kwargs in (
-        {"positions": "swap:0.05"},
-        {"features": "rope_noise:0.1"},
-        {"features": "qk_noise:0.1"},
+    for kwargs, message in (
+        ({"features": "qk_noise:0.1"}, "use features=rope_noise"),
+        ({"positions": "swap:0.05", "layers": "1"}, "positions enter once"),
     ):
-        with pytest.raises(NoRotaryEmbeddingError, match="rotary position embeddings"):
+        with pytest.raises(PerturbationError, match=message):
             HFPosgenLM(pretrained=path, device="cpu", **kwargs)
     lm = HFPosgenLM(pretrained=path, device="cpu", batch_size=4)
-    assert rolling(lm) == rolling(HFLM(pretrained=path, device="cpu", batch_size=4))
-    with pytest.raises(NoRotaryEmbeddingError):
-        lm.set_perturbation("shift:3", None, seed=1)
+    plain = rolling(HFLM(pretrained=path, device="cpu", batch_size=4))
+    assert rolling(lm) == plain
+    lm.set_perturbation("shift:3", None, seed=1)
+    assert rolling(lm) != plain
 
 
 def test_use_cache_never_crosses_perturbations(llama, hf_llama, tmp_path, monkeypatch):

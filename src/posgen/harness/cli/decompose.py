@@ -244,15 +244,38 @@ def check_arguments(args: argparse.Namespace):
     check_out_folder(args.out)
     device = check_device(args.device)
     (entry,) = model_entries([args.model], LoadOptions.from_args(args))
-    require_rope(entry, "posgen decompose")
+    _require_family(entry, args)
     context = _context(args, entry)
     length = _resolve_length(args, entry, context)
     _check_tokens_past(args, context)
     return entry, device, context, length
 
 
+def _require_family(entry, args: argparse.Namespace) -> None:
+    """A RoPE model takes everything; a learned-absolute, BLOOM-ALiBi or position-free one
+    (:mod:`posgen.harness.position_family`) the fit alone: no ``--length`` (rotary
+    schemes), no ``--experiments`` (RoPE's controlled distance and phase measures)."""
+    from posgen.harness.position_family import family_of_folder
+
+    family = family_of_folder(entry.path)
+    if family is None or family.kind == "rotary":
+        require_rope(entry, "posgen decompose")
+        return
+    if family.kind == "alibi" and not family.bias_argument:
+        raise InputError(
+            f"{entry.path}: {family.name}'s ALiBi attention is not adapted (BLOOM's is)"
+        )
+    for flag, given in (("--length", args.length), ("--experiments", args.experiments)):
+        if given:
+            raise InputError(
+                f"{flag} measures RoPE models; {entry.path} has {family.kind} positions"
+            )
+
+
 def main(args: argparse.Namespace) -> int:
     import pandas as pd
+
+    from posgen.harness.position_family import MEANINGS
 
     try:
         entry, device, context, length = check_arguments(args)
@@ -278,7 +301,9 @@ def main(args: argparse.Namespace) -> int:
     if args.experiments:
         _experiments(args, entry, device)
     with pd.option_context("display.width", 200, "display.max_columns", 40):
-        print(summary.T.to_string(header=False))
+        print(summary.drop(columns=["distance_term"], errors="ignore").T.to_string(header=False))
+        for family in dict.fromkeys(summary.get("position_family", [])):
+            print(f"a[i−j] of {family} positions: {MEANINGS[family]}")
         if getattr(length, "uses_attention", False):  # Λ: what was fitted
             masks = ", ".join(sorted(table["fit_mask"].unique()))
             print(f"fitted under {length.to_string()}: {masks} (Lambda's global keys not fitted)")

@@ -116,7 +116,7 @@ def resolve(args: argparse.Namespace) -> LengthJob:
         raise InputError(f"--documents must be in [1, {ALL_DOCUMENTS}] with the built-in documents")
     documents = open_documents(args.data, args.dataset, args.text_field)
     (entry,) = model_entries([args.model], LoadOptions.from_args(args))
-    require_rope(entry, "posgen length")
+    _require_length_family(entry, args, require_rope)
     model_config = _model_config(entry)
     config = length_config(
         entry,
@@ -137,6 +137,32 @@ def resolve(args: argparse.Namespace) -> LengthJob:
     if wanted is None and (args.quick or builtin):
         wanted = QUICK_DOCUMENTS if args.quick else ALL_DOCUMENTS
     return LengthJob(entry, device, config, documents, wanted, args.out)
+
+
+def _require_length_family(entry, args: argparse.Namespace, require_rope) -> None:
+    """RoPE models take every scheme. ALiBi (BLOOM) and position-free models run past C
+    as they are: only the scheme ``none`` applies (their own claim, measured), and it is
+    the default for them. Learned absolute positions have no table row past C: refused.
+    (:mod:`posgen.harness.position_family`.)"""
+    from posgen.harness.position_family import family_of_folder
+
+    family = family_of_folder(entry.path)
+    if family is None or family.kind == "rotary":
+        require_rope(entry, "posgen length")
+        return
+    if family.kind == "absolute":
+        raise InputError(
+            f"{entry.path} has learned absolute positions: its table has a row per position "
+            "up to its trained context C and none past it, so it cannot run past C"
+        )
+    if family.refusal or (family.kind == "alibi" and not family.bias_argument):
+        raise InputError(f"{entry.path}: {family.name}'s ALiBi attention is not adapted")
+    if args.schemes not in (None, "none"):
+        raise InputError(
+            f"--schemes {args.schemes}: {entry.path} has {family.kind} positions, which run "
+            "past C as they are; only the scheme none applies (the default for it)"
+        )
+    args.schemes = "none"
 
 
 def _check_numbers(args: argparse.Namespace) -> None:

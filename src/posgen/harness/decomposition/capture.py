@@ -130,17 +130,31 @@ class LayerCapture:
         """Undo RoPE on ``x`` [B, H, n, head_dim] with the model's own rotation and (cos, −sin).
 
         RoPE rotates each 2-D subspace by an angle; the model's ``apply_rotary_pos_emb``
-        with the sine negated rotates it back. Raises for a model without RoPE.
+        with the sine negated rotates it back. Raises for a model without RoPE; the
+        identity for a learned-absolute one or one without positions (its q·k carries no
+        rotation, :mod:`posgen.harness.position_family`).
         """
+        if self._unrotated():
+            return x
         apply_rope = self._rope_function()
         cos, sin = self.position_embeddings
         return apply_rope(x, x, cos, -sin)[0]
 
     def rotate(self, x: torch.Tensor) -> torch.Tensor:
-        """Apply the model's own RoPE to ``x`` [B, H, n, head_dim] at this capture's positions."""
+        """Apply the model's own RoPE to ``x`` [B, H, n, head_dim] at this capture's positions
+        (the identity for a learned-absolute model, as :meth:`unrotate`)."""
+        if self._unrotated():
+            return x
         apply_rope = self._rope_function()
         cos, sin = self.position_embeddings
         return apply_rope(x, x, cos, sin)[0]
+
+    def _unrotated(self) -> bool:
+        """A learned-absolute model's layer, or one of a model without positions: no
+        rotation in its q·k at all."""
+        from posgen.harness.position_family import position_family_of
+
+        return position_family_of(self.module).kind in ("absolute", "none")
 
     def _rope_function(self) -> Callable:
         if self.position_embeddings is None:

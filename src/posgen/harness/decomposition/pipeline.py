@@ -132,21 +132,56 @@ def decompose_windows(
     under, ``forward_context(model, ids)`` wraps each captured forward (under Λ it must
     enter :func:`posgen.harness.hf_posgen.lambda_attention.lambda_attention` for the scheme,
     as ``posgen length``'s forward does; checked), ``context`` = C gives the
-    ``past_context`` columns."""
+    ``past_context`` columns. Every row says the model's ``position_family``
+    (:mod:`posgen.harness.position_family`) and the ``logit_part`` fitted: ``full`` (the
+    pre-softmax logits; for RoPE and absolute positions q·k is all of them) and for ALiBi
+    also ``qk``, the content part q·k without the bias."""
     from tqdm.auto import tqdm
 
     from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache
-    from posgen.harness.decomposition.capture import capture_forward
     from posgen.harness.decomposition.streaming_fit import LayerFitter
+    from posgen.harness.position_family import position_family_of
 
-    fitter = LayerFitter(FitOptions(include_diagonal, sink_keys), LayoutCache(), context)
+    family = position_family_of(model)
+    if family.kind == "alibi" and not family.bias_argument:
+        raise ValueError(
+            f"posgen decompose captures ALiBi logits where a decoder block takes the bias as "
+            f"an argument (BLOOM); {family.name}'s attention is not adapted"
+        )
+    options, layouts = FitOptions(include_diagonal, sink_keys), LayoutCache()
+    # ALiBi: the full logits (bias included) and the content part q·k alone
+    parts = ("full", "qk") if family.kind == "alibi" else ("full",)
+    fitters = {part: LayerFitter(options, layouts, context) for part in parts}
+    consumer, capture = _family_capture(family.kind, fitters)
     for k, ids in enumerate(tqdm(windows, desc=f"decompose {name}", disable=not progress)):
-        fitter.doc = k
         with _forward_context(forward_context, model, ids):
             _check_lambda_active(length)
-            capture_forward(model, ids, fitter)
-        fitter.finish()
-    return fitter.rows
+            for fitter in fitters.values():
+                fitter.doc = k
+            capture(model, ids, consumer)
+        for fitter in fitters.values():
+            fitter.finish()
+    return [
+        {**row, "position_family": family.kind, "logit_part": part}
+        for part, fitter in fitters.items()
+        for row in fitter.rows
+    ]
+
+
+def _family_capture(kind: str, fitters: dict):
+    """(consumer, capture function) of one position family's decomposition: for ALiBi the
+    bias-capturing forward feeding each fitter its part of every layer's logits."""
+    from posgen.harness.decomposition.alibi_capture import alibi_capture_forward
+    from posgen.harness.decomposition.capture import capture_forward
+
+    if kind != "alibi":
+        return fitters["full"], capture_forward
+
+    def both(cap) -> None:
+        for part, fitter in fitters.items():
+            fitter(cap.part(include_bias=part == "full"))
+
+    return both, alibi_capture_forward
 
 
 def _check_lambda_active(length) -> None:
@@ -198,12 +233,14 @@ def head_logit_maps(
     forward_context=None,
 ):
     """(actual, fitted) [n, n] float64 arrays of one head on probe window ``doc`` (the
-    forward inside ``forward_context(model, ids)``, if given); NaN = unfitted."""
+    forward inside ``forward_context(model, ids)``, if given); NaN = unfitted. ALiBi: the
+    full logits, bias included."""
     import torch
 
     from posgen.harness.additive_fit.logit_fit import FitLayout, FitOptions, fit_heads, fitted_map
-    from posgen.harness.decomposition.capture import capture_forward
+    from posgen.harness.position_family import position_family_of
 
+    _, capture_forward = _family_capture(position_family_of(model).kind, {"full": None})
     ids = probe_token_windows(tokenizer, docs=doc + 1, tokens=tokens)[doc]
     kept = {}
 

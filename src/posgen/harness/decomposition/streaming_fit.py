@@ -65,7 +65,8 @@ class LayerFitter:
             raise ValueError("decompose fits one document per forward (batch size 1)")
         layout, window, fit_mask = self._layout(cap)
         split = self.context if isinstance(layout, CausalLayout) else None
-        if isinstance(layout, CausalLayout) and cap.softcap is None:
+        qk_only = getattr(cap, "qk_only", True)  # False: an ALiBi layer's full logits
+        if isinstance(layout, CausalLayout) and cap.softcap is None and qk_only:
             sums, d_sums, split_sums = _bilinear_sums(cap, layout, split)
         else:
             sums, d_sums, split_sums = _block_sums(cap, layout, split)

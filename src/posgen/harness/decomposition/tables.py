@@ -10,12 +10,15 @@ if TYPE_CHECKING:
 
 from posgen.atomic import atomic_write
 from posgen.harness.decomposition.past_context import COLUMNS as PAST_COLUMNS
+from posgen.harness.position_family import MEANINGS
 
 R_HIGH = 0.9  # summary: share of heads with r above this
 
 
 def summarize(table: pd.DataFrame) -> pd.DataFrame:
-    """Model-level summary: one row per (model, random_init, n) over all (doc, layer, head).
+    """Model-level summary: one row per (model, random_init, n, and where the table has
+    them position_family and logit_part) over all (doc, layer, head), with the family's
+    ``distance_term``: what its a[i−j] means.
 
     Mean, median and 10th percentile of each r, share of rows with r > 0.9, mean term
     shares, the chance level, the median logit std and the share of distance-dominated
@@ -25,8 +28,11 @@ def summarize(table: pd.DataFrame) -> pd.DataFrame:
     import pandas as pd
 
     rows = []
-    for key, g in table.groupby(["model", "random_init", "n"], sort=False):
-        row = dict(zip(["model", "random_init", "n"], key, strict=True))
+    keys = ["model", "random_init", "n", *family_columns(table)]
+    for key, g in table.groupby(keys, sort=False):
+        row = dict(zip(keys, key, strict=True))
+        if "position_family" in row:  # what a[i−j] is in this family
+            row["distance_term"] = MEANINGS[row["position_family"]]
         row.update(docs=g["doc"].nunique(), heads=len(g[["layer", "head"]].drop_duplicates()))
         for col in ("r_3axis", "r_2axis", "r_distance_key", "r_row_centred"):
             row[f"{col}_mean"] = g[col].mean()
@@ -54,9 +60,14 @@ def layer_means(table: pd.DataFrame) -> pd.DataFrame:
         "logit_std",
     ]
     cols += [c for c in PAST_COLUMNS if c in table.columns]
-    return (
-        table.groupby(["model", "random_init", "n", "layer"], sort=False)[cols].mean().reset_index()
-    )
+    keys = ["model", "random_init", "n", *family_columns(table), "layer"]
+    return table.groupby(keys, sort=False)[cols].mean().reset_index()
+
+
+def family_columns(table: pd.DataFrame) -> list[str]:
+    """The position-family columns of a table that has them (``position_family``, and
+    ``logit_part``: ALiBi's full logits and its q·k part are summarised apart)."""
+    return [c for c in ("position_family", "logit_part") if c in table.columns]
 
 
 def past_context_table(per_layer: pd.DataFrame) -> pd.DataFrame:

@@ -38,12 +38,14 @@ import numpy as np
 import torch
 
 from posgen.harness.hf_posgen.batch_rows import NO_DOCS, PaddedRows
+from posgen.harness.hf_posgen.family_positions import family_positions, generation_source
 from posgen.harness.hf_posgen.generation_rows import left_padded_lengths
 from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
 from posgen.harness.hf_posgen.perturbed_forward import enter_perturbation, plan_forward
 from posgen.harness.hf_posgen.position_hooks import BatchPlan
 from posgen.harness.hf_posgen.qk_noise import mix_heads, perturb, twin_rotation
 from posgen.harness.model_family import require_rotary, rotary_modules
+from posgen.harness.position_family import position_family_of
 
 
 def check_generation(p: ModelPerturbation, generation_kwargs: dict[str, Any]) -> None:
@@ -270,7 +272,13 @@ class GenerationAttention:
 def generating(model: torch.nn.Module, plan: GenerationPlan) -> Iterator[None]:
     """Within the block, ``model.generate`` runs under ``plan.p`` as ``plan`` planned it:
     every rotary call records its step (:meth:`GenerationPlan.follow`), then the planned
-    positions, qk schemes and ``heads=`` act through :func:`enter_perturbation`."""
+    positions, qk schemes and ``heads=`` act through :func:`enter_perturbation`. A
+    non-rotary model follows its steps where its positions enter (:mod:`.family_positions`)."""
+    p = plan.p
+    if position_family_of(model).kind != "rotary":  # absolute or ALiBi: no rotary call
+        with family_positions(model, generation_source(model, plan), p.layers, p.heads):
+            yield
+        return
     modules = rotary_modules(model)
     if not modules:
         require_rotary(model, "generation under a perturbation")
@@ -281,7 +289,6 @@ def generating(model: torch.nn.Module, plan: GenerationPlan) -> Iterator[None]:
     with ExitStack() as stack:
         handles = [m.register_forward_pre_hook(pre_hook, with_kwargs=True) for m in modules]
         stack.callback(lambda: [h.remove() for h in handles])
-        p = plan.p
         attend = GenerationAttention(plan) if plan.columns.qk or p.heads is not None else None
         positions = plan.positions if plan.table is not None else None
         enter_perturbation(stack, model, p, positions, attend)

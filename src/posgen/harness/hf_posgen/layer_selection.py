@@ -72,17 +72,20 @@ def check_on_model(p: Any, model: Any, backend: str, layers: int) -> None:
     :class:`~.model_perturbation.ModelPerturbation`) that ``model`` cannot take: a model
     that is not causal, position or feature schemes (or a length scheme) without RoPE
     (``NoRotaryEmbeddingError``; ``logits=`` alone needs none), ``layers=``/``heads=``
-    past the model's own (``layers`` decoder layers)."""
+    past the model's own (``layers`` decoder layers); a non-rotary position family's
+    refusals (:func:`posgen.harness.position_family.check_schemes`)."""
     from posgen.harness.model_family import require_rotary
+    from posgen.harness.position_family import check_schemes
 
     if backend != "causal":
         raise PerturbationError("positions=/features=/logits= need a causal (decoder-only) model")
     what = " and ".join(
-        f"{k}={v}"
+        f"{k}={getattr(v, 'to_string', v.__str__)()}"
         for k, v in (("positions", p.positions), ("features", p.features))
         if v is not None
     )
-    if what or p.length is not None:
+    rotary = check_schemes(model, p, what).kind == "rotary"
+    if rotary and (what or p.length is not None):
         require_rotary(model, what)
     check_layers(p.layers, layers)
     check_heads(p.heads, model.config.get_text_config().num_attention_heads)

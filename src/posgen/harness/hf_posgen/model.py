@@ -11,7 +11,8 @@ enters at two places, :meth:`HFPosgenLM._model_call` through
 :func:`.perturbed_forward.perturbed_forward` and :meth:`HFPosgenLM._model_generate` through
 :func:`.generation.generating`: hooks installed inside a context manager
 and always removed (the pattern of lm-eval's ``hf_steered``). Position values and rope
-noise enter inside the model's rotary embedding (:mod:`.position_hooks`), qk noise
+noise enter inside the model's rotary embedding (:mod:`.position_hooks`; a learned
+position table or an ALiBi bias for the other families, :mod:`.family_positions`), qk noise
 through a registered attention function (:mod:`.qk_noise`). Both are drawn from each
 row's real tokens only: HFLM right-pads its loglikelihood batches, and the real length of
 every row (and the documents it belongs to, for a plan observer) is recorded where HFLM
@@ -67,6 +68,7 @@ from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation, refus
 from posgen.harness.hf_posgen.perturbed_forward import perturbed_forward, plan_forward
 from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
 from posgen.harness.hf_posgen.pretrained_config import (
+    check_family_in_config,
     check_layers_in_config,
     length_load_kwargs,
     parse_length_arg,
@@ -111,6 +113,7 @@ class HFPosgenLM(HFLM):
         if isinstance(pretrained, str):
             pretrained = resolve_pretrained(pretrained)
             check_layers_in_config(pretrained, perturbation, kwargs)
+            check_family_in_config(pretrained, perturbation, kwargs)
         require_compatible(pretrained, kwargs)  # posgen.compat, before weights load
         launch = launch_accelerator()  # before any weights load
         kwargs.update(length_load_kwargs(pretrained, length_scheme, kwargs))
@@ -150,8 +153,9 @@ class HFPosgenLM(HFLM):
 
         The response-cache namespace follows the switch. Raises ``PerturbationError`` for an
         invalid spec (or ``layers`` past the model's last layer, or ``logits=foreign``
-        without :attr:`logit_donor`) and ``NoRotaryEmbeddingError`` for a position or
-        feature scheme on a model without RoPE.
+        without :attr:`logit_donor`, or what the model's position family cannot take,
+        :mod:`posgen.harness.position_family`) and ``NoRotaryEmbeddingError`` for a
+        position or feature scheme on an unlisted model without RoPE.
         """
         new = ModelPerturbation.parse(positions, features, seed, layers, heads, logits)
         new = dataclasses.replace(new, length=getattr(self, "_length", None))

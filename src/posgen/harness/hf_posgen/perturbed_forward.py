@@ -6,6 +6,8 @@ part of the perturbation on the model for the forwards run inside the block, and
 it off on exit, whatever happens:
 
 - Λ attention for a length scheme that needs it (:mod:`.lambda_attention`);
+- the planned positions where a non-rotary model's positions enter (its absolute
+  position table or its ALiBi bias, :mod:`.family_positions`);
 - the planned positions in every layer's rotary embedding (:mod:`.position_hooks`), or
   in the chosen layers only (``layers=``, :mod:`.layer_hooks`; ``heads=`` keeps each
   chosen layer's own angles and mixes per head);
@@ -31,6 +33,7 @@ import torch
 
 from posgen.harness.hf_posgen import qk_noise
 from posgen.harness.hf_posgen.batch_rows import PaddedRows
+from posgen.harness.hf_posgen.family_positions import family_positions
 from posgen.harness.hf_posgen.lambda_attention import lambda_attention
 from posgen.harness.hf_posgen.layer_hooks import layer_positions
 from posgen.harness.hf_posgen.logit_forms import LogitDonor
@@ -43,6 +46,7 @@ from posgen.harness.hf_posgen.position_hooks import (
     rotary_positions,
 )
 from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
+from posgen.harness.position_family import position_family_of
 from posgen.perturbations.length import combined_positions
 
 
@@ -74,7 +78,8 @@ def perturbed_forward(
             replacement = LogitReplacement(p.logits, p.layers, p.heads, p.seed, plan.keys, donor)
             stack.enter_context(logits_replaced(model, replacement))
         else:
-            attend = qk_noise.plan_attention(plan) if plan.qk or p.heads is not None else None
+            mixed = p.heads is not None and position_family_of(model).kind == "rotary"
+            attend = qk_noise.plan_attention(plan) if plan.qk or mixed else None
             enter_perturbation(stack, model, p, plan.positions, attend)
         if reuse is not None and p.layers is not None and inps is not None:
             stack.enter_context(reuse.replay(inps, p.layers[0]))
@@ -95,7 +100,9 @@ def enter_perturbation(
     if p.length is not None and p.length.uses_attention:
         stack.enter_context(lambda_attention(model, p.length))
     split = p.heads is not None
-    if positions is not None and p.layers is not None:
+    if positions is not None and position_family_of(model).kind != "rotary":
+        stack.enter_context(family_positions(model, positions, p.layers, p.heads))
+    elif positions is not None and p.layers is not None:
         stack.enter_context(layer_positions(model, positions, p.layers, split))
     elif positions is not None:
         stack.enter_context(rotary_positions(model, positions))

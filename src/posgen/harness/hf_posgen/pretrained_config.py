@@ -3,9 +3,9 @@
 A length scheme given as text (``length=``) is parsed; a rope-scaling scheme
 (``dynamic:F``, ``yarn:F``) becomes ``from_pretrained`` kwargs built from the config
 (:func:`length_load_kwargs`), and ``layers=``/``heads=`` past the model's last layer or
-head are refused from the config alone (:func:`check_layers_in_config`), and the
-installed libraries are checked for what posgen uses with this model
-(:func:`require_compatible`).
+head are refused from the config alone (:func:`check_layers_in_config`), as is what the
+model's position family cannot take (:func:`check_family_in_config`), and the installed
+libraries are checked for what posgen uses with this model (:func:`require_compatible`).
 """
 
 from __future__ import annotations
@@ -62,6 +62,22 @@ def length_load_kwargs(
     if clash:
         raise PerturbationError(f"length={scheme.to_string()} sets the rope; drop {clash}")
     return scheme.load_kwargs(_config(pretrained, given))
+
+
+def check_family_in_config(pretrained: str, p: ModelPerturbation, given: dict[str, Any]) -> None:
+    """Refuse what the model's position family cannot take
+    (:func:`posgen.harness.position_family.check_schemes`: ``layers=`` on learned absolute
+    positions, any scheme on a model without positions, ...) from the config alone, before
+    weights load."""
+    if not p.is_set:
+        return
+    from types import SimpleNamespace
+
+    from posgen.harness.position_family import check_schemes
+
+    specs = (("positions", p.positions), ("features", p.features))
+    what = " and ".join(f"{k}={v.to_string()}" for k, v in specs if v is not None)
+    check_schemes(SimpleNamespace(config=_config(pretrained, given)), p, what)
 
 
 def require_compatible(pretrained: Any, given: dict[str, Any]) -> None:

@@ -1,0 +1,49 @@
+"""The transformers internals of the non-rotary position families
+(:mod:`posgen.harness.position_family`), checked by :func:`posgen.compat.check`.
+
+posgen moves learned absolute positions by replacing, within a block, the ``forward`` of
+the model's position embedding (:func:`posgen.compat.forward_replaced`), and ALiBi
+positions by a forward pre-hook on each decoder block that swaps the bias keyword it is
+handed; it reads the slopes from the model file's own ``build_alibi_tensor``. Each entry
+below is a callable and the parameters posgen's hooks are written for (the first ones of
+its signature, or a keyword that must be among them).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+# "module:attr" -> (parameters it must start with, keyword it must take or "")
+POSITION_FAMILY_INTERNALS: dict[str, tuple[tuple[str, ...], str]] = {
+    # GPT-2's wpe: a plain nn.Embedding handed the position ids first
+    "torch.nn:Embedding.forward": (("self", "input"), ""),
+    # OPT's table: handed position_ids by keyword, adds its offset of 2 itself
+    "transformers.models.opt.modeling_opt:OPTLearnedPositionalEmbedding.forward": (
+        ("self", "attention_mask", "cache_length", "position_ids"),
+        "",
+    ),
+    # BLOOM: the slopes come from its own function; each block takes the bias as alibi=
+    "transformers.models.bloom.modeling_bloom:build_alibi_tensor": (
+        ("attention_mask", "num_heads", "dtype"),
+        "",
+    ),
+    "transformers.models.bloom.modeling_bloom:BloomBlock.forward": (("self",), "alibi"),
+}
+
+
+def position_family_problems() -> list[str]:
+    """Every entry of :data:`POSITION_FAMILY_INTERNALS` that is missing or whose
+    parameters changed ([] when all are as posgen expects)."""
+    from posgen.compat import _resolve
+
+    problems = []
+    for path, (first, keyword) in POSITION_FAMILY_INTERNALS.items():
+        try:
+            params = tuple(inspect.signature(_resolve(path)).parameters)
+        except (ImportError, AttributeError) as exc:
+            problems.append(f"{path}: {exc}")
+            continue
+        if params[: len(first)] != first or (keyword and keyword not in params):
+            want = f"{first}" + (f" and {keyword}=" if keyword else "")
+            problems.append(f"{path}: parameters {params}, posgen's hooks need {want}")
+    return problems

@@ -1,0 +1,223 @@
+"""Position families: where a model's positions enter, beside the rotary adapters of
+:mod:`posgen.harness.model_family`.
+
+A decoder-only transformer gets its order signal in one of four ways (transformers 5.x):
+
+- ``rotary``: RoPE rotates queries and keys in every layer (Llama, Qwen, ...; the
+  adapters of :mod:`.model_family`);
+- ``absolute``: a learned table of position embeddings added to the token embeddings
+  once, before the first layer (GPT-2's ``wpe``, OPT's ``embed_positions``, both
+  ``nn.Embedding``s the model hands its ``position_ids``);
+- ``alibi``: a bias ``−m_h·(i−j)`` added to every layer's attention logits (BLOOM builds
+  it from the mask's cumulative sum as ``m_h·j``, softmax being blind to the row constant
+  ``−m_h·i``, and hands it to each decoder block as ``alibi=``); MPT and Falcon-ALiBi
+  are recognised but their bias cannot carry per-row positions here (see ``refusal``);
+- ``none``: no position signal at all, the causal mask being the only order signal.
+  transformers represents such a model as SmolLM3 with ``no_rope_layers`` all 0 (every
+  layer NoPE): its rotary module still runs but no layer applies it, so a rotary hook
+  would silently change nothing. The rule: a model is ``none`` when its family entry says
+  which layers use its position code and none does.
+
+:func:`position_family_of` reads the family from ``config.model_type`` (and the config
+flags above); :func:`check_schemes` refuses, in one line, what a family cannot take.
+The hooks that move positions for the non-rotary families are in
+:mod:`posgen.harness.hf_posgen.family_positions`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from posgen.perturbations.base import PerturbationError
+
+if TYPE_CHECKING:
+    import torch
+
+KINDS = ("rotary", "absolute", "alibi", "none")
+
+#: what the decomposition's distance term a[i−j] is, per kind
+MEANINGS = {
+    "rotary": "what the model's rotations make of the offset i−j (learned through RoPE)",
+    "absolute": "whatever the model learned of i−j through its position table (no built-in "
+    "term: the positions enter once, added to the token embeddings)",
+    "alibi": "the known linear bias −m_h·(i−j) plus whatever q·k learned (the fit of the "
+    "content part q·k alone shows the latter)",
+    "none": "only what the causal mask lets the model infer (no position signal)",
+}
+
+
+@dataclass(frozen=True)
+class PositionFamily:
+    """Where one model type's positions enter.
+
+    - ``embedding``: the absolute family's position-embedding attribute (a module whose
+      qualified name ends with it), ``ids_argument`` the name its forward takes the
+      position ids under (``input``, ``nn.Embedding``'s first argument, or
+      ``position_ids``) and ``offset`` the table rows before position 0 (OPT: 2).
+    - ``bias_argument``: the ALiBi family's keyword of the decoder block that carries the
+      bias ``[B·H, 1, K]`` (BLOOM: ``alibi``), ``block_suffix`` the blocks' class suffix.
+    - ``refusal``: why position schemes are refused on this family ('' if they run).
+    """
+
+    kind: str
+    name: str
+    model_types: tuple[str, ...]
+    embedding: str = ""
+    ids_argument: str = "input"
+    offset: int = 0
+    bias_argument: str = ""
+    block_suffix: str = "Block"
+    refusal: str = ""
+
+    @property
+    def meaning(self) -> str:
+        """What the decomposition's a[i−j] means in this family."""
+        return MEANINGS[self.kind]
+
+    def embedding_module(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The absolute position table (an ``nn.Embedding`` or subclass)."""
+        for name, module in model.named_modules():
+            if name.split(".")[-1] == self.embedding:
+                return module
+        raise RuntimeError(f"{type(model).__name__} has no position embedding {self.embedding!r}")
+
+    def blocks(self, model: torch.nn.Module) -> list[torch.nn.Module]:
+        """The decoder blocks, in layer order (ALiBi: each takes the bias)."""
+        found = [m for m in model.modules() if type(m).__name__.endswith(self.block_suffix)]
+        return sorted(found, key=lambda m: int(m.self_attention.layer_idx))
+
+
+ROTARY = PositionFamily("rotary", "rotary", ())
+NONE = PositionFamily("none", "none", ())
+_FAMILIES: dict[str, PositionFamily] = {}
+
+
+def register_position_family(family: PositionFamily) -> PositionFamily:
+    """Add a non-rotary family; refuses a model type another family already claims."""
+    if family.kind not in KINDS:
+        raise ValueError(f"position family kind {family.kind!r}, expected one of {KINDS}")
+    for model_type in family.model_types:
+        other = _FAMILIES.get(model_type)
+        if other is not None and other != family:
+            raise ValueError(f"model type {model_type!r} already belongs to {other.name!r}")
+    _FAMILIES.update(dict.fromkeys(family.model_types, family))
+    return family
+
+
+_ONE_BIAS = (
+    "adds one ALiBi bias shared by the whole batch ([H, 1, K]), which cannot carry "
+    "per-row positions"
+)
+for _family in (
+    PositionFamily("absolute", "gpt2", ("gpt2",), embedding="wpe"),
+    PositionFamily(
+        "absolute",
+        "opt",
+        ("opt",),
+        embedding="embed_positions",
+        ids_argument="position_ids",
+        offset=2,
+    ),
+    PositionFamily("alibi", "bloom", ("bloom",), bias_argument="alibi"),
+    PositionFamily("alibi", "mpt", ("mpt",), refusal=f"MPT's attention {_ONE_BIAS}"),
+    PositionFamily(
+        "alibi", "falcon", ("falcon-alibi",), refusal="Falcon's ALiBi path is not adapted yet"
+    ),
+):
+    register_position_family(_family)
+
+
+def _no_rope_layers(read: Any) -> list[int] | None:
+    """SmolLM3's per-layer flags (1: the layer applies RoPE, 0: NoPE), else None."""
+    flags = read("no_rope_layers")
+    return None if flags is None else [int(f) for f in flags]
+
+
+def position_family_of(model: torch.nn.Module) -> PositionFamily:
+    """The position family of ``model`` (by ``config.model_type`` and its flags); an
+    unlisted model type is taken as rotary, which :mod:`.model_family` checks."""
+    config = getattr(model, "config", None)
+    return family_of_config(lambda key: getattr(config, key, None))
+
+
+def family_of_config(read: Any) -> PositionFamily:
+    """The position family from a config's settings, ``read(key)`` (None when unset)."""
+    model_type = read("model_type")
+    if model_type == "falcon" and read("alibi"):
+        model_type = "falcon-alibi"
+    if model_type in _FAMILIES:
+        return _FAMILIES[model_type]
+    flags = _no_rope_layers(read)
+    if flags is not None and not any(flags):
+        return NONE
+    return ROTARY  # unlisted: model_family's require_rotary refuses it if it has no RoPE
+
+
+def family_of_folder(path: str) -> PositionFamily | None:
+    """The position family of a local model folder from its config.json alone (no torch,
+    no weights); None without one (a hub id: loading checks)."""
+    config = Path(path) / "config.json"
+    if not config.is_file():
+        return None
+    values = json.loads(config.read_text(encoding="utf-8"))
+    return family_of_config(values.get)
+
+
+def _arch(model: torch.nn.Module) -> str:
+    return str(getattr(getattr(model, "config", None), "model_type", type(model).__name__))
+
+
+def check_schemes(model: torch.nn.Module, p: Any, what: str) -> PositionFamily:
+    """Refuse, in one line, what ``p`` (a ``ModelPerturbation``) asks that ``model``'s
+    position family cannot take (``what``: its position and feature specs, '' if none).
+    Rotary models are checked by :mod:`.model_family` as before. Returns the family."""
+    family = position_family_of(model)
+    if family.kind == "rotary" or not (what or p.length is not None or p.logits is not None):
+        return family
+    arch = _arch(model)
+    if family.kind == "none":
+        raise PerturbationError(
+            f"{what or 'this scheme'}: this {arch!r} model has no position encoding (no "
+            "layer applies one; the causal mask is its only order signal), so there are no "
+            "positions to perturb; text perturbations (tasks) still work"
+        )
+    if family.refusal:
+        raise PerturbationError(f"{what or 'this scheme'}: {family.refusal}")
+    for refused, why in _refusals(family, p):
+        if refused:
+            raise PerturbationError(why.format(arch=arch, family=family.kind))
+    return family
+
+
+def _refusals(family: PositionFamily, p: Any) -> list[tuple[bool, str]]:
+    """(refused?, why) of each thing a non-rotary family may not take."""
+    qk = p.features is not None and getattr(p.features, "where", "") == "qk"
+    absolute = family.kind == "absolute"
+    moved = p.positions is not None or p.features is not None
+    features = p.features.to_string() if qk else ""
+    return [
+        (
+            absolute and moved and p.layers is not None,
+            "layers=: this {arch!r} model's learned absolute positions enter once, before "
+            "the first layer; drop layers= (positions= acts there)",
+        ),
+        (
+            qk,
+            f"{features}: qk noise perturbs rotary queries and keys; this {{arch!r}} model "
+            "has {family} positions: use features=rope_noise:σ (a jitter of the positions "
+            "it sees)",
+        ),
+        (
+            p.logits is not None and not absolute,
+            "logits=: the additive-fit replacement runs through transformers' attention "
+            "functions, which this {arch!r} model's attention bypasses",
+        ),
+        (
+            p.length is not None,
+            "length=: the length schemes are rotary; this {arch!r} model has {family} "
+            "positions (posgen length says what applies)",
+        ),
+    ]
