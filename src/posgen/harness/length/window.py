@@ -50,9 +50,12 @@ def window_plan(n: int, c: int, stride: int) -> list[tuple[int, int, int]]:
     return plan
 
 
-def window_nll(model: Any, input_ids: torch.Tensor, c: int, stride: int) -> np.ndarray:
+def window_nll(
+    model: Any, input_ids: torch.Tensor, c: int, stride: int, chunk: int = 1024
+) -> np.ndarray:
     """``nll_win`` ``[n]`` (float64) for ``input_ids`` ``[1, n]``: NaN before C (see the
-    module doc). Plain model: no length or position scheme may be active."""
+    module doc); the LM head runs on ``chunk`` positions at a time. Plain model: no length
+    or position scheme may be active."""
     n = check_document(model, input_ids)
     out = np.full(n, np.nan)
     head = model.get_output_embeddings()
@@ -60,8 +63,11 @@ def window_nll(model: Any, input_ids: torch.Tensor, c: int, stride: int) -> np.n
         for a, lo, hi in window_plan(n, c, stride):
             window = input_ids[:, a : a + c]  # [1, C], positions 0 … C−1
             hidden = model.base_model(input_ids=window).last_hidden_state[0]  # [C, hidden]
-            # the state predicting x_t sits at window index t − a − 1
-            out[lo:hi] = head_nll(head, hidden[lo - a - 1 : hi - a - 1], input_ids[0, lo:hi])
+            # the state predicting x_t sits at window index t − a − 1; the LM head in
+            # chunks, so at most chunk × vocab logits exist at a time
+            for t0 in range(lo, hi, chunk):
+                t1 = min(hi, t0 + chunk)
+                out[t0:t1] = head_nll(head, hidden[t0 - a - 1 : t1 - a - 1], input_ids[0, t0:t1])
     return out
 
 

@@ -7,7 +7,8 @@ take it typed. The folder holds it as::
 
     config.json   {"schema": 1, "config": LengthConfig.to_dict(), "config_sha256": SHA-256}
 
-``to_dict()`` gives exactly the dict of earlier releases (``decompose`` only when set), so
+``to_dict()`` gives exactly the dict of earlier releases (``decompose`` and
+``window_stride`` only when set), so
 the hash and the default folder name of every earlier run hold. A rerun into a folder
 holding another config is refused, naming the settings that differ.
 """
@@ -62,6 +63,9 @@ class LengthConfig:
     document_sources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     skipped_documents: int = 0
     decompose: bool = False  # also fit the decomposition of every (scheme, document)
+    # the in-distribution window pass (posgen.harness.length.window): stride S, None in
+    # folders written before it existed (their reports show the old effective length only)
+    window_stride: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_length < 2 or self.trained_context < 2:
@@ -75,6 +79,23 @@ class LengthConfig:
         if not (self.threshold > 0 and math.isfinite(self.threshold)):
             raise ValueError(f"threshold must be a finite number > 0, got {self.threshold}")
         reference_buckets(self.bucket_width, self.n_buckets, self.trained_context)
+        self._check_window()
+
+    def _check_window(self) -> None:
+        """A window stride needs tokens past C and ``1 ≤ S ≤ C/2`` (every scored token then
+        has at least C/2 tokens of context, the reference range's own least)."""
+        s, c = self.window_stride, self.trained_context
+        if s is None:
+            return
+        if self.max_length <= c:
+            raise ValueError(
+                f"the in-distribution window (--window-stride) scores tokens past C = {c}: it "
+                f"needs a max length > C, got {self.max_length}"
+            )
+        if isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= c // 2:
+            raise ValueError(
+                f"window stride (--window-stride) must be an integer in [1, C/2] = [1, {c // 2}], got {s}"
+            )
 
     @property
     def n_buckets(self) -> int:
@@ -95,6 +116,8 @@ class LengthConfig:
         )
         if not self.decompose:
             del out["decompose"]
+        if self.window_stride is None:
+            del out["window_stride"]
         return out
 
     def scored_dict(self) -> dict[str, Any]:
