@@ -98,3 +98,21 @@ def test_the_interval_covers_the_planted_excess_at_our_sizes():
             _, lo, hi = t_interval(e)
             hits += lo <= 0.1 <= hi
         assert abs(hits / reps - 0.95) < 0.025
+
+
+def test_a_run_from_before_the_window_pass_scores_and_reports_as_before():
+    from dataclasses import replace
+
+    from posgen.results.report.length import effective_table, markdown
+
+    old = replace(CONFIG, window_stride=None)
+    assert "window_stride" not in old.to_dict()  # so its hash and folder name hold
+    assert CONFIG.to_dict()["window_stride"] == C // 2
+    scores = score_length(_records("planted", _hardness(2)), old)
+    assert "effective_window" not in scores and "excess" not in scores
+    header, _ = effective_table(scores)
+    assert header[-2:] == ["effective length vs [C/2, C)", "95% interval"]
+    assert "in-distribution window" not in markdown(scores)
+    new = score_length(_records("planted", _hardness(2)), CONFIG, _windows(_hardness(2)))
+    assert effective_table(new)[0][-2] == "effective length vs window"
+    assert "Excess over the in-distribution window" in markdown(new)
