@@ -116,3 +116,20 @@ def test_a_run_from_before_the_window_pass_scores_and_reports_as_before():
     new = score_length(_records("planted", _hardness(2)), CONFIG, _windows(_hardness(2)))
     assert effective_table(new)[0][-2] == "effective length vs window"
     assert "Excess over the in-distribution window" in markdown(new)
+
+
+def test_a_folder_from_before_the_window_pass_resumes_adding_it(tmp_path):
+    from dataclasses import replace
+
+    from posgen.results.folder.length_config import prepare_length_folder, read_length_config
+    from posgen.results.folder.store import RunConflictError
+
+    old = replace(CONFIG, window_stride=None)
+    assert old.default_folder() == CONFIG.default_folder()  # the same folder by default
+    prepare_length_folder(tmp_path, old)
+    prepare_length_folder(tmp_path, CONFIG)  # resumes there and records the stride
+    assert read_length_config(tmp_path).window_stride == C // 2
+    with pytest.raises(RunConflictError, match="window_stride"):
+        prepare_length_folder(tmp_path, replace(CONFIG, window_stride=C // 4))
+    with pytest.raises(RunConflictError, match="threshold"):
+        prepare_length_folder(tmp_path, replace(CONFIG, threshold=0.2))

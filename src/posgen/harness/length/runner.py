@@ -22,7 +22,9 @@ A rerun with the same config skips finished (scheme, document) files; a folder h
 another config is refused. ``--decompose`` does not change the NLL and drift records: a
 rerun with ``--decompose`` on a folder made without it resumes there (config.json then
 records it, and only the decompositions are computed); a rerun without ``--decompose``
-on a folder made with it is refused (its report would drop the decomposition).
+on a folder made with it is refused (its report would drop the decomposition). A folder
+made before the window pass resumes the same way, adding ``window/`` (config.json then
+records the stride); one with another window stride is refused.
 """
 
 from __future__ import annotations

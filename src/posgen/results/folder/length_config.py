@@ -121,10 +121,12 @@ class LengthConfig:
         return out
 
     def scored_dict(self) -> dict[str, Any]:
-        """:meth:`to_dict` without ``decompose``: what the NLL and drift records depend on
-        (and what names the default run folder)."""
+        """:meth:`to_dict` without ``decompose`` and ``window_stride``: what the NLL and
+        drift records depend on (and what names the default run folder, so a run made
+        before the window pass keeps its folder and resumes there, adding the window)."""
         out = self.to_dict()
         out.pop("decompose", None)
+        out.pop("window_stride", None)
         return out
 
     def default_folder(self) -> Path:
@@ -172,7 +174,8 @@ def read_length_config(folder: Path | str) -> LengthConfig:
 
 def prepare_length_folder(folder: Path, config: LengthConfig) -> None:
     """Write ``config.json``, or check that the folder holds this very config (a rerun
-    adding ``decompose`` to a run without it resumes there and records it)."""
+    adding ``decompose``, or the window pass, to a run without it resumes there and
+    records it; another window stride is refused: its window records would not match)."""
     record = {"schema": LENGTH_SCHEMA, "config": config.to_dict()}
     record["config_sha256"] = config_hash(record["config"])
     path = Path(folder) / CONFIG_FILE
@@ -182,10 +185,15 @@ def prepare_length_folder(folder: Path, config: LengthConfig) -> None:
             return
         old_config = dict(old.get("config") or {})
         had_decompose = bool(old_config.pop("decompose", False))
-        if config_hash(old_config) != config_hash(config.scored_dict()):
+        old_stride = old_config.pop("window_stride", None)
+        if config_hash(old_config) != config_hash(config.scored_dict()) or old_stride not in (
+            None,
+            config.window_stride,
+        ):
             raise RunConflictError(
                 f"{folder} holds a length run with another config "
-                f"({describe_diff(old_config, config.scored_dict())}); choose another --out"
+                f"({describe_diff(old.get('config') or {}, config.to_dict())}); choose "
+                "another --out"
             )
         if had_decompose:
             raise RunConflictError(
