@@ -6,6 +6,7 @@ Examples::
     posgen length --model PATH --factor 2 --schemes "none;lambda:4,4096;yarn:2"
     posgen length --max-length 16384 --positions swap:0.05
     posgen length --factor 2 --schemes "none;scale:2;yarn:2" --decompose
+    posgen length --window-stride 1024         # window context C - 1024 ... C - 1 (default C/2)
 
 Schemes are ``;``-separated (``lambda`` takes ``GLOBAL,WINDOW``; ``C`` stands for the
 trained context). The trained context C is the model config's ``max_position_embeddings``

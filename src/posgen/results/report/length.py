@@ -29,7 +29,7 @@ def curves_figure(scores: Mapping[str, Any]) -> Any:
     from matplotlib.figure import Figure
 
     window = has_window(scores)
-    fig = Figure(figsize=(8, 8.5 if window else 4.5))
+    fig = Figure(figsize=(8, 8.5 if window else 4.5), layout="constrained")
     ax = fig.add_subplot(2 if window else 1, 1, 1)
     if window:
         excess_axes(fig.add_subplot(2, 1, 2, sharex=ax), scores)
