@@ -17,7 +17,9 @@ WINDOW_NOTE = (
     "equal, so harder text past C cancels. Mean over documents with a t interval (95%, none "
     "with one document). Effective length vs the window: the start of the first bucket at "
     "or after C whose mean excess exceeds ln(1 + threshold) (≥: never within the run); the "
-    "old figure compares each bucket with the mean NLL over [C/2, C) of the same run."
+    "old figure compares each bucket with the mean NLL over [C/2, C) of the same run. The "
+    "window is the model as trained, so a scheme that costs inside C as well (scale:F "
+    "without fine-tuning) reads C when that cost exceeds the threshold."
 )
 
 
