@@ -92,8 +92,7 @@ def _run(path, folder, docs: dict[str, list[int]]) -> dict:
     from posgen.harness.length.runner import read_results, run_documents
     from posgen.harness.loading import model_entries
     from posgen.results.folder.length_config import LengthConfig, prepare_length_folder
-    from posgen.results.scores.length import score_length
-    from posgen.results.scores.length_window import read_windows
+    from posgen.results.scores.length_window import read_windows, score_with_window
 
     (entry,) = model_entries([str(path)])
     config = LengthConfig(
@@ -107,7 +106,7 @@ def _run(path, folder, docs: dict[str, list[int]]) -> dict:
     )
     prepare_length_folder(folder, config)
     run_documents(folder, config, entry, "cpu", docs, lambda line: None)
-    return score_length(read_results(folder, config), config, read_windows(folder, list(docs)))
+    return score_with_window(read_results(folder, config), config, read_windows(folder, list(docs)))
 
 
 def test_planted_failure_past_c_moves_the_new_figure_a_hard_passage_does_not(tmp_path):

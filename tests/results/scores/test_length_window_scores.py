@@ -9,7 +9,11 @@ import pytest
 
 from posgen.results.folder.length_config import LengthConfig
 from posgen.results.scores.length import gather, score_length, t_interval
-from posgen.results.scores.length_window import bucket_excess, document_window_excess
+from posgen.results.scores.length_window import (
+    bucket_excess,
+    document_window_excess,
+    score_with_window,
+)
 
 C, W, B, N = 64, 16, 8, 16  # trained context, bucket width, buckets, tokens per bucket
 DOCS = ("a", "b", "c", "d", "e", "f")
@@ -61,8 +65,8 @@ def test_a_planted_shift_moves_the_new_figure_a_hard_passage_does_not():
     records = _records("planted", h + shift - context_gain)
     records += _records("hard", h_hard - context_gain)
     # one window record per document: the "hard" run has harder text, so score it apart
-    planted = score_length(records[: len(DOCS)], CONFIG, _windows(h))
-    hard = score_length(records[len(DOCS) :], CONFIG, _windows(h_hard))
+    planted = score_with_window(records[: len(DOCS)], CONFIG, _windows(h))
+    hard = score_with_window(records[len(DOCS) :], CONFIG, _windows(h_hard))
     assert planted["effective_window"]["planted"]["effective_length"] == 96
     assert planted["effective"]["planted"]["effective_length"] == 96  # both see a real shift
     assert hard["effective"]["hard"]["effective_length"] == 80  # the old figure is fooled
@@ -113,7 +117,7 @@ def test_a_run_from_before_the_window_pass_scores_and_reports_as_before():
     header, _ = effective_table(scores)
     assert header[-2:] == ["effective length vs [C/2, C)", "95% interval"]
     assert "in-distribution window" not in markdown(scores)
-    new = score_length(_records("planted", _hardness(2)), CONFIG, _windows(_hardness(2)))
+    new = score_with_window(_records("planted", _hardness(2)), CONFIG, _windows(_hardness(2)))
     assert effective_table(new)[0][-2] == "effective length vs window"
     assert "Excess over the in-distribution window" in markdown(new)
 

@@ -158,8 +158,8 @@ def run_job(
     from posgen.results.folder.length_config import prepare_length_folder
     from posgen.results.folder.store import atomic_write_json
     from posgen.results.report.length import curves_png, markdown
-    from posgen.results.scores.length import json_ready, score_length
-    from posgen.results.scores.length_window import read_windows
+    from posgen.results.scores.length import json_ready
+    from posgen.results.scores.length_window import read_windows, score_with_window
 
     config, token_ids = select_documents(job, note)
     folder = job.out or config.default_folder()
@@ -169,7 +169,7 @@ def run_job(
     except ValueError as exc:
         raise InputError(str(exc)) from None
     windows = read_windows(folder, list(config.documents)) if config.window_stride else None
-    scores = score_length(read_results(folder, config), config, windows)
+    scores = score_with_window(read_results(folder, config), config, windows)
     if config.decompose:
         _add_decomposition(folder, config, scores)
     atomic_write_json(folder / "length_scores.json", json_ready(scores))

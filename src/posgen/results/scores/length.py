@@ -264,24 +264,13 @@ def json_ready(obj: Any) -> Any:
     return obj
 
 
-def score_length(
-    records: Sequence[dict[str, Any]],
-    config: LengthConfig,
-    windows: Sequence[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
+def score_length(records: Sequence[dict[str, Any]], config: LengthConfig) -> dict[str, Any]:
     """Everything the report shows: curves, effective lengths, drift, per scheme (and the
-    config, as ``length_scores.json`` records it); with the documents' in-distribution
-    ``windows`` also the excess over the window per bucket and the effective length it
-    gives (:mod:`posgen.results.scores.length_window`: keys ``excess``,
-    ``effective_window``, ``window_stride``; absent for runs made before it)."""
-    from posgen.results.scores.length_window import window_arrays, window_scores
-
+    config, as ``length_scores.json`` records it). With the in-distribution window:
+    :func:`posgen.results.scores.length_window.score_with_window`."""
     width, c = config.bucket_width, config.trained_context
     out: dict[str, Any] = {"curves": [], "effective": {}, "drift": [], "config": config.to_dict()}
-    by_scheme = gather(records)
-    if windows:
-        out.update(window_scores(by_scheme, window_arrays(list(windows)), config))
-    for scheme, data in by_scheme.items():
+    for scheme, data in gather(records).items():
         out["curves"].extend(curve_rows(data, width))
         out["effective"][scheme] = effective_length(
             data, width, c, config.max_length, config.threshold, config.seed

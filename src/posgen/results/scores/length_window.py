@@ -38,7 +38,9 @@ from posgen.results.scores.length import (
     SchemeData,
     bucket_rows,
     crossing_summary,
+    gather,
     past_context_start,
+    score_length,
 )
 
 
@@ -150,3 +152,15 @@ def window_scores(
             scheme, excess, width, c, config.max_length, config.threshold, config.seed
         )
     return {"excess": rows, "effective_window": effective, "window_stride": config.window_stride}
+
+
+def score_with_window(
+    records: list[dict[str, Any]], config: Any, windows: list[dict[str, Any]] | None
+) -> dict[str, Any]:
+    """:func:`~posgen.results.scores.length.score_length` and, with the documents' window
+    records (None: a run made before the window pass), the keys ``excess``,
+    ``effective_window`` and ``window_stride`` of :func:`window_scores`."""
+    out = score_length(records, config)
+    if windows:
+        out.update(window_scores(gather(records), window_arrays(list(windows)), config))
+    return out
