@@ -15,6 +15,10 @@ forward under the scheme with the drift capture, and the LM head in chunks. Meas
   attention module: projections, rotary and the attention function itself).
 - side by side, each scheme's times divided by those of ``none`` (plain sdpa) in the
   same run: the ``attn / none`` column is the Λ-versus-sdpa cost per layer.
+- ``window`` (or ``window:S``) among the schemes: the in-distribution window pass
+  (:func:`posgen.harness.length.window.window_nll`, stride S, default C/2) on the same
+  document, no drift capture, timed the same way: its ``wall / none`` column is what
+  the pass adds to a run, per document, as a share of one plain forward.
 
 The wall time depends on what else runs on the machine; the CPU time (user + system of
 the child) and the load average are printed beside it.
@@ -26,6 +30,8 @@ which figure is which; run once with and once without at a smaller length to see
 
 Usage: python benchmarks/bench_length.py [--tokens 16384] [--schemes "none;lambda:4,8192"]
                                          [--layers K]
+The window pass beside a plain forward (what it adds to a run):
+       python benchmarks/bench_length.py --schemes "none;window" --layers 2
 Λ against sdpa in under 3 minutes on 2 cores:
        python benchmarks/bench_length.py --tokens 4096 --layers 4 --schemes "none;lambda:4,2048"
 """
@@ -53,16 +59,17 @@ def _vm(field: str) -> int:
 
 def child(scheme_text: str, tokens: int, model_name: str, layers: int | None) -> dict:
 
+    import numpy as np
     import torch
 
-    from posgen.harness.length.apply import length_forward
-    from posgen.harness.length.drift import attention_modules, drift_capture
+    from posgen.harness.length.drift import attention_modules
     from posgen.harness.length.nll import position_nll
     from posgen.harness.loading import load_model, model_entries
     from posgen.perturbations.length import parse_length
     from posgen.tasks.long_documents import long_documents
 
-    scheme = parse_length(scheme_text)
+    window = scheme_text.split(":")[0] == "window"
+    scheme = parse_length("none" if window else scheme_text)
     (entry,) = model_entries([model_name])
     loaded = load_model(entry, "cpu", length=scheme)
     model = loaded.model
@@ -80,23 +87,37 @@ def child(scheme_text: str, tokens: int, model_name: str, layers: int | None) ->
     base = _vm("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")
     start, cpu = time.perf_counter(), time.process_time()
-    with length_forward(model, input_ids, scheme), drift_capture(model, c, c // 8, 16):
-        nll = position_nll(model, input_ids)
+    nll = _step(model, input_ids, scheme_text if window else scheme, c)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     for handle in attention.pop("handles"):
         handle.remove()
     return {
-        "scheme": scheme.to_string(),
+        "scheme": scheme_text if window else scheme.to_string(),
         "document": doc,
         "tokens": tokens,
         "extra_bytes": _vm("VmHWM") - base,
         "seconds": seconds,
         "cpu_seconds": cpu,
         "attention_seconds": attention["seconds"],
-        "mean_nll": float(nll[1:].mean()),
+        "mean_nll": float(np.nanmean(nll[1:])),
         "threads": torch.get_num_threads(),
         "layers": len(model.model.layers),
     }
+
+
+def _step(model, input_ids, scheme, c: int):
+    """What posgen length runs per document: the window pass (``window[:S]``, S = C/2 by
+    default) or one forward under ``scheme`` with the drift capture; the NLLs it gives."""
+    from posgen.harness.length.apply import length_forward
+    from posgen.harness.length.drift import drift_capture
+    from posgen.harness.length.nll import position_nll
+    from posgen.harness.length.window import window_nll
+
+    if isinstance(scheme, str):
+        stride = int(scheme.split(":")[1]) if ":" in scheme else c // 2
+        return window_nll(model, input_ids, c, stride)[c:]
+    with length_forward(model, input_ids, scheme), drift_capture(model, c, c // 8, 16):
+        return position_nll(model, input_ids)
 
 
 def _time_attention(modules: list) -> dict:

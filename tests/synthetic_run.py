@@ -307,13 +307,17 @@ def add_length(
     C = 64, max length 128, buckets of 16; a document's bucket NLL is ``b_d + 0.5/(k+1)``
     before C and ``b_d + e_s · f_d`` from C on (``b_d``, ``f_d`` fixed per document, ``e_s``
     per scheme: LENGTH_EXCESS), plus ``N(0, noise)`` per bucket drawn from ``draw`` (the
-    rerun noise) and ``drop[scheme]`` past C (a planted regression)."""
+    rerun noise) and ``drop[scheme]`` past C (a planted regression). ``hard``: harder text
+    past C, added to every scheme and, with ``window_stride`` among the settings, to the
+    in-distribution window records too (their bucket NLL ``b_d + hard`` past C, plus
+    noise: the schemes' excess over them is ``e_s · f_d``)."""
     from pathlib import Path
 
     from posgen.results.folder.length_config import LengthConfig, prepare_length_folder
     from posgen.results.folder.store import atomic_write_json, slug
     from posgen.results.scores.length import result_path
 
+    hard = settings.pop("hard", 0.0)
     fields = {
         "model": f"/models/{label}",
         "max_length": 128,
@@ -332,24 +336,32 @@ def add_length(
     fixed = np.random.default_rng(7)
     base, factor = fixed.normal(3.0, 0.3, n_docs), fixed.uniform(0.5, 1.5, n_docs)
     rng = np.random.default_rng(draw)
+    k, count = np.arange(n_buckets), np.full(n_buckets, float(config.bucket_width))
     for scheme in config.schemes:
         past = LENGTH_EXCESS.get(scheme, 0.2) * factor + (drop or {}).get(scheme, 0.0)
         for i, doc in enumerate(config.documents):
-            k = np.arange(n_buckets)
-            means = np.where(k < c_bucket, base[i] + 0.5 / (k + 1), base[i] + past[i])
+            means = np.where(k < c_bucket, base[i] + 0.5 / (k + 1), base[i] + past[i] + hard)
             means = means + rng.normal(0.0, noise, n_buckets)
-            count = np.full(n_buckets, float(config.bucket_width))
-            record = {
-                "scheme": scheme,
-                "document": doc,
-                "n_tokens": config.max_length,
-                "nll_sum": (means * count).tolist(),
-                "count": count.tolist(),
-                "drift": None,
-                "seconds": 0.0,
-            }
+            record = {"scheme": scheme, "document": doc, "n_tokens": config.max_length}
+            record.update(nll_sum=(means * count).tolist(), count=count.tolist(), drift=None)
             atomic_write_json(result_path(folder, scheme, doc), record)
+    if config.window_stride is not None:
+        _add_windows(folder, config, base + hard, rng, noise)
     return folder
+
+
+def _add_windows(folder, config, level, rng, noise: float) -> None:
+    """A window record per document: bucket NLL ``level[d]`` + noise past C, none before."""
+    from posgen.results.folder.store import atomic_write_json
+    from posgen.results.scores.length_window import window_path
+
+    c_bucket = config.trained_context // config.bucket_width
+    k = np.arange(config.n_buckets)
+    for i, doc in enumerate(config.documents):
+        count = np.where(k < c_bucket, 0.0, float(config.bucket_width))
+        means = level[i] + rng.normal(0.0, noise, config.n_buckets)
+        record = {"document": doc, "nll_sum": (means * count).tolist(), "count": count.tolist()}
+        atomic_write_json(window_path(folder, doc), record)
 
 
 def gate_cell(

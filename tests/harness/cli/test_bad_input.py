@@ -69,6 +69,7 @@ LENGTH = [
     (["--bucket-width", "0"], "--bucket-width must be an integer >= 1"),
     (["--block-size", "0"], "--block-size must be an integer >= 1"),
     (["--trained-context", "1"], "--trained-context must be an integer >= 2"),
+    (["--window-stride", "0"], "--window-stride must be an integer >= 1, got 0"),
     (["--threshold", "nan"], "--threshold must be a finite number > 0"),
     (["--device", "bogus"], "--device 'bogus': give cpu, cuda, cuda:N or mps"),
     (["--dtype", "float8"], "--dtype: 'float8'"),
@@ -80,6 +81,29 @@ LENGTH = [
 def test_length_refuses_bad_numbers_and_flags(models, no_loading, capsys, args, message):
     argv = ["length", "--model", str(models["short"]), "--out", str(no_loading / "out"), *args]
     _refused(argv, message, capsys, no_loading)
+
+
+WINDOW = [
+    (["--window-stride", "33"], "must be an integer in [1, C/2] = [1, 32], got 33"),
+    (["--window-stride", "8", "--max-length", "64"], "needs a max length > C, got 64"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), WINDOW)
+def test_length_refuses_a_window_stride_the_trained_context_rules_out(
+    models, monkeypatch, tmp_path, capsys, args, message
+):
+    """Checked against C from the model's config, before any weight or tokenizer loads."""
+    from posgen.harness import loading
+
+    def refuse(*a, **k):
+        raise AssertionError("weights or a tokenizer were loaded")
+
+    monkeypatch.setattr(loading, "load_model", refuse)
+    monkeypatch.setattr(loading, "load_tokenizer", refuse)
+    monkeypatch.chdir(tmp_path)
+    argv = ["length", "--model", str(models["short"]), "--out", str(tmp_path / "out"), *args]
+    _refused(argv, message, capsys, tmp_path)
 
 
 def test_length_refuses_a_bad_factor_before_the_embedded_model_converts(no_loading, capsys):

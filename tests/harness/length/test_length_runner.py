@@ -183,7 +183,7 @@ def test_jobs_for_run_write_length_folders_and_report_blocks(tiny_path, tmp_path
     assert job.config.schemes == ("none", "lambda:4,64", "scale:2.0") and job.wanted == 2
     lines = []
     outcome = run_job(job, progress=lines.append, note=lines.append)
-    assert len(lines) == 3 * 2  # one line per (scheme, document) computed
+    assert len(lines) == 3 * 2 + 2  # one line per (scheme, document) and per window pass
     (folder,) = (tmp_path / "length").iterdir()
     assert outcome.folder == folder and (folder / "length.md").read_text() == outcome.markdown
     scores = json.loads((folder / "length_scores.json").read_text())
@@ -191,7 +191,8 @@ def test_jobs_for_run_write_length_folders_and_report_blocks(tiny_path, tmp_path
     for name, table in length_tables(tmp_path).items():  # what regenerate writes
         table.to_parquet(tmp_path / f"{name}.parquet", index=False)
     kinds = [b[0] for b in run_blocks(tmp_path)]
-    assert kinds == ["h", "p", "table", "p", "img", "p", "table"]
+    assert kinds == ["h", "p", "table", "p", "img", "p", "table", "p", "table"]
+    assert "length_excess" in length_tables(tmp_path)
     # the gate reads the same folder: per document, excess = mean NLL past C - reference,
     # with the effective length's reference
     from posgen.results.gate.length import length_section
@@ -208,6 +209,18 @@ def test_jobs_for_run_write_length_folders_and_report_blocks(tiny_path, tmp_path
         reference = np.mean(np.subtract(past, cell["docs"]["g"]))
         assert reference == pytest.approx(scores["effective"][cell["scheme"]]["reference_nll"])
         assert cell["docs"]["w"] == [sum(r["count"][k:]) for r in (rec_a, rec_b)]
+    # and the window cells: per document, Σ (scheme − window) past C / tokens past C
+    from posgen.results.scores.length_window import read_windows
+
+    windows = read_windows(folder, section["settings"]["documents"])
+    assert section["settings"]["window_stride"] == C // 2
+    for cell in section["window_cells"]:
+        recs = read_records(folder, [cell["scheme"]], section["settings"]["documents"])
+        want = [
+            (sum(r["nll_sum"][k:]) - sum(w["nll_sum"][k:])) / sum(r["count"][k:])
+            for r, w in zip(recs, windows, strict=True)
+        ]
+        assert cell["docs"]["g"] == pytest.approx(want)
 
 
 def test_posgen_run_refuses_a_bad_length_before_loading(capsys):

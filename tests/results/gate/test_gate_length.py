@@ -201,3 +201,68 @@ def test_a_length_run_the_gate_cannot_pair_is_refused_by_baseline(
     assert cli(["baseline", str(run), "-o", str(tmp_path / "b.json")]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "b.json").exists()
+
+
+@pytest.fixture(scope="module")
+def window_baseline(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gate_window")
+    _run(root / "base", draw=1, window_stride=32)
+    path = root / "baseline.json"
+    assert cli(["baseline", str(root / "base"), "-o", str(path)]) == 0
+    return path
+
+
+def _failures(run, baseline, tmp_path) -> tuple[int, dict[str, bool]]:
+    """Exit status and, per JUnit test case of a length cell, whether it failed."""
+    xml_path = tmp_path / "gate.xml"
+    code = _check(run, baseline, "--junit-xml", str(xml_path))
+    cases = ET.parse(xml_path).getroot().iter("testcase")
+    return code, {
+        t.get("name"): t.find("failure") is not None
+        for t in cases
+        if t.get("name").startswith("length")
+    }
+
+
+def test_window_cells_hold_each_documents_excess_over_the_window(window_baseline):
+    length = json.loads(window_baseline.read_text())["length"]
+    assert length["settings"]["window_stride"] == 32
+    fixed = np.random.default_rng(7)
+    fixed.normal(3.0, 0.3, 6)
+    factor = fixed.uniform(0.5, 1.5, 6)
+    assert [c["scheme"] for c in length["window_cells"]] == list(LENGTH_SCHEMES)
+    for cell in length["window_cells"]:
+        # no in-context offset here: the window covers the same tokens past C
+        assert np.allclose(cell["docs"]["g"], LENGTH_EXCESS[cell["scheme"]] * factor, atol=0.04)
+
+
+def test_harder_text_past_c_fails_the_old_cells_not_the_window_cells(window_baseline, tmp_path):
+    run = _run(tmp_path / "hard", draw=2, window_stride=32, hard=0.5)
+    code, failed = _failures(run, window_baseline, tmp_path)
+    assert code == 1
+    for s in LENGTH_SCHEMES:
+        assert failed[f"length/nll_excess/length/{s}"]  # the old cells read text as position
+        assert not failed[f"length_window/nll_excess/length/{s}"]  # the window cells do not
+
+
+def test_a_planted_drop_fails_its_window_cell_too(window_baseline, tmp_path):
+    run = _run(tmp_path / "drop", draw=2, window_stride=32, drop={"lambda:4,64": 0.25})
+    code, failed = _failures(run, window_baseline, tmp_path)
+    assert code == 1
+    assert [n for n, bad in failed.items() if bad] == [
+        "length/nll_excess/length/lambda:4,64",
+        "length_window/nll_excess/length/lambda:4,64",
+    ]
+
+
+def test_window_cells_in_one_of_baseline_and_run(baseline, window_baseline, tmp_path, capsys):
+    with_window = _run(tmp_path / "with", draw=2, window_stride=32)
+    code, failed = _failures(with_window, baseline, tmp_path)
+    assert code == 0 and len(failed) == 3  # a baseline from before: its old cells gated
+    assert not any(name.startswith("length_window") for name in failed)
+    without = _run(tmp_path / "without", draw=2)
+    assert _check(without, window_baseline) == 2
+    assert "in-distribution window but the run has none" in capsys.readouterr().err
+    other = _run(tmp_path / "other", draw=2, window_stride=16)
+    assert _check(other, window_baseline) == 2
+    assert "window_stride: baseline 32, run 16" in capsys.readouterr().err

@@ -6,6 +6,7 @@ Examples::
     posgen length --model PATH --factor 2 --schemes "none;lambda:4,4096;yarn:2"
     posgen length --max-length 16384 --positions swap:0.05
     posgen length --factor 2 --schemes "none;scale:2;yarn:2" --decompose
+    posgen length --window-stride 1024         # window context C - 1024 ... C - 1 (default C/2)
 
 Schemes are ``;``-separated (``lambda`` takes ``GLOBAL,WINDOW``; ``C`` stands for the
 trained context). The trained context C is the model config's ``max_position_embeddings``
@@ -75,6 +76,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--block-size", type=int, default=None, help="Λ query block")
     parser.add_argument("--chunk", type=int, default=1024, help="LM-head positions per chunk")
+    _add_window_argument(parser)
     parser.add_argument("--out", type=Path, default=None, help="run folder")
     parser.add_argument(
         "--decompose",
@@ -86,6 +88,19 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--quick", action="store_true", help=QUICK_HELP)
     add_loading_arguments(parser)
+
+
+def _add_window_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--window-stride",
+        type=int,
+        default=None,
+        metavar="S",
+        help="the in-distribution window pass scores every token past C with C-S ... C-1 "
+        "tokens before it at positions 0 ... C-1, in windows of C tokens every S (1 <= S <= "
+        "C/2, default C/2: 2 windows per document at F = 2); the effective length vs the "
+        "window compares each scheme with it",
+    )
 
 
 def resolve(args: argparse.Namespace) -> LengthJob:
@@ -131,6 +146,7 @@ def resolve(args: argparse.Namespace) -> LengthJob:
         block_size=args.block_size,
         threshold=args.threshold,
         decompose=args.decompose,
+        window_stride=args.window_stride,
     )
     check_model(config, model_config)
     wanted = args.documents
@@ -178,6 +194,7 @@ def _check_numbers(args: argparse.Namespace) -> None:
         ("--bucket-width", args.bucket_width, 1),
         ("--block-size", args.block_size, 1),
         ("--chunk", args.chunk, 1),
+        ("--window-stride", args.window_stride, 1),
     ):
         if value is not None and value < low:
             raise InputError(f"{flag} must be an integer >= {low}, got {value}")

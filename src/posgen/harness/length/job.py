@@ -28,6 +28,10 @@ QUICK_DOCUMENTS = 2
 QUICK_SCHEMES = "none;lambda:4,C;scale:2"
 ALL_DOCUMENTS = 5  # the built-in documents
 DEFAULT_FACTOR = 2.0
+# the in-distribution window's default stride S = C / WINDOW_DIVISOR: 2 windows of C tokens
+# per document at F = 2, every token past C scored with C/2 … C−1 tokens of context
+# (docs/length.md, "In-distribution window", measures what a smaller S changes)
+WINDOW_DIVISOR = 2
 
 
 @dataclass(frozen=True)
@@ -68,17 +72,21 @@ def length_config(
     max_length: int | None = None,
     factor: float | None = None,
     bucket_width: int | None = None,
+    window_stride: int | None = None,
     **settings: Any,
 ) -> LengthConfig:
     """The config of a run of ``entry`` with trained context ``c``: max length
     ``max_length`` or ``round(factor · C)`` (F = 2), ``schemes`` with ``C`` resolved (default
     ``none;lambda:4,C;scale:F;yarn:F``), buckets of ``bucket_width`` (default C/8);
-    ``settings`` are the other :class:`LengthConfig` fields (positions, seed, chunk,
-    block_size, threshold, decompose)."""
+    in-distribution windows of stride ``window_stride`` (default :data:`WINDOW_DIVISOR`:
+    S = C/2) when max length > C; ``settings`` are the other :class:`LengthConfig` fields
+    (positions, seed, chunk, block_size, threshold, decompose)."""
     factor = DEFAULT_FACTOR if factor is None else factor
     max_length = max_length if max_length is not None else round(factor * c)
     f_text = f"{max_length / c:g}"
     text = schemes or f"none;lambda:4,C;scale:{f_text};yarn:{f_text}"
+    if window_stride is None and max_length > c:
+        window_stride = max(1, c // WINDOW_DIVISOR)
     try:
         parsed = parse_length_list(with_context(text, c))
         return LengthConfig(
@@ -89,6 +97,7 @@ def length_config(
             documents=("?",),
             bucket_width=bucket_width or max(1, c // 8),
             model_entry=entry,
+            window_stride=window_stride,
             **settings,
         )
     except (ValueError, PerturbationError) as exc:
@@ -149,7 +158,8 @@ def run_job(
     from posgen.results.folder.length_config import prepare_length_folder
     from posgen.results.folder.store import atomic_write_json
     from posgen.results.report.length import curves_png, markdown
-    from posgen.results.scores.length import json_ready, score_length
+    from posgen.results.scores.length import json_ready
+    from posgen.results.scores.length_window import read_windows, score_with_window
 
     config, token_ids = select_documents(job, note)
     folder = job.out or config.default_folder()
@@ -158,7 +168,8 @@ def run_job(
         run_documents(folder, config, job.entry, job.device, token_ids, progress)
     except ValueError as exc:
         raise InputError(str(exc)) from None
-    scores = score_length(read_results(folder, config), config)
+    windows = read_windows(folder, list(config.documents)) if config.window_stride else None
+    scores = score_with_window(read_results(folder, config), config, windows)
     if config.decompose:
         _add_decomposition(folder, config, scores)
     atomic_write_json(folder / "length_scores.json", json_ready(scores))

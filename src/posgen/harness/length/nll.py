@@ -41,13 +41,19 @@ def check_plain_head(model: Any) -> None:
         raise RuntimeError("posgen length needs a causal LM with an output embedding (LM head)")
 
 
-def position_nll(model: Any, input_ids: torch.Tensor, chunk: int = 1024) -> np.ndarray:
-    """``nll`` of shape ``[n]`` (float64) for ``input_ids`` ``[1, n]``; ``nll[0]`` is NaN
-    (the first token has no prediction). Runs inside whatever hooks are active."""
+def check_document(model: Any, input_ids: torch.Tensor) -> int:
+    """``n`` for one document ``input_ids`` ``[1, n]`` on a model with a plain LM head;
+    anything else raises."""
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"input_ids must be [1, n], got {tuple(input_ids.shape)}")
     check_plain_head(model)
-    n = int(input_ids.shape[1])
+    return int(input_ids.shape[1])
+
+
+def position_nll(model: Any, input_ids: torch.Tensor, chunk: int = 1024) -> np.ndarray:
+    """``nll`` of shape ``[n]`` (float64) for ``input_ids`` ``[1, n]``; ``nll[0]`` is NaN
+    (the first token has no prediction). Runs inside whatever hooks are active."""
+    n = check_document(model, input_ids)
     out = np.full(n, np.nan)
     head = model.get_output_embeddings()
     with torch.no_grad():
@@ -55,11 +61,15 @@ def position_nll(model: Any, input_ids: torch.Tensor, chunk: int = 1024) -> np.n
         targets = input_ids[0, 1:]
         for start in range(0, n - 1, chunk):
             stop = min(n - 1, start + chunk)
-            logits = head(hidden[start:stop]).float()  # [c, vocab]
-            logp = torch.log_softmax(logits, dim=-1)
-            picked = logp.gather(1, targets[start:stop, None])[:, 0]
-            out[start + 1 : stop + 1] = (-picked).double().cpu().numpy()
+            out[start + 1 : stop + 1] = head_nll(head, hidden[start:stop], targets[start:stop])
     return out
+
+
+def head_nll(head: Any, hidden: torch.Tensor, targets: torch.Tensor) -> np.ndarray:
+    """``−log softmax(head(hidden))[i, targets[i]]`` ``[m]`` (float64) for ``hidden``
+    ``[m, hidden]`` (the states that predict ``targets`` ``[m]``); logits in float32."""
+    logp = torch.log_softmax(head(hidden).float(), dim=-1)  # [m, vocab]
+    return (-logp.gather(1, targets[:, None])[:, 0]).double().cpu().numpy()
 
 
 def bucket_sums(values: np.ndarray, width: int, n_buckets: int) -> tuple[np.ndarray, np.ndarray]:

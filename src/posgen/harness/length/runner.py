@@ -10,6 +10,10 @@ Layout (every file written atomically)::
                                         and counts, drift sums, seconds
       decompose/<scheme>/<document>.json  with --decompose: the per-head fit on the same
                                         ids under the same forward (.decompose)
+      window/<document>.json            the in-distribution window pass (.window): bucket
+                                        NLL sums of every token past C scored with C − S …
+                                        C − 1 tokens before it at positions 0 … C − 1; one
+                                        per document, shared by every scheme
       length_scores.json                curves, effective lengths, drift (length_scores)
       length.md, length_curves.png      the report block and its plot
       length_decomposition.png          with --decompose: drift beside r per layer
@@ -18,7 +22,9 @@ A rerun with the same config skips finished (scheme, document) files; a folder h
 another config is refused. ``--decompose`` does not change the NLL and drift records: a
 rerun with ``--decompose`` on a folder made without it resumes there (config.json then
 records it, and only the decompositions are computed); a rerun without ``--decompose``
-on a folder made with it is refused (its report would drop the decomposition).
+on a folder made with it is refused (its report would drop the decomposition). A folder
+made before the window pass resumes the same way, adding ``window/`` (config.json then
+records the stride); one with another window stride is refused.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from posgen.harness.length.apply import length_forward
 from posgen.harness.length.decompose import decompose_document
 from posgen.harness.length.drift import drift_capture
 from posgen.harness.length.nll import bucket_sums, position_nll
+from posgen.harness.length.window import context_range, window_nll
 from posgen.harness.loading import load_model
 from posgen.perturbations import parse
 from posgen.perturbations.length import LengthPerturbation
@@ -40,6 +47,7 @@ from posgen.results.folder.length_config import LengthConfig
 from posgen.results.folder.store import atomic_write_json
 from posgen.results.scores.length import read_records, result_path
 from posgen.results.scores.length_decompose import decomposition_path
+from posgen.results.scores.length_window import window_path
 
 
 def _load_groups(schemes: list[LengthPerturbation]) -> dict[str, list[LengthPerturbation]]:
@@ -73,17 +81,24 @@ def run_documents(
     import torch
 
     positions = parse("position", config.positions) if config.positions else None
-    for group in _load_groups(config.parsed_schemes()).values():
+    groups = _load_groups(config.parsed_schemes())
+    windows = [d for d in config.documents if _window_missing(folder, config, d)]
+    if windows and "plain" not in groups:  # rope scalings only: the window needs the plain model
+        groups = {"plain": [], **groups}
+    for key, group in groups.items():
         todo = [
             (s, d)
             for s in group
             for d in config.documents
             if _missing(folder, config, s.to_string(), d)
         ]
-        if not todo:
+        mine = windows if key == "plain" else []
+        if not todo and not mine:
             continue
-        loaded = load_model(entry, device, length=group[0])
+        loaded = load_model(entry, device, length=group[0] if group else None)
         model = loaded.model
+        for doc in mine:
+            _score_window(folder, config, loaded, doc, token_ids[doc], log)
         for scheme, doc in todo:
             input_ids = torch.tensor([token_ids[doc]], dtype=torch.long, device=model.device)
             if not result_path(folder, scheme.to_string(), doc).exists():
@@ -96,6 +111,36 @@ def run_documents(
                     folder, config, loaded, scheme, doc, token_ids[doc], positions, log
                 )
         del model, loaded
+
+
+def _window_missing(folder: Path, config: LengthConfig, doc: str) -> bool:
+    """Whether the run has an in-distribution window pass and ``doc`` still lacks it."""
+    return config.window_stride is not None and not window_path(folder, doc).exists()
+
+
+def _score_window(folder, config, loaded, doc: str, ids: list[int], log) -> None:
+    """The in-distribution window pass of one document (plain model), to its record."""
+    import torch
+
+    model, c, stride = loaded.model, config.trained_context, config.window_stride
+    input_ids = torch.tensor([ids], dtype=torch.long, device=model.device)
+    start = time.perf_counter()
+    nll = window_nll(model, input_ids, c, stride, config.chunk)
+    seconds = time.perf_counter() - start
+    sums, counts = bucket_sums(nll, config.bucket_width, config.n_buckets)
+    record = {
+        "document": doc,
+        "n_tokens": len(ids),
+        "trained_context": c,
+        "window_stride": stride,
+        "context": list(context_range(c, stride)),
+        "nll_sum": sums.tolist(),
+        "count": counts.tolist(),
+        "seconds": seconds,
+        "loaded": loaded.record,
+    }
+    atomic_write_json(window_path(folder, doc), record)
+    log(f"{'window':>16}  {doc:<20} {len(ids) - c} tokens past C  {seconds:.1f} s")
 
 
 def _score_document(folder, config, loaded, scheme, doc, input_ids, positions, log) -> None:

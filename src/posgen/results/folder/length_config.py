@@ -7,7 +7,8 @@ take it typed. The folder holds it as::
 
     config.json   {"schema": 1, "config": LengthConfig.to_dict(), "config_sha256": SHA-256}
 
-``to_dict()`` gives exactly the dict of earlier releases (``decompose`` only when set), so
+``to_dict()`` gives exactly the dict of earlier releases (``decompose`` and
+``window_stride`` only when set), so
 the hash and the default folder name of every earlier run hold. A rerun into a folder
 holding another config is refused, naming the settings that differ.
 """
@@ -62,6 +63,9 @@ class LengthConfig:
     document_sources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     skipped_documents: int = 0
     decompose: bool = False  # also fit the decomposition of every (scheme, document)
+    # the in-distribution window pass (posgen.harness.length.window): stride S, None in
+    # folders written before it existed (their reports show the old effective length only)
+    window_stride: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_length < 2 or self.trained_context < 2:
@@ -75,6 +79,23 @@ class LengthConfig:
         if not (self.threshold > 0 and math.isfinite(self.threshold)):
             raise ValueError(f"threshold must be a finite number > 0, got {self.threshold}")
         reference_buckets(self.bucket_width, self.n_buckets, self.trained_context)
+        self._check_window()
+
+    def _check_window(self) -> None:
+        """A window stride needs tokens past C and ``1 ≤ S ≤ C/2`` (every scored token then
+        has at least C/2 tokens of context, the reference range's own least)."""
+        s, c = self.window_stride, self.trained_context
+        if s is None:
+            return
+        if self.max_length <= c:
+            raise ValueError(
+                f"the in-distribution window (--window-stride) scores tokens past C = {c}: it "
+                f"needs a max length > C, got {self.max_length}"
+            )
+        if isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= c // 2:
+            raise ValueError(
+                f"window stride (--window-stride) must be an integer in [1, C/2] = [1, {c // 2}], got {s}"
+            )
 
     @property
     def n_buckets(self) -> int:
@@ -95,13 +116,17 @@ class LengthConfig:
         )
         if not self.decompose:
             del out["decompose"]
+        if self.window_stride is None:
+            del out["window_stride"]
         return out
 
     def scored_dict(self) -> dict[str, Any]:
-        """:meth:`to_dict` without ``decompose``: what the NLL and drift records depend on
-        (and what names the default run folder)."""
+        """:meth:`to_dict` without ``decompose`` and ``window_stride``: what the NLL and
+        drift records depend on (and what names the default run folder, so a run made
+        before the window pass keeps its folder and resumes there, adding the window)."""
         out = self.to_dict()
         out.pop("decompose", None)
+        out.pop("window_stride", None)
         return out
 
     def default_folder(self) -> Path:
@@ -149,7 +174,8 @@ def read_length_config(folder: Path | str) -> LengthConfig:
 
 def prepare_length_folder(folder: Path, config: LengthConfig) -> None:
     """Write ``config.json``, or check that the folder holds this very config (a rerun
-    adding ``decompose`` to a run without it resumes there and records it)."""
+    adding ``decompose``, or the window pass, to a run without it resumes there and
+    records it; another window stride is refused: its window records would not match)."""
     record = {"schema": LENGTH_SCHEMA, "config": config.to_dict()}
     record["config_sha256"] = config_hash(record["config"])
     path = Path(folder) / CONFIG_FILE
@@ -159,10 +185,15 @@ def prepare_length_folder(folder: Path, config: LengthConfig) -> None:
             return
         old_config = dict(old.get("config") or {})
         had_decompose = bool(old_config.pop("decompose", False))
-        if config_hash(old_config) != config_hash(config.scored_dict()):
+        old_stride = old_config.pop("window_stride", None)
+        if config_hash(old_config) != config_hash(config.scored_dict()) or old_stride not in (
+            None,
+            config.window_stride,
+        ):
             raise RunConflictError(
                 f"{folder} holds a length run with another config "
-                f"({describe_diff(old_config, config.scored_dict())}); choose another --out"
+                f"({describe_diff(old.get('config') or {}, config.to_dict())}); choose "
+                "another --out"
             )
         if had_decompose:
             raise RunConflictError(

@@ -119,6 +119,27 @@ LENGTH_EFFECTIVE_COLUMNS: dict[str, str] = {
     "threshold_nll": "float64",  # reference + ln(1 + threshold)
 }
 
+# length_excess.parquet: one row per (model, length scheme, bucket at or after C) of a
+# length run with the in-distribution window pass (absent for runs made before it)
+LENGTH_EXCESS_COLUMNS: dict[str, str] = {
+    "schema_version": "int64",
+    "model": "string",
+    "scheme": "string",
+    "window_stride": "int64",  # S: every token past C scored with C − S … C − 1 before it
+    "bucket": "int64",
+    "start": "int64",
+    "stop": "int64",
+    "excess": "float64",  # mean over documents of NLL(scheme) − NLL(window), nats/token
+    "ci_low": "float64",  # t interval over documents (NaN with one document)
+    "ci_high": "float64",
+    "n_documents": "int64",
+    # the scheme's effective length vs the window (repeated on its rows)
+    "window_effective_length": "int64",  # tokens; max_length when censored
+    "window_censored": "bool",
+    "window_effective_low": "float64",  # 95% percentile-bootstrap interval over documents
+    "window_effective_high": "float64",
+}
+
 # length_curves.parquet: one row per (model, length scheme, position bucket)
 LENGTH_CURVE_COLUMNS: dict[str, str] = {
     "schema_version": "int64",

@@ -17,6 +17,14 @@ The baseline's ``length`` section::
 
 (``g``: the per-document excess). The settings determine the values; a candidate with
 other settings is refused (exit status 2), as is length in one run but not the other.
+
+A length run with the in-distribution window pass (:mod:`posgen.harness.length.window`)
+adds ``settings.window_stride`` and ``"window_cells"``: per scheme the per-document excess
+over the window past C (:func:`posgen.results.scores.length_window.document_window_excess`),
+in nats per token, gated like the cells above (row key ``("length_window", METRIC, KIND,
+scheme, None)``, in the same Holm family). A baseline made before the window pass has
+neither: its old cells are still gated and the run's window cells are not (there is
+nothing to pair them with); a baseline with them and a run without is refused.
 """
 
 from __future__ import annotations
@@ -31,7 +39,12 @@ from posgen.results.folder.schema import SchemaError
 from posgen.results.folder.store import slug
 from posgen.results.gate.baseline_file import GateInputError, check_docs, check_typed
 from posgen.results.gate.margins import LENGTH_METRIC
-from posgen.results.scores.length import document_excess, gather, read_records
+from posgen.results.scores.length import SchemeData, document_excess, gather, read_records
+from posgen.results.scores.length_window import (
+    document_window_excess,
+    read_windows,
+    window_arrays,
+)
 
 SETTINGS = (
     "max_length",
@@ -43,6 +56,7 @@ SETTINGS = (
     "positions",
 )
 TASK, METRIC, KIND = "length", LENGTH_METRIC, "length"
+WINDOW_TASK = "length_window"  # the excess over the in-distribution window
 
 
 def length_section(run_root: Path, model: str) -> dict[str, Any] | None:
@@ -63,28 +77,61 @@ def length_section(run_root: Path, model: str) -> dict[str, Any] | None:
             f"{folder}: the length run has {len(settings['documents'])} document; the gate "
             "pairs documents and needs at least 2 (rerun with more length documents)"
         )
-    cells = []
-    for scheme, data in gather(records).items():
+    by_scheme = gather(records)
+    cells = [
+        _cell(folder, scheme, *_excess(folder, config, data)) for scheme, data in by_scheme.items()
+    ]
+    section: dict[str, Any] = {"settings": settings, "cells": cells}
+    if config.window_stride is not None:
         try:
-            excess, weight = document_excess(
-                data.sums, data.counts, config.bucket_width, config.trained_context
-            )
-        except ValueError as e:
-            raise GateInputError(f"{folder}: {e}") from None
-        if not np.isfinite(excess).all():
-            raise GateInputError(f"{folder}: {scheme}: a document's NLL is not finite")
-        cells.append(
-            {
-                "scheme": scheme,
-                "excess": float((weight * excess).sum() / weight.sum()),
-                "docs": {
-                    "keys": list(data.documents),
-                    "w": [float(x) for x in weight],
-                    "g": [float(x) for x in excess],
-                },
-            }
+            window = window_arrays(read_windows(folder, list(config.documents)))
+        except SchemaError as e:
+            raise GateInputError(f"{folder}: unusable length run ({e!s:.200})") from None
+        section["settings"]["window_stride"] = config.window_stride
+        section["window_cells"] = [
+            _cell(folder, scheme, *_window_excess(folder, config, data, window))
+            for scheme, data in by_scheme.items()
+        ]
+    return section
+
+
+def _excess(
+    folder: Path, config: Any, data: SchemeData
+) -> tuple[SchemeData, np.ndarray, np.ndarray]:
+    try:
+        return (
+            data,
+            *document_excess(data.sums, data.counts, config.bucket_width, config.trained_context),
         )
-    return {"settings": settings, "cells": cells}
+    except ValueError as e:
+        raise GateInputError(f"{folder}: {e}") from None
+
+
+def _window_excess(folder: Path, config: Any, data: SchemeData, window: tuple) -> tuple:
+    try:
+        return (
+            data,
+            *document_window_excess(data, window, config.bucket_width, config.trained_context),
+        )
+    except ValueError as e:
+        raise GateInputError(f"{folder}: {e}") from None
+
+
+def _cell(
+    folder: Path, scheme: str, data: SchemeData, excess: np.ndarray, weight: np.ndarray
+) -> dict:
+    """One scheme's gate cell: the token-weighted excess and its per-document values."""
+    if not np.isfinite(excess).all():
+        raise GateInputError(f"{folder}: {scheme}: a document's NLL is not finite")
+    return {
+        "scheme": scheme,
+        "excess": float((weight * excess).sum() / weight.sum()),
+        "docs": {
+            "keys": list(data.documents),
+            "w": [float(x) for x in weight],
+            "g": [float(x) for x in excess],
+        },
+    }
 
 
 def length_pairs(
@@ -121,9 +168,36 @@ def length_pairs(
     if set(now) != set(base):
         raise GateInputError(f"length schemes mismatch: baseline {sorted(base)}, run {sorted(now)}")
     # each cell states its gated scale, as the other kinds' cells do: the length metric
-    return [
+    pairs = [
         ((TASK, METRIC, KIND, s, None), {**base[s], "scale": METRIC}, {**now[s], "scale": METRIC})
         for s in b["schemes"]
+    ]
+    return pairs + _window_pairs(baseline, current)
+
+
+def _window_pairs(baseline: dict[str, Any], current: dict[str, Any]) -> list[tuple]:
+    """The window cells' pairs: none when the baseline predates the window pass."""
+    if "window_cells" not in baseline:
+        return []
+    if "window_cells" not in current:
+        raise GateInputError(
+            "length mismatch: the baseline has cells of the excess over the in-distribution "
+            "window but the run has none; rerun `posgen run --length` with this posgen"
+        )
+    b, c = baseline["settings"].get("window_stride"), current["settings"].get("window_stride")
+    if b != c:
+        raise GateInputError(
+            f"length settings mismatch (window_stride: baseline {b!r}, run {c!r}); rerun "
+            "with the baseline's window stride or make a new baseline"
+        )
+    now = {cell["scheme"]: cell for cell in current["window_cells"]}
+    return [
+        (
+            (WINDOW_TASK, METRIC, KIND, cell["scheme"], None),
+            {**cell, "scale": METRIC},
+            {**now[cell["scheme"]], "scale": METRIC},
+        )
+        for cell in baseline["window_cells"]
     ]
 
 
@@ -138,9 +212,17 @@ def validate_section(section: Any, where: str) -> None:
     missing = [k for k in SETTINGS if k not in section["settings"]]
     if missing:
         raise GateInputError(f"{where}.settings is corrupt: missing {missing}")
+    for name in ("cells", "window_cells") if "window_cells" in section else ("cells",):
+        _validate_cells(section, name, where)
+
+
+def _validate_cells(section: dict[str, Any], name: str, where: str) -> None:
+    """``section[name]``: one well-formed cell per scheme of the settings, in order."""
+    if not isinstance(section[name], list):
+        raise GateInputError(f"{where} is corrupt: {name!r} should be a list")
     schemes = []
-    for i, cell in enumerate(section["cells"]):
-        at = f"{where}.cells[{i}]"
+    for i, cell in enumerate(section[name]):
+        at = f"{where}.{name}[{i}]"
         if not isinstance(cell, dict):
             raise GateInputError(f"{at} is not an object")
         check_typed(cell, {"scheme": str, "excess": float, "docs": dict}, at)
@@ -148,6 +230,6 @@ def validate_section(section: Any, where: str) -> None:
         schemes.append(cell["scheme"])
     if schemes != list(section["settings"]["schemes"]):
         raise GateInputError(
-            f"{where} is corrupt: its cells' schemes {schemes} are not the settings' "
+            f"{where} is corrupt: its {name}' schemes {schemes} are not the settings' "
             f"{section['settings']['schemes']}"
         )

@@ -11,16 +11,28 @@ import numpy as np
 
 from posgen.results.folder import schema
 from posgen.results.report.length_decompose import DECOMPOSITION_NOTE, scheme_tables
+from posgen.results.report.length_window import (
+    WINDOW_HEADER,
+    WINDOW_NOTE,
+    excess_axes,
+    excess_table,
+    has_window,
+    window_cells,
+)
 from posgen.results.scores.length import FEW_DOCS
 
 
 def curves_figure(scores: Mapping[str, Any]) -> Any:
     """A matplotlib ``Figure`` (object API, no global backend switch): mean NLL per
-    position bucket for each scheme with its t-interval band; dotted: the trained context."""
+    position bucket for each scheme with its t-interval band; dotted: the trained context;
+    with the window pass, a second panel: the excess over it per scheme."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(8, 4.5))
-    ax = fig.add_subplot(1, 1, 1)
+    window = has_window(scores)
+    fig = Figure(figsize=(8, 8.5 if window else 4.5), layout="constrained")
+    ax = fig.add_subplot(2 if window else 1, 1, 1)
+    if window:
+        excess_axes(fig.add_subplot(2, 1, 2, sharex=ax), scores)
     schemes = list(scores["effective"])
     for scheme in schemes:
         rows = [r for r in scores["curves"] if r["scheme"] == scheme]
@@ -50,16 +62,27 @@ def _f(x: float, fmt: str = ".3f") -> str:
 
 
 def effective_table(scores: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """Header and rows: scheme, in-context NLL, mean NLL past C, effective length, interval."""
+    """Header and rows: scheme, in-context NLL, mean NLL past C, effective length vs
+    [C/2, C), interval, and with the window pass the excess past C over it, the effective
+    length vs the window and its interval."""
     c = int(scores["config"]["trained_context"])
-    header = ["scheme", "NLL in [C/2, C)", "NLL past C", "effective length", "95% interval"]
+    header = [
+        "scheme",
+        "NLL in [C/2, C)",
+        "NLL past C",
+        "effective length vs [C/2, C)",
+        "95% interval",
+    ]
+    window = has_window(scores)
+    header += WINDOW_HEADER if window else []
     rows = []
     for scheme, eff in scores["effective"].items():
         past = [r["nll"] for r in scores["curves"] if r["scheme"] == scheme and r["start"] >= c]
         past_mean = float(np.nanmean(past)) if past else math.nan
         length = f"{'≥ ' if eff['censored'] else ''}{eff['effective_length']}"
         interval = f"[{eff['ci_low']:.0f}, {eff['ci_high']:.0f}]"
-        rows.append([scheme, _f(eff["reference_nll"]), _f(past_mean), length, interval])
+        row = [scheme, _f(eff["reference_nll"]), _f(past_mean), length, interval]
+        rows.append(row + (window_cells(scores, scheme) if window else []))
     return header, rows
 
 
@@ -85,9 +108,17 @@ def intro(scores: Mapping[str, Any]) -> str:
     return (
         f"Model `{cfg['model']}`, trained context C = {cfg['trained_context']}, evaluated to "
         f"{cfg['max_length']} tokens, buckets of {cfg['bucket_width']}, "
-        f"{len(cfg['documents'])} document(s), one forward per document. Effective length: "
-        f"the start of the first bucket at or after C whose mean NLL exceeds the mean over "
-        f"[C/2, C) by more than ln(1 + {cfg['threshold']:g}) (≥: never within the run)."
+        f"{len(cfg['documents'])} document(s), one forward per document and scheme. Effective "
+        f"length vs [C/2, C): the start of the first bucket at or after C whose mean NLL "
+        f"exceeds the mean over [C/2, C) by more than ln(1 + {cfg['threshold']:g}) (≥: never "
+        f"within the run)."
+        + (
+            f" In-distribution window: stride S = {cfg['window_stride']}, so every token past "
+            f"C is scored with {cfg['trained_context'] - cfg['window_stride']} … "
+            f"{cfg['trained_context'] - 1} tokens of context."
+            if cfg.get("window_stride")
+            else ""
+        )
     )
 
 
@@ -122,6 +153,8 @@ def markdown(
     lines += _md_table(*effective_table(scores))
     if any(e["few_documents"] for e in scores["effective"].values()):
         lines += ["", FEW_DOCS_NOTE]
+    if has_window(scores):
+        lines += ["", WINDOW_NOTE, "", *_md_table(*excess_table(scores))]
     if scores["drift"]:
         lines += ["", DRIFT_NOTE, "", *_md_table(*drift_table(scores))]
     tables = scheme_tables(scores)
@@ -135,8 +168,9 @@ def markdown(
 
 
 def read_length_table(run_root: Any, name: str) -> Any:
-    """``RUN/<name>.parquet`` (``length_effective`` or ``length_curves``), checked against
-    its schema; None for a run without ``--length``. A run with length folders but no
+    """``RUN/<name>.parquet`` (``length_effective``, ``length_curves`` or ``length_excess``),
+    checked against its schema; None for a run without ``--length`` (and ``length_excess``
+    also for runs made before the window pass). A run with length folders but no
     table was written before the tables existed: rebuild them with ``posgen report``."""
     from pathlib import Path
 
@@ -145,7 +179,7 @@ def read_length_table(run_root: Any, name: str) -> Any:
     root = Path(run_root)
     path = root / f"{name}.parquet"
     if not path.is_file():
-        if any(root.glob("length/*/length_scores.json")):
+        if name != "length_excess" and any(root.glob("length/*/length_scores.json")):
             raise schema.SchemaError(
                 f"{root} has length results but no {name}.parquet; run `posgen report "
                 f"{root}` to rebuild its tables"
@@ -155,6 +189,7 @@ def read_length_table(run_root: Any, name: str) -> Any:
     columns = {
         "length_effective": schema.LENGTH_EFFECTIVE_COLUMNS,
         "length_curves": schema.LENGTH_CURVE_COLUMNS,
+        "length_excess": schema.LENGTH_EXCESS_COLUMNS,
     }[name]
     schema.validate_frame(df, columns, str(path))
     return df
@@ -183,6 +218,8 @@ def run_blocks(run_root: Any) -> list[tuple]:
         if any(int(e["n_documents"]) < FEW_DOCS for e in scores["effective"].values()):
             blocks.append(("p", FEW_DOCS_NOTE))
         blocks.append(("img", "NLL by position per length scheme", curves_png(scores)))
+        if has_window(scores):
+            blocks += [("p", WINDOW_NOTE), ("table", *excess_table(scores))]
         if scores["drift"]:
             blocks += [("p", DRIFT_NOTE), ("table", *drift_table(scores))]
     return blocks

@@ -171,17 +171,14 @@ def effective_length(
 
     start = past_context_start(width, trained_context)
     first, reference = crossing(data.sums, data.counts, ref_idx, tau, start)
-    rng = item_rng(seed, "length/effective_length/bootstrap", data.scheme)
     d = data.sums.shape[0]
+    rng = item_rng(seed, "length/effective_length/bootstrap", data.scheme)
     boot = np.empty(N_BOOT)
     for k in range(N_BOOT):
         pick = rng.integers(0, d, d)
         boot[k] = length_of(crossing(data.sums[pick], data.counts[pick], ref_idx, tau, start)[0])
     return {
-        "effective_length": length_of(first),
-        "censored": first is None,
-        "ci_low": float(np.quantile(boot, 0.025)),
-        "ci_high": float(np.quantile(boot, 0.975)),
+        **crossing_summary(length_of(first), first is None, boot),
         "reference_nll": reference,
         "threshold_nll": reference + tau,
         "n_documents": d,
@@ -189,23 +186,42 @@ def effective_length(
     }
 
 
+def crossing_summary(length: int, censored: bool, boot: np.ndarray) -> dict[str, Any]:
+    """An effective length, whether it is censored, and its 95% percentile-bootstrap
+    interval from the resampled lengths ``boot`` ``[N_BOOT]``."""
+    return {
+        "effective_length": length,
+        "censored": censored,
+        "ci_low": float(np.quantile(boot, 0.025)),
+        "ci_high": float(np.quantile(boot, 0.975)),
+    }
+
+
 def curve_rows(data: SchemeData, width: int) -> list[dict[str, Any]]:
     """Tidy rows: scheme, bucket, start, stop, mean NLL, t-interval bounds, D."""
     with np.errstate(invalid="ignore", divide="ignore"):
         means = data.sums / data.counts
+    return bucket_rows(data.scheme, means, width, "nll", range(means.shape[1]))
+
+
+def bucket_rows(
+    scheme: str, values: np.ndarray, width: int, field: str, buckets: Sequence[int]
+) -> list[dict[str, Any]]:
+    """Per bucket b of ``buckets``: scheme, bucket, start, stop, ``field`` = the mean over
+    documents of ``values[:, b]`` (``[D, B]``), its t-interval bounds and D."""
     rows = []
-    for b in range(means.shape[1]):
-        mean, low, high = t_interval(means[:, b])
+    for b in buckets:
+        mean, low, high = t_interval(values[:, b])
         rows.append(
             {
-                "scheme": data.scheme,
+                "scheme": scheme,
                 "bucket": b,
                 "start": b * width,
                 "stop": (b + 1) * width,
-                "nll": mean,
+                field: mean,
                 "ci_low": low,
                 "ci_high": high,
-                "n_documents": int(np.isfinite(means[:, b]).sum()),
+                "n_documents": int(np.isfinite(values[:, b]).sum()),
             }
         )
     return rows
@@ -250,7 +266,8 @@ def json_ready(obj: Any) -> Any:
 
 def score_length(records: Sequence[dict[str, Any]], config: LengthConfig) -> dict[str, Any]:
     """Everything the report shows: curves, effective lengths, drift, per scheme (and the
-    config, as ``length_scores.json`` records it)."""
+    config, as ``length_scores.json`` records it). With the in-distribution window:
+    :func:`posgen.results.scores.length_window.score_with_window`."""
     width, c = config.bucket_width, config.trained_context
     out: dict[str, Any] = {"curves": [], "effective": {}, "drift": [], "config": config.to_dict()}
     for scheme, data in gather(records).items():
