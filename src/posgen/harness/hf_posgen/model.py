@@ -43,6 +43,7 @@ before weights load: :mod:`.pretrained_config`. lm-eval finds the class by name 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any
 
 import torch
@@ -72,7 +73,11 @@ from posgen.perturbations.seeding import DEFAULT_SEED
 
 
 class HFPosgenLM(HFLM):
-    """HFLM whose forward passes run under a position and/or feature perturbation."""
+    """HFLM whose forward passes run under a position and/or feature perturbation.
+
+    The named parameters of the constructor after ``pretrained`` are hf-posgen's model
+    arguments, the one declaration of them (:func:`model_arguments`); every other
+    argument is ``hf``'s."""
 
     def __init__(
         self,
@@ -299,3 +304,12 @@ class HFPosgenLM(HFLM):
             self.plan_observer(*plan.context_rows(), self._generation.docs(strings))
         with generating(self.model, plan):
             return super()._model_generate(context, max_length, stop, **generation_kwargs)
+
+
+def model_arguments() -> tuple[str, ...]:
+    """The model arguments hf-posgen adds to lm-eval's ``hf`` model (``--model_args``): the
+    named parameters of :class:`HFPosgenLM`'s constructor after ``pretrained``, which is
+    where lm-eval hands them (``create_from_arg_string`` calls ``cls(**args)``)."""
+    params = inspect.signature(HFPosgenLM.__init__).parameters.values()
+    named = (p.name for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return tuple(name for name in named if name not in ("self", "pretrained"))
