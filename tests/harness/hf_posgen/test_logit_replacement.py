@@ -1,6 +1,7 @@
 """``logits=``: each layer's logits replaced by their exact additive fit inside the model's
 own forward. Planted truth (an exactly additive model; a planted position–content
-interaction), batch independence, layers=/heads= exactness, the forms and the refusals."""
+interaction), batch independence (rows' lengths from the batch plan, or a mask that
+agrees), layers=/heads= exactness, the forms and the refusals."""
 
 from __future__ import annotations
 
@@ -96,6 +97,43 @@ def test_a_padded_batch_replaces_each_row_as_alone():
             with logits_replaced(model, LogitReplacement(LogitForm(form), keys=(b"b",))):
                 alone = model(ids[1:, :29]).logits
         torch.testing.assert_close(both[1, :29], alone[0], atol=1e-5, rtol=0)
+
+
+def test_a_padded_batch_without_a_mask_takes_each_rows_length_from_lengths():
+    """HFLM's call: right-padded rows, no attention mask; ``lengths`` (the batch plan's)
+    say where each row ends, and padding enters no fit (sdpa, and eager, whose mask then
+    covers the whole padded width)."""
+    model = build_model("llama")
+    ids = torch.randint(3, 300, (2, 40), generator=torch.Generator().manual_seed(0))
+    ids[1, 29:] = 0
+    for impl in ("sdpa", "eager"):
+        model.set_attn_implementation(impl)
+        for form in ("additive", "shuffled"):
+            both = _logits_of(model, ids, LogitForm(form), keys=(b"a", b"b"), lengths=(40, 29))
+            alone = _logits_of(model, ids[1:, :29], LogitForm(form), keys=(b"b",))
+            torch.testing.assert_close(both[1, :29], alone[0], atol=1e-5, rtol=0)
+            guessed = _logits_of(model, ids, LogitForm(form), keys=(b"a", b"b"), lengths=(40, 40))
+            assert (guessed[1, :29] - alone[0]).abs().max() > 1e-3  # padding in the fit
+
+
+def test_lengths_and_a_mask_that_disagree_are_refused():
+    model = build_model("llama")
+    ids = torch.randint(3, 300, (2, 40), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(2, 40, dtype=torch.long)
+    mask[1, 29:] = 0
+    form = LogitForm("additive")
+    agreed = _logits_of(model, ids, form, lengths=(40, 29), attention_mask=mask)
+    unsaid = _logits_of(model, ids, form, attention_mask=mask)  # the mask alone says 29
+    torch.testing.assert_close(agreed, unsaid, atol=0, rtol=0)
+    with pytest.raises(RuntimeError, match="by its request but the attention mask gives it 29"):
+        _logits_of(model, ids, form, lengths=(40, 31), attention_mask=mask)
+    with pytest.raises(RuntimeError, match="cannot tell the real tokens"):
+        _logits_of(model, ids, form)  # no mask, no lengths: padding or not?
+
+
+def _logits_of(model, ids, form, attention_mask=None, **replace) -> torch.Tensor:
+    with torch.no_grad(), logits_replaced(model, LogitReplacement(form, **replace)):
+        return model(ids, attention_mask=attention_mask).logits
 
 
 def test_layers_below_the_first_replaced_one_and_other_heads_are_plain_bit_for_bit():

@@ -23,8 +23,8 @@ whole ``generate`` call once; :func:`generating` follows it step by step:
   context token is drawn once, per token, never per step); with ``heads=`` and moved
   positions it keeps the perturbed twin keys of every column.
 
-Refused (:func:`check_generation`): Λ attention, chunked prefill, and ``heads=`` with
-moved positions under beam search.
+Refused (:func:`check_generation`): Λ attention, ``logits=``, chunked prefill, and
+``heads=`` with moved positions under beam search.
 """
 
 from __future__ import annotations
@@ -55,6 +55,12 @@ def check_generation(p: ModelPerturbation, generation_kwargs: dict[str, Any]) ->
             f"hf-posgen does not run generate_until under length={p.length.to_string()}: Λ "
             "attention re-rotates its global keys for every query, which a KV cache of "
             "rotated keys cannot give; use loglikelihood tasks or posgen length for it"
+        )
+    if p.logits is not None:
+        raise NotImplementedError(
+            f"hf-posgen does not run generate_until under logits={p.logits.to_string()}: the "
+            "fit replaces the logits of whole forwards, which a KV cache's decode steps are "
+            "not; use loglikelihood tasks or posgen cause for it"
         )
     if generation_kwargs.get("prefill_chunk_size"):
         raise NotImplementedError(

@@ -6,9 +6,12 @@ posgen registers one attention function per base implementation with
 :func:`posgen.compat.using_attention`. In a layer outside ``layers=`` it calls the
 model's own implementation unchanged. In a chosen layer, for each row of the batch:
 
-1. the row's real tokens are the keys some query may attend (HFLM right-pads: the first
-   m of the n slots), and the fitted entries F are the entries the layer attends among
-   them with j ≤ i (the causal mask, or the model's own, e.g. a sliding window);
+1. the row's real tokens are its first m of the n slots (HFLM right-pads), m what the
+   request says: the batch plan's ``lengths`` (HFLM calls the model with no attention
+   mask, so the mask cannot tell padding from tokens); an attention mask that marks
+   padding must agree with them, and without ``lengths`` it alone gives m. The fitted
+   entries F are the entries the layer attends among the m with j ≤ i (the causal mask,
+   or the model's own, e.g. a sliding window): padding never enters a fit;
 2. the logits of the chosen heads (all, or ``heads=``), as the model scores them, are
    ``W = q @ repeat_kv(k)ᵀ · scaling`` over F, from the model's own post-RoPE q and k
    (then the layer's soft-capping, tanh(W / cap) · cap);
@@ -81,6 +84,7 @@ class LogitReplacement:
     heads: tuple[int, ...] | None = None  # None: every query head
     seed: int = 0
     keys: tuple[bytes, ...] = ()  # per batch row, the key of its tokens (``shuffled``)
+    lengths: tuple[int, ...] | None = None  # per batch row, its real tokens (the plan's)
     donor: LogitDonor | None = None  # ``foreign``
     layouts: LayoutCache = field(default_factory=LayoutCache)
     options: FitOptions = field(default_factory=FitOptions)
@@ -98,8 +102,7 @@ class LogitReplacement:
             return last[2]
         attended = attended_entries(attention_mask, query, key, module, kwargs)
         rows, whole = [], True
-        for row in range(shape[0]):
-            m = real_length(attended[row])
+        for row, m in enumerate(self.row_lengths(attended)):
             fitted = self.options.apply(attended[row, :m, :m])
             layout = fit_layout(self.layouts, fitted, self.options)
             rows.append((m, fitted, layout))
@@ -110,6 +113,30 @@ class LogitReplacement:
         found = MaskRows(additive, rows, whole)
         self._masks = (attention_mask, shape, found)  # holds the mask: its id stays unique
         return found
+
+    def row_lengths(self, attended: torch.Tensor) -> list[int]:
+        """m per row of ``attended`` [B, n, keys]: ``lengths`` where given, checked against
+        the mask (one that marks padding must mark the same), else the mask's. Without
+        ``lengths`` a batch whose mask marks no padding is refused: it cannot be told from
+        a padded one called with no mask."""
+        b, n = attended.shape[:2]
+        masked = [real_length(attended[row]) for row in range(b)]
+        if self.lengths is None:
+            if b > 1 and all(m == n for m in masked):
+                raise RuntimeError(
+                    f"logits= cannot tell the real tokens of a batch of {b} rows whose mask "
+                    "marks no padding: give LogitReplacement(lengths=...) (the batch plan's)"
+                )
+            return masked
+        if len(self.lengths) != b or any(not 0 < m <= n for m in self.lengths):
+            raise RuntimeError(f"logits=: row lengths {self.lengths} do not fit {b} rows of {n}")
+        for row, (m, seen) in enumerate(zip(self.lengths, masked, strict=True)):
+            if seen not in (m, n):
+                raise RuntimeError(
+                    f"logits=: row {row} has {m} real tokens by its request but the attention "
+                    f"mask gives it {seen}; pass a mask that agrees, or none"
+                )
+        return list(self.lengths)
 
     def replaces_whole_logits(self, query, masks: MaskRows, softcap) -> bool:
         """Whether this call takes the route of the whole logits (module doc)."""

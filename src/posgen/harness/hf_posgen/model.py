@@ -44,6 +44,7 @@ before weights load: :mod:`.pretrained_config`. lm-eval finds the class by name 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any
 
 import torch
@@ -80,7 +81,11 @@ from posgen.perturbations.seeding import DEFAULT_SEED
 
 
 class HFPosgenLM(HFLM):
-    """HFLM whose forward passes run under a position and/or feature perturbation."""
+    """HFLM whose forward passes run under a position and/or feature perturbation.
+
+    The named parameters of the constructor after ``pretrained`` are hf-posgen's model
+    arguments, the one declaration of them (:func:`model_arguments`); every other
+    argument is ``hf``'s."""
 
     def __init__(
         self,
@@ -338,3 +343,12 @@ def checked_arguments(
         raise PerturbationError("layers= restricts positions=/features=; drop length=")
     check_beside_length(perturbation.logits, length_scheme)
     return perturbation, length_scheme
+
+
+def model_arguments() -> tuple[str, ...]:
+    """The model arguments hf-posgen adds to lm-eval's ``hf`` model (``--model_args``): the
+    named parameters of :class:`HFPosgenLM`'s constructor after ``pretrained``, which is
+    where lm-eval hands them (``create_from_arg_string`` calls ``cls(**args)``)."""
+    params = inspect.signature(HFPosgenLM.__init__).parameters.values()
+    named = (p.name for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return tuple(name for name in named if name not in ("self", "pretrained"))

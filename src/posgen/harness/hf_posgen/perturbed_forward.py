@@ -75,7 +75,9 @@ def perturbed_forward(
     with ExitStack() as stack:
         if p.logits is not None:  # logits replaced by their fit: no qk noise beside them
             enter_perturbation(stack, model, p, plan.positions, None)
-            replacement = LogitReplacement(p.logits, p.layers, p.heads, p.seed, plan.keys, donor)
+            replacement = LogitReplacement(
+                p.logits, p.layers, p.heads, p.seed, plan.keys, plan.lengths, donor
+            )
             stack.enter_context(logits_replaced(model, replacement))
         else:
             mixed = p.heads is not None and position_family_of(model).kind == "rotary"
