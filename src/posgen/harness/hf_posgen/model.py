@@ -65,6 +65,7 @@ from posgen.harness.hf_posgen.pretrained_config import (
     check_layers_in_config,
     length_load_kwargs,
     parse_length_arg,
+    resolve_length,
 )
 from posgen.harness.hf_posgen.response_cache import ResponseCache
 from posgen.perturbations.base import Perturbation, PerturbationError
@@ -113,6 +114,7 @@ class HFPosgenLM(HFLM):
         if isinstance(pretrained, str):
             pretrained = resolve_pretrained(pretrained)
             check_layers_in_config(pretrained, perturbation, kwargs)
+        length_scheme = resolve_length(pretrained, length_scheme, kwargs)  # infllm: from C
         launch = launch_accelerator()  # before any weights load
         kwargs.update(length_load_kwargs(pretrained, length_scheme, kwargs))
         super().__init__(pretrained=pretrained, **kwargs)
