@@ -211,3 +211,25 @@ def test_infllm_length_cells_reach_the_gate(tiny_path, tmp_path):
     section = length_section(run_root, model)
     assert {cell["scheme"] for cell in section["cells"]} == {"none", SCHEME}
     assert section["settings"]["schemes"] == ["none", SCHEME]
+
+
+def test_posgen_decompose_runs_infllm_completed_from_c(tiny_model_dir, tmp_path, capsys):
+    import argparse
+
+    import pandas as pd
+
+    from posgen.harness.cli import decompose
+
+    parser = argparse.ArgumentParser()
+    decompose.configure_parser(parser)
+    model = str(tiny_model_dir("llama", 0))
+    argv = ["--model", model, "--docs", "1", "--tokens", "40", "--device", "cpu"]
+    argv += ["--trained-context", "24", "--out", str(tmp_path / "out"), "--length"]
+    assert decompose.main(parser.parse_args([*argv, "infllm:topk=1"])) == 0
+    table = pd.read_parquet(tmp_path / "out" / "heads.parquet")
+    expected = "infllm:n_init=1,n_local=12,block_size=1,topk=1,repr_topk=1,exc_block_size=2"
+    assert (table["length"] == expected).all() and (table["fit_mask"] == "lambda-band:12").all()
+    capsys.readouterr()
+    assert decompose.main(parser.parse_args([*argv, "infllm:n_local=24"])) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "must be < the trained context C = 24" in err, err
