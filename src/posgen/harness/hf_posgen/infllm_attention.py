@@ -228,22 +228,30 @@ def memory_keys(
 
 def _chunk(q, k, v, q_mem, k_mem, memory, score, start, stop, state: _State, scaling):
     """The chunk's output ``[H, stop − start, d]`` (float32): local band and memory logits
-    in one softmax; adds the local probabilities' column sums into ``score``."""
+    in one softmax, ``a = exp(s − m) / Σ exp(s − m)`` with ``m`` the row max over both
+    sets, computed in place on the two score tensors (no concatenation); adds the local
+    probabilities' column sums into ``score``."""
     window = state.scheme.n_local
     lo = max(0, start - window + 1)
     i = torch.arange(start, stop, device=q.device).unsqueeze(1)
     j = torch.arange(lo, stop, device=q.device).unsqueeze(0)
     band = (j <= i) & (i - j < window)  # [Lq, Lk]
-    local = (q[:, start:stop] @ k[:, lo:stop].transpose(-1, -2)).float() * scaling
-    local = local.masked_fill(~band, float("-inf"))
+    local = (q[:, start:stop] @ k[:, lo:stop].transpose(-1, -2)).float().mul_(scaling)
+    local.masked_fill_(~band, float("-inf"))
     memory = memory.to(q.device)
     far = (i - memory.unsqueeze(0)) >= window  # [Lq, M]
-    remote = (q_mem[:, start:stop] @ k_mem[:, memory].transpose(-1, -2)).float() * scaling
-    remote = remote.masked_fill(~far, float("-inf"))
-    probs = torch.softmax(torch.cat([local, remote], dim=-1), dim=-1)
-    p_local, p_remote = probs[..., : local.shape[-1]], probs[..., local.shape[-1] :]
-    score[:, lo:stop] += p_local.sum(dim=1)
-    out = p_local.to(v.dtype) @ v[:, lo:stop] + p_remote.to(v.dtype) @ v[:, memory]
+    remote = (q_mem[:, start:stop] @ k_mem[:, memory].transpose(-1, -2)).float().mul_(scaling)
+    remote.masked_fill_(~far, float("-inf"))
+    top = local.amax(dim=-1, keepdim=True)  # finite: the diagonal is always local
+    if remote.shape[-1]:
+        top = torch.maximum(top, remote.amax(dim=-1, keepdim=True))
+    local.sub_(top).exp_()
+    remote.sub_(top).exp_()
+    total = local.sum(dim=-1, keepdim=True) + remote.sum(dim=-1, keepdim=True)
+    local.div_(total)
+    remote.div_(total)
+    score[:, lo:stop] += local.sum(dim=1)
+    out = local.to(v.dtype) @ v[:, lo:stop] + remote.to(v.dtype) @ v[:, memory]
     return out.float()
 
 
