@@ -40,6 +40,7 @@ import torch
 
 from posgen.compat import base_implementation, internal, using_attention
 from posgen.harness.hf_posgen.lambda_attention import _check_supported, causal_attention
+from posgen.harness.hf_posgen.rerotation import own_attention, rotary_recorder
 from posgen.harness.model_family import family_of, require_rotary, rotary_modules
 from posgen.perturbations.length_infllm import LengthInfLLM
 
@@ -79,9 +80,7 @@ def _make_forward(base: str):
         if query.shape[2] != key.shape[2]:
             raise RuntimeError("infllm attention needs one full forward (no KV cache)")
         if query.shape[2] <= state.scheme.n_local:  # all in the window: plain causal
-            own_eager = family_of(module).eager_attention_function(module)
-            plain = ALL_ATTENTION_FUNCTIONS.get_interface(base, own_eager)
-            return plain(module, query, key, value, attention_mask, **kwargs)
+            return own_attention(module, base, query, key, value, attention_mask, **kwargs)
         _check_supported(module, attention_mask, kwargs)
         return infllm_output(module, query, key, value, **kwargs), None
 
@@ -275,14 +274,7 @@ def infllm_attention(
     if len(modules) != 1:
         raise RuntimeError(f"infllm attention needs one rotary module, found {len(modules)}")
     state = _State(scheme, lengths, true_positions, memory)
-
-    def hook(module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
-        state.rotary = module
-        state.x = kwargs.get("x", args[0] if args else None)
-        state.positions = kwargs["position_ids"] if "position_ids" in kwargs else args[1]
-        state.cos, state.sin = output
-        state.fixed = None
-
+    hook = rotary_recorder(state)
     base = base_implementation(model)
     if base != "eager" and base not in ALL_ATTENTION_FUNCTIONS:
         raise ValueError(f"infllm attention cannot wrap unknown implementation {base!r}")
