@@ -34,6 +34,8 @@ The window pass beside a plain forward (what it adds to a run):
        python benchmarks/bench_length.py --schemes "none;window" --layers 2
 Λ against sdpa in under 3 minutes on 2 cores:
        python benchmarks/bench_length.py --tokens 4096 --layers 4 --schemes "none;lambda:4,2048"
+InfLLM (its defaults scaled to C) beside Λ at full length:
+       python benchmarks/bench_length.py --tokens 16384 --layers 2 --schemes "lambda:4,8192;infllm"
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ def child(scheme_text: str, tokens: int, model_name: str, layers: int | None) ->
     (entry,) = model_entries([model_name])
     loaded = load_model(entry, "cpu", length=scheme)
     model = loaded.model
+    if hasattr(scheme, "for_context"):  # infllm: its defaults scaled to the trained context
+        scheme = scheme.for_context(int(model.config.max_position_embeddings))
     if layers:  # keep the first decoder layers only (see --layers)
         model.model.layers = model.model.layers[:layers]
         model.config.num_hidden_layers = layers

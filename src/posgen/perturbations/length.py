@@ -12,6 +12,9 @@
   scheme, so it combines with any position scheme (the scheme's values divided by F).
 - ``dynamic:F``, ``yarn:F``: the rope scalings transformers implements (dynamic NTK,
   YaRN), set at load time through ``rope_parameters`` (:meth:`LengthPerturbation.load_kwargs`).
+- ``infllm`` / ``infllm:KEY=VALUE,...``: InfLLM's block memory (Xiao et al., 2024), an
+  attention function like Λ (:mod:`posgen.perturbations.length_infllm`); parameters left
+  out take InfLLM's defaults scaled to C.
 
 None of them draws random numbers: every one is deterministic. Parse the short forms
 with :func:`parse_length` (``lambda`` takes two values, so the generic registry parser
@@ -27,8 +30,26 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from posgen.perturbations.base import Perturbation, PerturbationError, registry
+from posgen.perturbations.base import PerturbationError, registry
+from posgen.perturbations.length_base import LengthPerturbation
+from posgen.perturbations.length_infllm import LengthInfLLM, parse_infllm
 from posgen.perturbations.positions import PositionPerturbation
+
+__all__ = [
+    "InterpolatedPositions",
+    "LengthDynamic",
+    "LengthInfLLM",
+    "LengthLambda",
+    "LengthNone",
+    "LengthPerturbation",
+    "LengthScale",
+    "LengthYarn",
+    "check_length_list",
+    "combined_positions",
+    "parse_length",
+    "parse_length_list",
+    "with_context",
+]
 
 _CONTEXT = re.compile(r"\bC\b")  # the trained context in a scheme (``lambda:4,C``)
 
@@ -43,38 +64,6 @@ def _check_factor(name: str, value: float, minimum: float) -> None:
         raise PerturbationError(
             f"{name}: factor must be a finite number >= {minimum:g}, got {value!r}"
         )
-
-
-@dataclass(frozen=True)
-class LengthPerturbation(Perturbation):
-    """Base class of length schemes. Exactly one of three mechanisms applies:
-    an attention function (``lambda``), a position factor (``scale``), or load-time
-    ``rope_parameters`` (``dynamic``, ``yarn``); ``none`` applies nothing."""
-
-    kind: ClassVar[str] = "length"
-    rope_type: ClassVar[str | None] = None  # transformers rope_type set at load time
-
-    @property
-    def is_identity(self) -> bool:
-        return False
-
-    @property
-    def position_factor(self) -> float:
-        """Multiplier of position values (1.0 unless position interpolation)."""
-        return 1.0
-
-    @property
-    def uses_attention(self) -> bool:
-        """Whether the scheme replaces the attention function (Λ)."""
-        return False
-
-    def rope_parameters(self, config: Any) -> dict[str, Any] | None:
-        """The ``rope_parameters`` to load the model with, or None to keep the config's."""
-        return None
-
-    def load_kwargs(self, config: Any) -> dict[str, Any]:
-        """Extra ``from_pretrained`` kwargs for a model whose (pre-load) config is ``config``."""
-        return {}
 
 
 @registry.register
@@ -221,11 +210,14 @@ def _int(text: str, what: str, spec: str) -> int:
 
 def parse_length(text: str) -> LengthPerturbation:
     """Strictly parse a length scheme: ``none``, ``lambda:G,W``, ``scale:F``,
-    ``dynamic:F``, ``yarn:F``. ``lambda:G:W`` is accepted too, for lm-eval's
-    ``--model_args``, which splits at every comma. Errors list the accepted forms."""
+    ``dynamic:F``, ``yarn:F``, ``infllm[:KEY=VALUE,...]``. ``lambda:G:W`` (and ``:``
+    between infllm's pairs) is accepted too, for lm-eval's ``--model_args``, which splits
+    at every comma. Errors list the accepted forms."""
     spec = text.strip()
     name, sep, value = spec.partition(":")
     name = name.strip()
+    if name == "infllm":
+        return parse_infllm(spec, value)
     if name == "lambda":
         parts = value.split("," if "," in value else ":")
         if not sep or len(parts) != 2:
@@ -249,8 +241,8 @@ def with_context(text: str, trained_context: int) -> str:
 
 def parse_length_list(text: str, trained_context: int | None = None) -> list[LengthPerturbation]:
     """Parse a ``;``-separated list (``lambda`` uses the comma): ``none;lambda:4,2048;yarn:2``;
-    ``C`` stands for ``trained_context`` (:func:`with_context`). A scheme listed twice is
-    refused."""
+    ``C`` stands for ``trained_context`` (:func:`with_context`), which also sets the
+    parameters an ``infllm`` scheme leaves out. A scheme listed twice is refused."""
     return [s for s in _parse_items(text, trained_context, False) if s is not None]
 
 
@@ -277,6 +269,8 @@ def _parse_items(
     for item in items:
         symbolic = unresolved and context is None and _CONTEXT.search(item) is not None
         scheme = parse_length(with_context(item, 2) if symbolic else _resolved(item, context))
+        if context is not None and hasattr(scheme, "for_context"):
+            scheme = scheme.for_context(context)  # infllm: its defaults scaled to C
         key = " ".join(item.split()) if symbolic else scheme.to_string()
         if key in seen:
             raise PerturbationError(

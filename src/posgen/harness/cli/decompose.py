@@ -63,12 +63,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--length",
         default=None,
-        help="run the model under one length scheme of posgen length: none, scale:F, yarn:F or "
-        "lambda:G,W (C in it stands for the trained context; default: as trained); the table "
+        help="run the model under one length scheme of posgen length: none, scale:F, yarn:F, "
+        "lambda:G,W or infllm[:KEY=VALUE,...] (C in it stands for the trained context; default: as trained); the table "
         "then gets r before/past the trained context C (needs --tokens > C). Under lambda:G,W "
         "the fit covers "
         "Lambda's local band (keys at distance < W, fit_mask lambda-band:W), not its G global "
-        "keys",
+        "keys; under infllm its local window (n_local), not its memory",
     )
     parser.add_argument(
         "--trained-context",
@@ -137,13 +137,18 @@ def _resolve_length(args: argparse.Namespace, entry, context: int | None):
     model (read from its config)."""
     if args.length is None:
         return None
-    from posgen.harness.hf_posgen.lambda_attention import config_refusal
-    from posgen.perturbations.length import LengthLambda
+    from posgen.harness.hf_posgen.length_attention import config_refusal
+    from posgen.perturbations.base import PerturbationError
 
     assert context is not None
     scheme = _parse_length(args.length, context)
-    if isinstance(scheme, LengthLambda):
-        reason = config_refusal(loading.load_config(entry))
+    if hasattr(scheme, "for_context"):  # infllm: its defaults scaled to C
+        try:
+            scheme = scheme.for_context(context)
+        except PerturbationError as exc:
+            raise InputError(f"--length: {exc}") from None
+    if scheme.uses_attention:
+        reason = config_refusal(scheme, loading.load_config(entry))
         if reason is not None:
             raise InputError(f"--length {scheme.to_string()}: {reason}")
     return scheme

@@ -7,8 +7,10 @@ Examples::
     posgen length --max-length 16384 --positions swap:0.05
     posgen length --factor 2 --schemes "none;scale:2;yarn:2" --decompose
     posgen length --window-stride 1024         # window context C - 1024 ... C - 1 (default C/2)
+    posgen length --documents 1 --schemes "lambda:4,C;infllm" --decompose
 
-Schemes are ``;``-separated (``lambda`` takes ``GLOBAL,WINDOW``; ``C`` stands for the
+Schemes are ``;``-separated (``lambda`` takes ``GLOBAL,WINDOW``; ``infllm`` takes
+``KEY=VALUE`` pairs, the rest InfLLM's defaults scaled to C; ``C`` stands for the
 trained context). The trained context C is the model config's ``max_position_embeddings``
 unless ``--trained-context`` overrides it (the override sets buckets, the reference range
 and the default schemes; a rope scaling still reads the config's own value).
@@ -48,8 +50,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--schemes",
         default=None,
-        help="';'-separated length schemes; C stands for the trained context "
-        "(default: none;lambda:4,C;scale:F;yarn:F)",
+        help="';'-separated length schemes: none, lambda:G,W, infllm[:KEY=VALUE,...] "
+        "(n_init, n_local, block_size, topk, repr_topk, exc_block_size; the rest "
+        "InfLLM's defaults scaled to C), scale:F, dynamic:F, yarn:F; C stands for the "
+        "trained context (default: none;lambda:4,C;scale:F;yarn:F)",
     )
     parser.add_argument("--positions", default=None, help="a position scheme applied too")
     parser.add_argument(

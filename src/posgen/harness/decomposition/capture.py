@@ -50,7 +50,9 @@ forward is exactly the Λ forward, and ``LayerCapture.attended`` is Λ's local b
 with the logits q·k of the model's own post-RoPE q and k as above. The G global keys
 beyond the window, which Λ scores at the fixed distance W with a re-rotated query, are
 not in ``attended``: their logits are not the q·k this capture computes. With n ≤ W, Λ
-is plain causal attention and the capture runs as without it.
+is plain causal attention and the capture runs as without it. InfLLM
+(:mod:`posgen.harness.hf_posgen.infllm_attention`) is captured the same way, W = n_local:
+its memory keys, scored at one fixed distance, are left out of ``attended``.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ import torch
 
 from posgen.compat import base_implementation, internal, using_attention
 from posgen.harness.decomposition.layer_mask import LayerMask
-from posgen.harness.hf_posgen.lambda_attention import active_scheme, lambda_output
+from posgen.harness.hf_posgen.length_attention import active_band, length_output
 from posgen.harness.model_family import family_of
 
 ALL_ATTENTION_FUNCTIONS = internal("transformers.modeling_utils:ALL_ATTENTION_FUNCTIONS")
@@ -207,14 +209,13 @@ def capture_attention_forward(module, query, key, value, attention_mask, *args, 
     scaling = kwargs.get("scaling")
     scaling = module.head_dim**-0.5 if scaling is None else scaling
     family = family_of(module)
-    scheme = active_scheme()  # a Λ forward: its band for the fit, its outputs (module doc)
-    window = scheme.window if scheme is not None and query.shape[2] > scheme.window else None
+    window = active_band(query.shape[2])  # Λ / InfLLM: its band for the fit, its outputs
     if window is not None and not mask.sees_every_key():
         raise RuntimeError(
             "lambda attention runs unpadded causal forwards; the captured forward has padding"
         )
     # Λ's output first: a layer Λ refuses (soft-capping, sliding window) fails before the fit
-    output = None if window is None else lambda_output(module, query, key, value, **kwargs)
+    output = None if window is None else length_output(module, query, key, value, **kwargs)
     with torch.no_grad():
         replaced = state.consumer(
             LayerCapture(

@@ -189,12 +189,13 @@ def _check_lambda_active(length) -> None:
     without it the fit would silently be of plain causal attention."""
     if length is None or not length.uses_attention:
         return
-    from posgen.harness.hf_posgen.lambda_attention import active_scheme
+    from posgen.harness.hf_posgen.length_attention import active_scheme
 
     if active_scheme() != length:
         raise ValueError(
             f"decomposing under {length.to_string()} needs forward_context to enter "
-            "lambda_attention(model, scheme) (posgen.harness.length.apply.length_forward "
+            "lambda_attention or infllm_attention (posgen.harness.hf_posgen.length_attention: "
+            "length_attention(model, scheme); posgen.harness.length.apply.length_forward "
             f"does); the active scheme is {active_scheme()}"
         )
 

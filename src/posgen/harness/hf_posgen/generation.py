@@ -52,9 +52,10 @@ def check_generation(p: ModelPerturbation, generation_kwargs: dict[str, Any]) ->
     """Refuse what generation under ``p`` does not run, before any forward."""
     if p.length is not None and p.length.uses_attention:
         raise NotImplementedError(
-            f"hf-posgen does not run generate_until under length={p.length.to_string()}: Λ "
-            "attention re-rotates its global keys for every query, which a KV cache of "
-            "rotated keys cannot give; use loglikelihood tasks or posgen length for it"
+            f"hf-posgen does not run generate_until under length={p.length.to_string()}: its "
+            "attention (Λ, InfLLM) re-rotates the keys beyond its window for every query, "
+            "which a KV cache of rotated keys cannot give; use loglikelihood tasks or "
+            "posgen length for it"
         )
     if p.logits is not None:
         raise NotImplementedError(

@@ -46,6 +46,7 @@ from typing import Any
 import torch
 
 from posgen.compat import base_implementation, internal, using_attention
+from posgen.harness.hf_posgen.rerotation import own_attention, rotary_recorder
 from posgen.harness.model_family import family_of, require_rotary, rotary_modules
 from posgen.perturbations.length import LengthLambda
 
@@ -94,9 +95,7 @@ def _make_forward(base: str) -> Callable[..., Any]:
         if query.shape[2] <= state.scheme.window or query.shape[2] != key.shape[2]:
             if query.shape[2] != key.shape[2]:
                 raise RuntimeError("lambda attention needs one full forward (no KV cache)")
-            own_eager = family_of(module).eager_attention_function(module)
-            plain = ALL_ATTENTION_FUNCTIONS.get_interface(base, own_eager)
-            return plain(module, query, key, value, attention_mask, **kwargs)
+            return own_attention(module, base, query, key, value, attention_mask, **kwargs)
         _check_supported(module, attention_mask, kwargs)
         return lambda_output(module, query, key, value, **kwargs), None
 
@@ -380,15 +379,7 @@ def lambda_attention(
             f"lambda attention supports models with one rotary module, found {len(modules)}"
         )
     state = _ForwardState(scheme, block_size)
-
-    def hook(module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
-        state.rotary = module
-        state.x = kwargs.get("x", args[0] if args else None)
-        state.positions = kwargs["position_ids"] if "position_ids" in kwargs else args[1]
-        state.cos, state.sin = output
-        state.fixed = None
-        state.masks.clear()
-
+    hook = rotary_recorder(state)
     base = base_implementation(model)
     if base != "eager" and base not in ALL_ATTENTION_FUNCTIONS:
         raise ValueError(f"lambda attention cannot wrap unknown implementation {base!r}")

@@ -74,6 +74,7 @@ from posgen.harness.hf_posgen.pretrained_config import (
     length_load_kwargs,
     parse_length_arg,
     require_compatible,
+    resolve_length,
 )
 from posgen.harness.hf_posgen.response_cache import ResponseCache
 from posgen.perturbations.base import Perturbation, PerturbationError
@@ -100,8 +101,8 @@ class HFPosgenLM(HFLM):
         **kwargs: Any,
     ) -> None:
         """Same arguments as lm-eval's ``hf`` model plus ``positions``, ``features``,
-        ``perturb_seed``, ``length`` (a length scheme; write ``lambda:G:W`` in
-        ``--model_args``, which splits at commas) and ``layers`` (the decoder layers the
+        ``perturb_seed``, ``length`` (a length scheme; write ``lambda:G:W`` and
+        ``infllm:KEY=VALUE:...`` in ``--model_args``, which splits at commas) and ``layers`` (the decoder layers the
         position and feature schemes act in: ``12``, ``0-5``, ``3;7;11``; default all) and
         ``heads`` (query heads within those layers, same forms; default all) and ``logits``
         (``additive``, ``distance``, ``key``, ``shuffled``: those heads' logits replaced by
@@ -119,6 +120,7 @@ class HFPosgenLM(HFLM):
             pretrained = resolve_pretrained(pretrained)
             check_layers_in_config(pretrained, perturbation, kwargs)
             check_family_in_config(pretrained, perturbation, kwargs)
+        length_scheme = resolve_length(pretrained, length_scheme, kwargs)  # infllm: from C
         require_compatible(pretrained, kwargs)  # posgen.compat, before weights load
         launch = launch_accelerator()  # before any weights load
         kwargs.update(length_load_kwargs(pretrained, length_scheme, kwargs))

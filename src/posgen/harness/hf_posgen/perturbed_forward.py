@@ -5,7 +5,7 @@ positions and noise drawn from its real tokens); :func:`perturbed_forward` puts 
 part of the perturbation on the model for the forwards run inside the block, and takes
 it off on exit, whatever happens:
 
-- Λ attention for a length scheme that needs it (:mod:`.lambda_attention`);
+- Λ or InfLLM attention for a length scheme that needs it (:mod:`.length_attention`);
 - the planned positions where a non-rotary model's positions enter (its absolute
   position table or its ALiBi bias, :mod:`.family_positions`);
 - the planned positions in every layer's rotary embedding (:mod:`.position_hooks`), or
@@ -34,8 +34,8 @@ import torch
 from posgen.harness.hf_posgen import qk_noise
 from posgen.harness.hf_posgen.batch_rows import PaddedRows
 from posgen.harness.hf_posgen.family_positions import family_positions
-from posgen.harness.hf_posgen.lambda_attention import lambda_attention
 from posgen.harness.hf_posgen.layer_hooks import layer_positions
+from posgen.harness.hf_posgen.length_attention import length_attention
 from posgen.harness.hf_posgen.logit_forms import LogitDonor
 from posgen.harness.hf_posgen.logit_replacement import LogitReplacement, logits_replaced
 from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
@@ -82,7 +82,7 @@ def perturbed_forward(
         else:
             mixed = p.heads is not None and position_family_of(model).kind == "rotary"
             attend = qk_noise.plan_attention(plan) if plan.qk or mixed else None
-            enter_perturbation(stack, model, p, plan.positions, attend)
+            enter_perturbation(stack, model, p, plan.positions, attend, plan.lengths)
         if reuse is not None and p.layers is not None and inps is not None:
             stack.enter_context(reuse.replay(inps, p.layers[0]))
         yield
@@ -94,13 +94,15 @@ def enter_perturbation(
     p: ModelPerturbation,
     positions: torch.Tensor | PositionSource | None,
     attend: qk_noise.Attend | None,
+    lengths: tuple[int, ...] | None = None,
 ) -> None:
     """Put ``p`` on ``model`` until ``stack`` closes: Λ attention for a length scheme
     that needs it, ``positions`` (a tensor or a per-call source; None: positions
     unchanged) in every rotary embedding or in ``p.layers`` only (``heads=``: as twin
-    rotations), and ``attend`` (None: none) as every layer's attention."""
+    rotations), and ``attend`` (None: none) as every layer's attention. ``lengths``: the
+    rows' real lengths (right padding), which InfLLM's retrieval needs."""
     if p.length is not None and p.length.uses_attention:
-        stack.enter_context(lambda_attention(model, p.length))
+        stack.enter_context(length_attention(model, p.length, lengths=lengths))
     split = p.heads is not None
     if positions is not None and position_family_of(model).kind != "rotary":
         stack.enter_context(family_positions(model, positions, p.layers, p.heads))

@@ -1,6 +1,7 @@
 """What hf-posgen reads from a model's config before its weights load.
 
-A length scheme given as text (``length=``) is parsed; a rope-scaling scheme
+A length scheme given as text (``length=``) is parsed (``infllm`` completed from the
+config's trained context, :func:`resolve_length`); a rope-scaling scheme
 (``dynamic:F``, ``yarn:F``) becomes ``from_pretrained`` kwargs built from the config
 (:func:`length_load_kwargs`), and ``layers=``/``heads=`` past the model's last layer or
 head are refused from the config alone (:func:`check_layers_in_config`), as is what the
@@ -46,6 +47,35 @@ def check_layers_in_config(pretrained: str, p: ModelPerturbation, given: dict[st
         check_layers(p.layers, int(text.num_hidden_layers), pretrained)
     if getattr(text, "num_attention_heads", None) is not None:
         check_heads(p.heads, int(text.num_attention_heads))
+
+
+def resolve_length(
+    pretrained: Any, scheme: LengthPerturbation | None, given: dict[str, Any]
+) -> LengthPerturbation | None:
+    """``length=infllm``: its missing parameters from the model's trained context C
+    (``max_position_embeddings``), checked against C and the model's config (RoPE,
+    soft-capping, sliding windows) before weights load; other schemes unchanged."""
+    from posgen.perturbations.length import LengthInfLLM
+
+    if not isinstance(scheme, LengthInfLLM):
+        return scheme
+    from posgen.harness.hf_posgen.length_attention import config_refusal
+
+    config = getattr(pretrained, "config", None) if not isinstance(pretrained, str) else None
+    config = (config or _config(pretrained, given)).get_text_config()
+    trained = getattr(config, "max_position_embeddings", None)
+    if trained is None:
+        raise PerturbationError(
+            f"length={scheme.to_string()}: the model config has no max_position_embeddings"
+        )
+    try:
+        resolved = scheme.for_context(int(trained))
+    except PerturbationError as exc:
+        raise PerturbationError(f"length={scheme.to_string()}: {exc}") from None
+    reason = config_refusal(resolved, config)
+    if reason is not None:
+        raise PerturbationError(f"length={scheme.to_string()}: {reason}")
+    return resolved
 
 
 def length_load_kwargs(

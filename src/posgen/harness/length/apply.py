@@ -5,7 +5,8 @@
   config does nothing: the rotary module reads it in ``__init__``);
 - ``scale:F`` and position schemes enter inside the rotary embedding
   (:func:`posgen.harness.hf_posgen.position_hooks.rotary_positions`), combined as ``positions / F``;
-- ``lambda:G,W`` swaps the attention function (:mod:`.lambda_attention`).
+- ``lambda:G,W`` and ``infllm`` swap the attention function
+  (:mod:`posgen.harness.hf_posgen.length_attention`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import torch
 
-from posgen.harness.hf_posgen.lambda_attention import lambda_attention
+from posgen.harness.hf_posgen.length_attention import length_attention
 from posgen.harness.hf_posgen.position_hooks import build_plan, rotary_positions
 from posgen.perturbations.length import LengthPerturbation, combined_positions
 from posgen.perturbations.positions import PositionPerturbation
@@ -62,5 +63,5 @@ def length_forward(
             assert plan.positions is not None
             stack.enter_context(rotary_positions(model, plan.positions))
         if length is not None and length.uses_attention:
-            stack.enter_context(lambda_attention(model, length, block_size))
+            stack.enter_context(length_attention(model, length, block_size))
         yield

@@ -20,7 +20,7 @@ from typing import Any
 from posgen.harness.input_error import InputError
 from posgen.harness.length.documents import Document
 from posgen.perturbations import PerturbationError
-from posgen.perturbations.length import LengthLambda, parse_length_list, with_context
+from posgen.perturbations.length import parse_length_list
 from posgen.results.folder.config import ModelEntry
 from posgen.results.folder.length_config import LengthConfig
 
@@ -88,7 +88,7 @@ def length_config(
     if window_stride is None and max_length > c:
         window_stride = max(1, c // WINDOW_DIVISOR)
     try:
-        parsed = parse_length_list(with_context(text, c))
+        parsed = parse_length_list(text, c)  # C resolved; infllm completed from C
         return LengthConfig(
             model=entry.label,
             max_length=max_length,
@@ -106,16 +106,16 @@ def length_config(
 
 def check_model(config: LengthConfig, model_config: Any) -> None:
     """Refuse, from the model's config alone, what the run could not compute: logits that
-    are not ``lm_head(hidden)`` (final soft-capping, logit scales), a Λ scheme the model's
-    attention does not allow, ``decompose`` without tokens past C."""
-    from posgen.harness.hf_posgen.lambda_attention import config_refusal
+    are not ``lm_head(hidden)`` (final soft-capping, logit scales), a Λ or InfLLM scheme
+    the model's attention does not allow, ``decompose`` without tokens past C."""
+    from posgen.harness.hf_posgen.length_attention import config_refusal
     from posgen.harness.length.nll import head_refusal
 
     reason = head_refusal(model_config)
     if reason is not None:
         raise InputError(f"{config.model}: {reason}")
     for scheme in config.parsed_schemes():
-        reason = config_refusal(model_config) if isinstance(scheme, LengthLambda) else None
+        reason = config_refusal(scheme, model_config)
         if reason is not None:
             raise InputError(f"length scheme {scheme.to_string()}: {reason}")
     if config.decompose and config.max_length <= config.trained_context:
