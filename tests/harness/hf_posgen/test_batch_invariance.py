@@ -51,6 +51,10 @@ CASES: dict[str, Case] = {
     "foreign": Case({"logits": "foreign"}, LOGIT_REFUSAL),  # its donor: see _model
     "logit_heads": Case({"logits": "key", "layers": "1", "heads": "2"}, LOGIT_REFUSAL),
     "lambda": Case({"length": "lambda:2:16"}, "under length=lambda"),
+    "infllm": Case(
+        {"length": "infllm:n_init=4:n_local=16:block_size=8:topk=2:repr_topk=2:exc_block_size=8"},
+        "under length=infllm",
+    ),
     "scale": Case({"length": "scale:2", "positions": "swap:0.3"}),
     "dynamic": Case({"length": "dynamic:2"}),  # xfail: see DEPENDS_ON_THE_BATCH
     "yarn": Case({"length": "yarn:2"}),
@@ -143,6 +147,6 @@ def test_the_arguments_change_the_answers(llama):
     """The cases move the answers by more than the tolerance (one that moved nothing would
     pass above)."""
     plain = _scores(_model(llama, {}), 8)
-    for name in ("swap", "qk_noise", "additive", "foreign", "lambda", "dynamic", "yarn"):
+    for name in ("swap", "qk_noise", "additive", "foreign", "lambda", "infllm", "dynamic", "yarn"):
         moved = _scores(_model(llama, CASES[name].args), 8)
         assert max(abs(a - b) for a, b in zip(moved, plain, strict=True)) > 2 * NATS, name
