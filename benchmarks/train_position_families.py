@@ -1,5 +1,5 @@
 """Train small causal LMs of each position family on the same data and steps, for the
-comparison of position families (issue 36).
+comparison of position families.
 
 Families (posgen.harness.position_family): ``rope`` (Llama), ``alibi`` (BLOOM),
 ``absolute`` (GPT-2's learned table), ``none`` (SmolLM3 with every layer NoPE). Only
