@@ -133,6 +133,7 @@ def test_a_bad_model_is_refused(models, no_loading, capsys, command, model, mess
 
 def test_length_on_alibi_takes_only_the_scheme_none(models, tiny_model_dir, no_loading, capsys):
     bloom = str(tiny_model_dir("bloom", 0))
+    capsys.readouterr()  # building the model (on first use) prints its own progress
     argv = ["length", "--model", bloom, "--out", str(no_loading / "o"), "--schemes", "scale:2"]
     _refused([*argv, "--trained-context", "32"], "only the scheme none applies", capsys, no_loading)
 
