@@ -16,12 +16,15 @@ NEWEST_BIN := $(NEWEST_VENV)/bin
 # the fast tests (no embedded model) of the paths posgen patches: compat's internals and
 # patches, hf-posgen's position hooks and heads= (it wraps the rotary function), qk noise
 # and Lambda attention, the attention capture, the logit replacement and posgen cause's
-# predicted change
+# predicted change, every model argument at two batch sizes, the non-rotary families'
+# position hooks and capture, and InfLLM's re-rotation
 NEWEST_TESTS ?= tests/test_compat.py tests/test_compat_rotary.py tests/test_compat_version.py \
 	tests/harness/cli/test_compat_refusal.py tests/harness/hf_posgen/test_layer_hooks.py \
 	tests/harness/hf_posgen/test_position_hooks.py tests/harness/hf_posgen/test_perturbed_forward.py \
 	tests/harness/hf_posgen/test_logit_replacement.py tests/harness/decomposition/test_capture.py \
-	tests/harness/decomposition/test_predicted_change.py
+	tests/harness/decomposition/test_predicted_change.py tests/harness/hf_posgen/test_batch_invariance.py \
+	tests/harness/hf_posgen/test_family_positions.py tests/harness/decomposition/test_family_decomposition.py \
+	tests/harness/length/test_length_infllm.py
 
 .PHONY: install run test test-newest lint bench clean
 
