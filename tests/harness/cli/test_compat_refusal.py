@@ -1,8 +1,9 @@
 """An installed release that moved an internal posgen uses (here: the model family's
 ``apply_rotary_pos_emb`` taking other parameters) stops ``posgen cause``, ``posgen
-layers``, ``posgen run``, ``posgen decompose`` and ``hf-posgen`` before their first cell:
-one line naming the internal, exit status 2, no weights loaded and nothing written (issue
-39: ``posgen cause`` used to compute every cell and die in its prediction step)."""
+layers``, ``posgen run``, ``posgen decompose``, ``posgen length`` and ``hf-posgen``
+before their first cell: one line naming the internal, exit status 2, no weights loaded
+and nothing written (``posgen cause`` used to compute every cell and die in its
+prediction step)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ def moved_rotary(monkeypatch, tmp_path):
     from posgen.harness.cause import runner as cause_runner
     from posgen.harness.cli import decompose
     from posgen.harness.layers import runner
+    from posgen.harness.length import runner as length_runner
     from posgen.harness.run import cells
 
     def refuse(*a, **k):
@@ -31,6 +33,7 @@ def moved_rotary(monkeypatch, tmp_path):
     monkeypatch.setattr(cause_runner, "load_entry_lm", refuse)
     monkeypatch.setattr(cells.ModelSession, "__enter__", refuse)
     monkeypatch.setattr(decompose, "decompose_model", refuse)
+    monkeypatch.setattr(length_runner, "load_model", refuse)
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -42,6 +45,17 @@ def moved_rotary(monkeypatch, tmp_path):
         ["layers", "--limit", "2", "--no-progress"],
         ["run", "--kinds", "text", "--quick", "--no-progress"],
         ["decompose", "--docs", "1", "--tokens", "16"],
+        [
+            "length",
+            "--trained-context",
+            "32",
+            "--max-length",
+            "64",
+            "--documents",
+            "1",
+            "--schemes",
+            "none",
+        ],
     ],
     ids=lambda c: c[0],
 )

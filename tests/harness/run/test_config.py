@@ -213,3 +213,22 @@ def test_gen_kwargs_read_as_lm_evals_cli_reads_them(text) -> None:
     Run.create(subparsers)  # lm-eval's own `lm-eval run` parser
     theirs = parser.parse_args(["run", "--gen_kwargs", text]).gen_kwargs
     assert parse_gen_kwargs(text) == theirs
+
+
+def test_a_limit_above_a_shipped_tasks_documents_records_what_runs() -> None:
+    """``--limit`` is "at most" (lm-eval's reading); for posgen's own tasks, whose
+    documents are known offline, the config records the number that runs and the run
+    prints a note; a limit below the count is kept as asked."""
+    from posgen.harness.run.plan import limit_notes
+    from posgen.tasks.offline import load_rows
+
+    prose, cloze = len(load_rows("posgen_prose.jsonl")), len(load_rows("posgen_cloze.jsonl"))
+    config = resolve_config(_args(["--limit", "100000", "--model", "embedded"]))
+    assert config.limits["posgen_prose"] == prose
+    assert config.limits["posgen_cloze"] == cloze
+    notes = limit_notes(100000, config)
+    assert any(f"posgen_prose has {prose} documents" in n for n in notes)
+    small = resolve_config(_args(["--limit", "3", "--model", "embedded"]))
+    assert set(small.limits.values()) == {3}
+    assert limit_notes(3, small) == []
+    assert limit_notes(None, config) == []

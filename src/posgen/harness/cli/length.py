@@ -122,7 +122,13 @@ def resolve(args: argparse.Namespace) -> LengthJob:
         length_config,
         trained_context,
     )
-    from posgen.harness.loading import LoadOptions, check_device, model_entries, require_rope
+    from posgen.harness.loading import (
+        LoadOptions,
+        check_device,
+        model_entries,
+        require_compatible,
+        require_rope,
+    )
     from posgen.harness.out_folder import check_out_folder
 
     _check_numbers(args)
@@ -153,6 +159,7 @@ def resolve(args: argparse.Namespace) -> LengthJob:
         window_stride=args.window_stride,
     )
     check_model(config, model_config)
+    require_compatible([entry])  # posgen.compat, before the first forward
     wanted = args.documents
     if wanted is None and (args.quick or builtin):
         wanted = QUICK_DOCUMENTS if args.quick else ALL_DOCUMENTS

@@ -18,7 +18,12 @@ from posgen.harness.loading.options import add_loading_arguments, check_device
 from posgen.harness.out_folder import check_out_folder
 from posgen.harness.run.metric_check import check_run_metrics
 from posgen.harness.run.options import parse_bool
-from posgen.harness.run.plan import check_model_side_kinds, default_out, resolve_config
+from posgen.harness.run.plan import (
+    check_model_side_kinds,
+    default_out,
+    limit_notes,
+    resolve_config,
+)
 from posgen.perturbations.seeding import DEFAULT_SEED
 
 
@@ -138,7 +143,7 @@ def main(args: argparse.Namespace) -> int:
         if args.out is not None:
             check_out_folder(args.out)  # before any model's config is read
         config = resolve_config(args)  # every check before any model loads
-        notes = check_model_side_kinds(config)
+        notes = check_model_side_kinds(config) + limit_notes(args.limit, config)
         if args.length and args.length != "quick":
             _check_length(args.length)
         check_device(args.device)

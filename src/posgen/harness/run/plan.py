@@ -74,6 +74,26 @@ def parse_values(
     return grid
 
 
+def shipped_limit(task: str, limit: int) -> int:
+    """``limit`` read as lm-eval reads ``--limit`` ("at most"), made exact for posgen's own
+    tasks, whose documents are known offline: the number that runs, which is what the
+    run folder records and the report states. Other tasks keep the limit asked."""
+    from posgen.tasks.offline import TASKS, load_rows
+
+    return min(limit, len(load_rows(f"{task}.jsonl"))) if task in TASKS else limit
+
+
+def limit_notes(asked: int | None, config: RunConfig) -> list[str]:
+    """A note per posgen task with fewer documents than ``--limit`` asked."""
+    if asked is None:
+        return []
+    return [
+        f"--limit {asked}: {task} has {ran} documents; all {ran} run and the folder records {ran}"
+        for task, ran in config.limits.items()
+        if ran < asked
+    ]
+
+
 def check_model_side_kinds(config: RunConfig) -> list[str]:
     """Notes for models without RoPE (they get only the text cells); refuses a run that
     asked only for model-side kinds of such a model."""
@@ -179,7 +199,10 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
         random_init=args.random_init,
         seed=args.seed,
     )
-    limits = {t: args.limit or LIMITS[preset].get(t, OTHER_TASK_LIMIT[preset]) for t in tasks}
+    limits = {
+        t: shipped_limit(t, args.limit or LIMITS[preset].get(t, OTHER_TASK_LIMIT[preset]))
+        for t in tasks
+    }
     kinds = parse_kinds(getattr(args, "kinds", None))
     values = {"text": rates, "position": rates, "feature": sigmas}
     values = {k: v for k, v in values.items() if k in kinds}
