@@ -137,3 +137,34 @@ def test_a_folder_from_before_the_window_pass_resumes_adding_it(tmp_path):
         prepare_length_folder(tmp_path, replace(CONFIG, window_stride=C // 4))
     with pytest.raises(RunConflictError, match="threshold"):
         prepare_length_folder(tmp_path, replace(CONFIG, threshold=0.2))
+
+
+def test_compare_shows_both_effective_lengths_and_a_dash_for_a_run_without_the_window(
+    tmp_path,
+):
+    """``posgen compare`` pairs the new figure as it pairs the old one: a run made before
+    the window pass shows "–" on the window line, and the line reads the tables."""
+    import json
+
+    from posgen.results.report.length import compare_lines
+    from posgen.results.tables.tidy import length_tables
+
+    h = _hardness(0)
+    h_hard = h.copy()
+    h_hard[:, 5:] += 0.5  # hard text from 80 on: the old figure fires, the new one does not
+    records = _records("planted", h_hard - 0.01)
+    with_window = score_with_window(records, CONFIG, _windows(h_hard))
+    before = score_with_window(records, CONFIG, None)
+    for run, scores in (("A", with_window), ("B", before)):
+        folder = tmp_path / run / "length" / "m"
+        folder.mkdir(parents=True)
+        (folder / "length_scores.json").write_text(json.dumps(scores))
+        for name, table in length_tables(tmp_path / run).items():
+            table.to_parquet(tmp_path / run / f"{name}.parquet", index=False)
+    lines = compare_lines(tmp_path / "A", tmp_path / "B")
+    assert lines[1].endswith("and vs the in-distribution window:")
+    old, new = lines[-2].split(), lines[-1].split()
+    assert old[:4] == ["m", "planted", "A", "80"] and old[6:8] == ["B", "80"]
+    assert new[:4] == ["vs", "window", "A", "≥128"] and new[-2:] == ["B", "–"]
+    same = compare_lines(tmp_path / "B", tmp_path / "B")
+    assert not any("window" in line for line in same)  # neither run has the pass

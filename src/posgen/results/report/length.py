@@ -232,22 +232,54 @@ def _effective_by_key(run_root: Any) -> dict[tuple[str, str], dict[str, Any]]:
     return {(r["model"], r["scheme"]): r for r in table.to_dict("records")}
 
 
+def _window_by_key(run_root: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (model, scheme) the effective length vs the in-distribution window, from
+    ``length_excess`` (empty for a run made before the window pass)."""
+    table = read_length_table(run_root, "length_excess")
+    if table is None:
+        return {}
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in table.to_dict("records"):
+        out.setdefault(
+            (r["model"], r["scheme"]),
+            {
+                "effective_length": r["window_effective_length"],
+                "censored": r["window_censored"],
+                "ci_low": r["window_effective_low"],
+                "ci_high": r["window_effective_high"],
+            },
+        )
+    return out
+
+
+def _show_effective(e: dict[str, Any] | None) -> str:
+    if e is None:
+        return "–"
+    mark = "≥" if e["censored"] else ""
+    return f"{mark}{e['effective_length']} [{e['ci_low']:.0f}, {e['ci_high']:.0f}]"
+
+
 def compare_lines(run_a: Any, run_b: Any) -> list[str]:
-    """``posgen compare``'s length section: effective length per (model, scheme) in
-    each run with its interval; entries present in one run only are listed as such."""
+    """``posgen compare``'s length section: per (model, scheme) the effective length in
+    each run with its interval, vs [C/2, C) and, on a second line where either run has
+    the window pass, vs the in-distribution window ("–" for a run without it); entries
+    present in one run only are listed as such."""
     a, b = _effective_by_key(run_a), _effective_by_key(run_b)
     if not a and not b:
         return []
-    lines = ["", "effective length (posgen run --length; interval in brackets):"]
+    wa, wb = _window_by_key(run_a), _window_by_key(run_b)
+    lines = [
+        "",
+        "effective length (posgen run --length; interval in brackets), vs [C/2, C)"
+        + (" and vs the in-distribution window:" if wa or wb else ":"),
+    ]
     for key in sorted(set(a) | set(b)):
         label = f"  {key[0]:<28} {key[1]:<18}"
         if key not in a or key not in b:
             lines.append(f"{label}  only in {'A' if key in a else 'B'}")
             continue
-
-        def show(e: dict[str, Any]) -> str:
-            mark = "≥" if e["censored"] else ""
-            return f"{mark}{e['effective_length']} [{e['ci_low']:.0f}, {e['ci_high']:.0f}]"
-
-        lines.append(f"{label}  A {show(a[key])}  B {show(b[key])}")
+        lines.append(f"{label}  A {_show_effective(a[key])}  B {_show_effective(b[key])}")
+        if key in wa or key in wb:
+            window = f"A {_show_effective(wa.get(key))}  B {_show_effective(wb.get(key))}"
+            lines.append(f"  {'':<28} {'vs window':<18}  {window}")
     return lines
