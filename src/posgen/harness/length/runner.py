@@ -7,7 +7,10 @@ Layout (every file written atomically)::
       config.json                       the LengthConfig + its SHA-256
                                         (posgen.results.folder.length_config)
       docs/<scheme>/<document>.json     one finished (scheme, document): bucket NLL sums
-                                        and counts, drift sums, seconds
+                                        and counts, drift sums, seconds and what they
+                                        cover (seconds_cover; prefix_tokens,
+                                        prefix_seconds, prefix_shared_by where it
+                                        continued the shared prefix, .reuse)
       decompose/<scheme>/<document>.json  with --decompose: the per-head fit on the same
                                         ids under the same forward (.decompose)
       window/<document>.json            the in-distribution window pass (.window): bucket
