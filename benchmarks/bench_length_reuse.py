@@ -81,7 +81,7 @@ def main() -> None:
         return out
 
     def reuse():
-        prefix = run_prefix(model, ids, shared_length(schemes, c), 1024, [])
+        prefix = run_prefix(model, ids, shared_length(schemes, c), 1024, [], c)
         return [run_suffix(model, ids, prefix, s, config)[0] for s in schemes]
 
     a, cpu_a, wall_a, mem_a = _measured(whole)

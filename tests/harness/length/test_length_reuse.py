@@ -14,6 +14,7 @@ from transformers import DynamicCache
 
 from posgen.harness.cli import main as cli_main
 from posgen.harness.hf_posgen.lambda_attention import lambda_attention
+from posgen.harness.length import reuse
 from posgen.harness.length.apply import length_forward
 from posgen.harness.length.drift import drift_capture
 from posgen.harness.length.nll import position_nll
@@ -68,10 +69,16 @@ def test_shared_length_is_c_or_the_smallest_window():
 @pytest.mark.parametrize(
     "schemes", [[LengthNone(), LengthLambda(2, C)], [LengthNone(), LengthLambda(2, 24)]]
 )
-def test_suffix_after_the_shared_prefix_equals_the_whole_forward(model, schemes):
+@pytest.mark.parametrize("suffix_chunk", [20, 1024])
+def test_suffix_after_the_shared_prefix_equals_the_whole_forward(
+    model, schemes, suffix_chunk, monkeypatch
+):
+    """In chunks of 20 the drift's reference [C/2, C) completes inside the suffix (W = 24)
+    and later chunks are reduced as they come."""
+    monkeypatch.setattr(reuse, "SUFFIX_CHUNK", suffix_chunk)
     ids = _ids()
     p = shared_length(schemes, C)
-    prefix = run_prefix(model, ids, p, CONFIG.chunk, [s.to_string() for s in schemes])
+    prefix = run_prefix(model, ids, p, CONFIG.chunk, [s.to_string() for s in schemes], C)
     assert np.isnan(prefix.nll[p + 1 :]).all() and np.isfinite(prefix.nll[1 : p + 1]).all()
     for scheme in schemes:
         nll, drift, _ = run_suffix(model, ids, prefix, scheme, CONFIG)
@@ -82,7 +89,7 @@ def test_suffix_after_the_shared_prefix_equals_the_whole_forward(model, schemes)
 def test_a_prefix_longer_than_the_window_breaks_equality(model):
     """A wrong P (C for a Λ whose W < C) gives other numbers: the test can fail."""
     ids, scheme = _ids(), LengthLambda(2, 24)
-    prefix = run_prefix(model, ids, C, CONFIG.chunk, [scheme.to_string()])
+    prefix = run_prefix(model, ids, C, CONFIG.chunk, [scheme.to_string()], C)
     assert not _close(
         run_suffix(model, ids, prefix, scheme, CONFIG)[:2], _whole(model, ids, scheme)
     )

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from posgen.harness.length.apply import length_forward
-from posgen.harness.length.drift import _sums, attention_modules, token_cosines
+from posgen.harness.length.drift import _sums, attention_modules
 from posgen.harness.length.nll import check_document, head_nll
 from posgen.perturbations.length import LengthLambda, LengthNone, LengthPerturbation
 from posgen.results.scores.length_drift import DriftSums
@@ -48,23 +48,44 @@ def shared_length(schemes: list[LengthPerturbation], trained_context: int) -> in
 
 
 class LayerOutputs:
-    """Each layer's attention outputs ``[m, hidden]`` over consecutive forwards of one
-    document (after ``o_proj``, before the residual add, as :mod:`.drift` reads them)."""
+    """Each layer's attention outputs over consecutive forwards of one document (after
+    ``o_proj``, before the residual add, as :mod:`.drift` reads them), reduced to the
+    per-token ``(c_t, log‖o_t‖)`` of :func:`.drift.token_cosines` as soon as the layer's
+    reference [C/2, C) is complete; before that the outputs ``[m, hidden]`` are kept."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, trained_context: int) -> None:
         self.modules = attention_modules(model)
-        self.chunks: dict[int, list[torch.Tensor]] = {int(m.layer_idx): [] for m in self.modules}
+        self.context = trained_context
+        self.chunks: dict[int, list[Any]] = {int(m.layer_idx): [] for m in self.modules}
+        self.mean: dict[int, torch.Tensor] = {}  # layer → its reference mean direction m
 
     def fork(self) -> LayerOutputs:
         other = copy.copy(self)
         other.chunks = {i: list(c) for i, c in self.chunks.items()}
+        other.mean = dict(self.mean)
         return other
+
+    def _add(self, layer: int, out: torch.Tensor) -> None:
+        if layer in self.mean:
+            self.chunks[layer].append(_cosines(out, self.mean[layer]))
+            return
+        self.chunks[layer].append(out.detach())
+        if sum(c.shape[0] for c in self.chunks[layer]) >= self.context:
+            self._reduce(layer, self.context)
+
+    def _reduce(self, layer: int, end: int) -> None:
+        """The mean direction over [C/2, end) and every kept output reduced with it."""
+        o = torch.cat(self.chunks[layer]).double()
+        unit = o / torch.linalg.vector_norm(o, dim=-1).clamp_min(1e-30)[:, None]
+        mean = unit[self.context // 2 : end].sum(dim=0)
+        self.mean[layer] = mean / torch.linalg.vector_norm(mean).clamp_min(1e-30)
+        self.chunks[layer] = [_cosines(o, self.mean[layer])]
 
     @contextmanager
     def capture(self) -> Iterator[None]:
         def hook(module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
             out = output[0] if isinstance(output, tuple) else output
-            self.chunks[int(module.layer_idx)].append(out[0].detach())
+            self._add(int(module.layer_idx), out[0])
 
         handles = [m.register_forward_hook(hook, with_kwargs=True) for m in self.modules]
         try:
@@ -73,16 +94,32 @@ class LayerOutputs:
             for h in handles:
                 h.remove()
 
-    def drift(self, trained_context: int, width: int, n_buckets: int) -> DriftSums | None:
+    def drift(self, width: int, n_buckets: int) -> DriftSums | None:
         """The document's drift sums, as :func:`.drift.drift_capture` gives them for one
         whole forward (None where n ≤ C/2)."""
-        layers = [torch.cat(self.chunks[i]) for i in sorted(self.chunks)]
-        n = layers[0].shape[0]
-        if n <= trained_context // 2:
+        n = sum(
+            c[0].size if isinstance(c, tuple) else c.shape[0]
+            for c in next(iter(self.chunks.values()))
+        )
+        if n <= self.context // 2:
             return None
-        ref = (trained_context // 2, min(trained_context, n))
-        per_layer = [token_cosines(out, ref) for out in layers]
-        return _sums(per_layer, ref, trained_context, width, n_buckets)
+        for layer in self.chunks:
+            if layer not in self.mean:  # n < C: the reference is [C/2, n)
+                self._reduce(layer, n)
+        per_layer = [
+            (np.concatenate([c for c, _ in chunks]), np.concatenate([g for _, g in chunks]))
+            for chunks in (self.chunks[i] for i in sorted(self.chunks))
+        ]
+        ref = (self.context // 2, min(self.context, n))
+        return _sums(per_layer, ref, self.context, width, n_buckets)
+
+
+def _cosines(out: torch.Tensor, mean: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """``(c_t, log‖o_t‖)`` ``[m]`` each (float64) of outputs ``[m, hidden]`` against the
+    layer's mean direction ``mean`` (:func:`.drift.token_cosines`'s equation)."""
+    o = out.detach().double()
+    norms = torch.linalg.vector_norm(o, dim=-1).clamp_min(1e-30)
+    return ((o / norms[:, None]) @ mean).cpu().numpy(), torch.log(norms).cpu().numpy()
 
 
 @dataclass
@@ -119,14 +156,15 @@ def _fill_nll(
 
 
 def run_prefix(
-    model: Any, ids: torch.Tensor, tokens: int, chunk: int, shared_by: list[str]
+    model: Any, ids: torch.Tensor, tokens: int, chunk: int, shared_by: list[str], context: int
 ) -> SharedPrefix:
-    """The plain model on ``ids[:, :tokens]`` (``ids`` ``[1, n]``) with a KV cache."""
+    """The plain model on ``ids[:, :tokens]`` (``ids`` ``[1, n]``) with a KV cache;
+    ``context``: C, the drift's reference [C/2, C)."""
     from transformers import DynamicCache
 
     n = check_document(model, ids)
     begin = time.perf_counter()
-    nll, cache, outputs = np.full(n, np.nan), DynamicCache(), LayerOutputs(model)
+    nll, cache, outputs = np.full(n, np.nan), DynamicCache(), LayerOutputs(model, context)
     with torch.no_grad(), outputs.capture():
         run = model.base_model(input_ids=ids[:, :tokens], **_cache_kwargs(model, cache))
         _fill_nll(nll, model, run.last_hidden_state[0], ids, 0, chunk)
@@ -162,5 +200,5 @@ def run_suffix(
                 input_ids=ids[:, start:stop], attention_mask=mask, **_cache_kwargs(model, cache)
             )
             _fill_nll(nll, model, run.last_hidden_state[0], ids, start, config.chunk)
-    drift = outputs.drift(config.trained_context, config.bucket_width, config.n_buckets)
+    drift = outputs.drift(config.bucket_width, config.n_buckets)
     return nll, drift, time.perf_counter() - begin

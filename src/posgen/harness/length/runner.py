@@ -182,7 +182,9 @@ def _score_shared(folder, config, loaded, schemes, token_ids, log) -> None:
             continue
         ids = torch.tensor([token_ids[doc]], dtype=torch.long, device=loaded.model.device)
         names = [s.to_string() for s in todo]
-        prefix = run_prefix(loaded.model, ids, min(p, ids.shape[1]), config.chunk, names)
+        prefix = run_prefix(
+            loaded.model, ids, min(p, ids.shape[1]), config.chunk, names, config.trained_context
+        )
         log(f"{'prefix':>16}  {doc:<20} {prefix.tokens} tokens  {prefix.seconds:.1f} s")
         for scheme in todo:
             nll, drift, seconds = run_suffix(loaded.model, ids, prefix, scheme, config)
