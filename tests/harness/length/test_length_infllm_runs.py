@@ -195,7 +195,7 @@ def test_posgen_length_decompose_runs_infllm_beside_lambda(tiny_path, tmp_path):
     (doc,) = config["documents"]
     record = json.loads(decomposition_path(out, SCHEME, doc).read_text())
     assert record["spec"]["params"]["topk"] == 2
-    assert {h["fit_mask"] for h in record["heads"]} == {"lambda-band:16"}  # its local band
+    assert {h["fit_mask"] for h in record["heads"]} == {"infllm-local:16"}  # its local window
     scores = json.loads((out / "length_scores.json").read_text())
     layers = scores["decomposition"]["layers"]
     assert {r["scheme"] for r in layers} == {"lambda:2,16", SCHEME}
@@ -236,7 +236,7 @@ def test_posgen_decompose_runs_infllm_completed_from_c(tiny_model_dir, tmp_path,
     assert decompose.main(parser.parse_args([*argv, "infllm:topk=1"])) == 0
     table = pd.read_parquet(tmp_path / "out" / "heads.parquet")
     expected = "infllm:n_init=1,n_local=12,block_size=1,topk=1,repr_topk=1,exc_block_size=2"
-    assert (table["length"] == expected).all() and (table["fit_mask"] == "lambda-band:12").all()
+    assert (table["length"] == expected).all() and (table["fit_mask"] == "infllm-local:12").all()
     capsys.readouterr()
     assert decompose.main(parser.parse_args([*argv, "infllm:n_local=24"])) == 2
     err = capsys.readouterr().err.strip()

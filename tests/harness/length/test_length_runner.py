@@ -183,7 +183,9 @@ def test_jobs_for_run_write_length_folders_and_report_blocks(tiny_path, tmp_path
     assert job.config.schemes == ("none", "lambda:4,64", "scale:2.0") and job.wanted == 2
     lines = []
     outcome = run_job(job, progress=lines.append, note=lines.append)
-    assert len(lines) == 3 * 2 + 2  # one line per (scheme, document) and per window pass
+    # one line per (scheme, document), per window pass and per shared prefix
+    assert len(lines) == 3 * 2 + 2 + 2
+    assert sum(line.split()[0] == "prefix" for line in lines) == 2
     (folder,) = (tmp_path / "length").iterdir()
     assert outcome.folder == folder and (folder / "length.md").read_text() == outcome.markdown
     scores = json.loads((folder / "length_scores.json").read_text())

@@ -65,7 +65,11 @@ import torch
 
 from posgen.compat import base_implementation, internal, using_attention
 from posgen.harness.decomposition.layer_mask import LayerMask
-from posgen.harness.hf_posgen.length_attention import active_band, length_output
+from posgen.harness.hf_posgen.length_attention import (
+    active_band,
+    active_band_label,
+    length_output,
+)
 from posgen.harness.model_family import family_of
 
 ALL_ATTENTION_FUNCTIONS = internal("transformers.modeling_utils:ALL_ATTENTION_FUNCTIONS")
@@ -90,6 +94,7 @@ class LayerCapture:
     kv_heads: int = 0  # KV heads before expansion: query head h reads KV head h // (H / kv_heads)
     softcap: float | None = None
     window: int | None = None  # under Λ (n > W): W, and ``attended`` is the band i − j < W
+    band_label: str = "lambda-band"  # fit_mask's name of that band (infllm-local under InfLLM)
     _logits: torch.Tensor | None = field(default=None, repr=False)
 
     @property
@@ -230,6 +235,7 @@ def capture_attention_forward(module, query, key, value, attention_mask, *args, 
                 kv_heads=key.shape[1],
                 softcap=kwargs.get("softcap"),
                 window=window,
+                band_label=active_band_label(),
             )
         )
     if replaced is not None:

@@ -13,7 +13,8 @@ the dense one. :meth:`LayerFitter.finish` solves every layer that shares a layou
 and appends one tidy row per (document, layer, head). Its ``fit_mask`` column says which
 entries were fitted: ``causal``; ``lambda-band:W``, Λ's local band (keys at their true
 distance i − j < W; the G global keys, which Λ scores at the fixed distance W, are left
-out); or ``model-mask``, the layer's own narrower mask (e.g. a sliding window).
+out); ``infllm-local:W``, InfLLM's local window of the same shape (its memory left out);
+or ``model-mask``, the layer's own narrower mask (e.g. a sliding window).
 """
 
 from __future__ import annotations
@@ -83,14 +84,14 @@ class LayerFitter:
 
         band = cap.window
         if cap.causal:
-            return self._causal_layout(cap.key.shape[-2], band, cap.query.device)
+            return self._causal_layout(cap.key.shape[-2], band, cap.query.device, cap.band_label)
         attended_bhnn = cap.attended
         if self._last is not None and self._last[0] is attended_bhnn:
             return self._last[1:]
         attended = attended_bhnn[0, 0]
         n = attended.shape[-1]
         if is_causal(attended, band):  # the structured layout: no n × n work or memory
-            layout, window, fit_mask = self._causal_layout(n, band, attended.device)
+            layout, window, fit_mask = self._causal_layout(n, band, attended.device, cap.band_label)
         else:
             layout = self.layouts.get(self.options.apply(attended), attended.device)
             window = bool((~attended & torch.ones_like(attended).tril()).any())  # e.g. sliding
@@ -98,11 +99,12 @@ class LayerFitter:
         self._last = (attended_bhnn, layout, window, fit_mask)
         return layout, window, fit_mask
 
-    def _causal_layout(self, n: int, band: int | None, device):
-        """(layout, restricted, fit_mask) of the causal mask of n keys, or its band."""
+    def _causal_layout(self, n: int, band: int | None, device, label: str = "lambda-band"):
+        """(layout, restricted, fit_mask) of the causal mask of n keys, or its band
+        (``label:W``: ``lambda-band`` under Λ, ``infllm-local`` under InfLLM)."""
         layout = self.layouts.causal(n, self.options, device, window=band)
         window = band is not None and band < n
-        return layout, window, f"lambda-band:{band}" if window else "causal"
+        return layout, window, f"{label}:{band}" if window else "causal"
 
     def finish(self) -> None:
         """Fit the layers captured since the last ``finish`` and append their rows."""

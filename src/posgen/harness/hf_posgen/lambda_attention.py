@@ -28,7 +28,11 @@ fused attention kernel, which also returns each row's log-sum-exp; the ``G`` glo
 ``[H, Lq, Lk]`` score tensor exists on CPU; memory is O(Lq·(W + G)) for the mask.
 
 When ``T ≤ W`` the Λ mask is plain causal attention and the model's own attention
-implementation is called unchanged (bit-identical to the plain model).
+implementation is called unchanged (bit-identical to the plain model). After a KV cache
+(``T_q < T_k``: query r is token ``T_k − T_q + r``) the same equation holds row for row:
+every query is then processed in the blocks, the global keys' maps come from the rotary
+module at positions 0 … G − 1, and the causal mask of such a forward is accepted
+(:mod:`.lambda_cache`; the forward must run at the plain positions).
 Assumptions (checked, with an error otherwise): one rotary module, full-width rotary
 (``cos.shape[-1] == head_dim``), eval mode, no logit soft-capping, no attention sinks,
 and no padding mask (one unpadded sequence, or right padding without a mask as lm-eval
@@ -46,6 +50,8 @@ from typing import Any
 import torch
 
 from posgen.compat import base_implementation, internal, using_attention
+from posgen.harness.hf_posgen.lambda_cache import cached_maps, offset_mask_checked
+from posgen.harness.hf_posgen.lambda_global import add_global
 from posgen.harness.hf_posgen.rerotation import own_attention, rotary_recorder
 from posgen.harness.model_family import family_of, require_rotary, rotary_modules
 from posgen.perturbations.length import LengthLambda
@@ -92,10 +98,10 @@ def _make_forward(base: str) -> Callable[..., Any]:
                 f"attention implementation {attention_name(base)!r} was called outside "
                 "posgen's lambda_attention context"
             )
-        if query.shape[2] <= state.scheme.window or query.shape[2] != key.shape[2]:
-            if query.shape[2] != key.shape[2]:
-                raise RuntimeError("lambda attention needs one full forward (no KV cache)")
+        if key.shape[2] <= state.scheme.window:  # every query sees all its keys
             return own_attention(module, base, query, key, value, attention_mask, **kwargs)
+        if query.shape[2] != key.shape[2]:  # queries after a KV cache: their causal mask
+            attention_mask = offset_mask_checked(state, attention_mask, query, key)
         _check_supported(module, attention_mask, kwargs)
         return lambda_output(module, query, key, value, **kwargs), None
 
@@ -121,16 +127,18 @@ def lambda_output(
     **kwargs: Any,
 ) -> torch.Tensor:
     """The Λ attention output ``[B, T, H, d]`` (as an attention function returns it) of
-    the enclosing :func:`lambda_attention` block, for a full unpadded forward longer than
-    the window (``T > W``; shorter ones are plain causal attention). ``kwargs``: the
-    attention function's (``scaling``, ``sliding_window``, ...), checked as Λ checks them."""
+    the enclosing :func:`lambda_attention` block, for an unpadded forward whose keys
+    outnumber the window (``T_k > W``; fewer keys are plain causal attention): a full
+    forward (``T_q == T_k``) or the last ``T_q`` queries after a KV cache of
+    ``T_k − T_q`` tokens. ``kwargs``: the attention function's (``scaling``,
+    ``sliding_window``, ...), checked as Λ checks them."""
     state = _ACTIVE.get()
     if state is None:
         raise RuntimeError("lambda_output was called outside posgen's lambda_attention context")
-    if query.shape[2] <= state.scheme.window or query.shape[2] != key.shape[2]:
+    if key.shape[2] <= state.scheme.window or query.shape[2] > key.shape[2]:
         raise RuntimeError(
-            f"lambda_output needs one full forward longer than the window "
-            f"(W = {state.scheme.window}); got {query.shape[2]} queries, {key.shape[2]} keys"
+            f"lambda_output needs more keys than the window (W = {state.scheme.window}) and "
+            f"no more queries than keys; got {query.shape[2]} queries, {key.shape[2]} keys"
         )
     _check_supported(module, None, kwargs)
     scaling = kwargs.get("scaling") or module.scaling
@@ -193,33 +201,21 @@ def lambda_attention_forward(
     state: _ForwardState,
     scaling: float,
 ) -> torch.Tensor:
-    """Λ attention output ``[B, H, T, d]`` from post-RoPE ``query [B, H, T, d]``,
-    ``key``/``value [B, Hkv, T, d]`` (see the module docstring for the equation)."""
+    """Λ attention output ``[B, H, T_q, d]`` from post-RoPE ``query [B, H, T_q, d]``,
+    ``key``/``value [B, Hkv, T_k, d]`` (see the module docstring for the equation). The
+    queries are the last ``T_q`` tokens: query r has token index ``o + r`` with
+    ``o = T_k − T_q`` (0 for a full forward; the KV cache's length after one)."""
     if state.cos is None or state.sin is None:
         raise RuntimeError("lambda attention saw no rotary embedding in this forward")
-    apply = family_of(module).apply_rotary_function(module)
-    _, heads, n, dim = query.shape
-    if state.cos.shape[-1] != dim or state.cos.shape[-2] != n:
+    _, heads, n_q, dim = query.shape
+    n, offset = key.shape[2], key.shape[2] - query.shape[2]
+    if state.cos.shape[-1] != dim or state.cos.shape[-2] != n_q:
         raise RuntimeError(
             f"lambda attention needs full-width rotary on every token: cos has shape "
             f"{tuple(state.cos.shape)}, queries {tuple(query.shape)}"
         )
     window, n_global = state.scheme.window, min(state.scheme.n_global, n)
-    cos, sin = state.cos, state.sin
-    norm = cos * cos + sin * sin  # [B|1, T, d]: squared attention scaling a²
-    fixed_cos, fixed_sin = _fixed_maps(state)
-    # stationary queries R(W) q_i for the queries that can see a global key (i ≥ W): since
-    # query_i = a·Rot(p_i) q_i, R(W) q_i = Rot(W − p_i) query_i, one rotation whose
-    # (cos, sin) follow from the angle difference, divided by a² (no head dimension)
-    c_w, s_w, c_i, s_i = fixed_cos[:, :1], fixed_sin[:, :1], cos[:, window:], sin[:, window:]
-    to_w = ((c_w * c_i + s_w * s_i) / norm[:, window:], (s_w * c_i - c_w * s_i) / norm[:, window:])
-    late = query[:, :, window:]
-    q_fixed = apply(late, late[:, :1], *to_w)[0]  # [B, H, T − W, d]
-    k_plain = apply(
-        key[:, :, :n_global], key[:, :, :n_global], cos[:, :n_global], -sin[:, :n_global]
-    )[0]
-    k_plain = k_plain / norm[:, :n_global].unsqueeze(1)
-    k_global = apply(k_plain, k_plain, fixed_cos[:, 1:], fixed_sin[:, 1:])[0]
+    q_fixed, k_global = _stationary(module, query, key, state, n_global)
     v_global = value[:, :, :n_global]
     groups = heads // key.shape[1]
     # local keys per query head, in transformers' repeat_kv order (head h uses h // groups)
@@ -227,31 +223,56 @@ def lambda_attention_forward(
     v_local = value.repeat_interleave(groups, dim=1) if groups > 1 else value
     block = state.block_size or max(16, min(1024, BLOCK_BUDGET // (window + n_global + 1024)))
     out = torch.empty_like(query)
-    # queries before W see plain causal attention (no key is out of the window, no global
-    # key is allowed yet): one causal kernel call, which skips the masked half
-    out[:, :, :window] = causal_attention(
-        query[:, :, :window], k_local[:, :, :window], v_local[:, :, :window], scaling
-    ).to(query.dtype)
-    for start in range(window, n, block):
-        stop = min(n, start + block)
-        lo = start - window + 1
+    first = offset
+    if offset == 0:  # queries before W see plain causal attention (no key is out of the
+        # window, no global key is allowed yet): one causal kernel call, which skips the
+        # masked half
+        out[:, :, :window] = causal_attention(
+            query[:, :, :window], k_local[:, :, :window], v_local[:, :, :window], scaling
+        ).to(query.dtype)
+        first = window
+    for start in range(first, n, block):  # token indices of the block's queries
+        stop, lo = min(n, start + block), max(0, start - window + 1)
+        rows = slice(start - offset, stop - offset)
         mask = _band_mask(state, start, stop, lo, window, query)
         local, lse = local_attention(
-            query[:, :, start:stop], k_local[:, :, lo:stop], v_local[:, :, lo:stop], mask, scaling
+            query[:, :, rows], k_local[:, :, lo:stop], v_local[:, :, lo:stop], mask, scaling
         )
         if n_global:
-            local = _add_global(
-                local,
-                lse,
-                q_fixed[:, :, start - window : stop - window],
-                k_global,
-                v_global,
-                start,
-                window,
-                scaling,
+            local = add_global(
+                local, lse, q_fixed[:, :, rows], k_global, v_global, start, window, scaling
             )
-        out[:, :, start:stop] = local.to(query.dtype)
+        out[:, :, rows] = local.to(query.dtype)
     return out
+
+
+def _stationary(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    state: _ForwardState,
+    n_global: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The stationary queries ``R(W) q_i`` ``[B, H, T_q, d]`` of every query and the global
+    keys ``R(0) k_g`` ``[B, Hkv, G, d]``. Since ``query_i = a·Rot(p_i) q_i``, ``R(W) q_i =
+    Rot(W − p_i) query_i``: one rotation whose (cos, sin) follow from the angle difference,
+    divided by a² (no head dimension); the global keys are un-rotated at their own
+    positions' (cos, −sin) divided by a², then rotated to 0."""
+    apply = family_of(module).apply_rotary_function(module)
+    cos, sin = state.cos, state.sin  # [B|1, T_q, d]
+    norm = cos * cos + sin * sin  # squared attention scaling a²
+    fixed_cos, fixed_sin = _fixed_maps(state)
+    c_w, s_w = fixed_cos[:, :1], fixed_sin[:, :1]
+    to_w = ((c_w * cos + s_w * sin) / norm, (s_w * cos - c_w * sin) / norm)
+    q_fixed = apply(query, query[:, :, :1], *to_w)[0]
+    if key.shape[2] == query.shape[2]:
+        g_cos, g_sin = cos[:, :n_global], sin[:, :n_global]
+    else:
+        g_cos, g_sin = cached_maps(state, n_global, key.shape[2] - query.shape[2])
+    k_plain = apply(key[:, :, :n_global], key[:, :, :n_global], g_cos, -g_sin)[0]
+    k_plain = k_plain / (g_cos * g_cos + g_sin * g_sin).unsqueeze(1)
+    k_global = apply(k_plain, k_plain, fixed_cos[:, 1:], fixed_sin[:, 1:])[0]
+    return q_fixed, k_global
 
 
 def _band_mask(
@@ -328,41 +349,6 @@ def causal_attention(
 
 def flash_attention_cpu() -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     return internal("torch:ops.aten._scaled_dot_product_flash_attention_for_cpu")
-
-
-def _add_global(
-    local: torch.Tensor,
-    lse: torch.Tensor,
-    q_fixed: torch.Tensor,
-    k_global: torch.Tensor,
-    v_global: torch.Tensor,
-    start: int,
-    window: int,
-    scaling: float,
-) -> torch.Tensor:
-    """Merge the global keys into the local output: with ``s_ig = ⟨R(W) q_i, R(0) k_g⟩ ·
-    scaling`` for the allowed ``g`` (``i − g ≥ W``) and ``L = logaddexp(lse_i, log Σ_g
-    exp s_ig)``, the Λ output is ``exp(lse_i − L) · local_i + Σ_g exp(s_ig − L) v_g``."""
-    lq, n_global = local.shape[2], k_global.shape[2]
-    i = torch.arange(start, start + lq, device=local.device).unsqueeze(1)
-    g = torch.arange(n_global, device=local.device).unsqueeze(0)
-    scores = _grouped_scores(q_fixed, k_global, q_fixed.shape[1] // k_global.shape[1])
-    scores = (scores.float() * scaling).masked_fill(i - g < window, float("-inf"))
-    total = torch.logaddexp(lse, torch.logsumexp(scores, dim=-1)).unsqueeze(-1)
-    probs = torch.exp(scores - total)  # [B, H, Lq, G]; 0 where masked
-    b, h = probs.shape[:2]
-    groups = h // k_global.shape[1]
-    mixed = probs.to(v_global.dtype).view(b, h // groups, groups, lq, n_global)
-    mixed = (mixed @ v_global.unsqueeze(2)).view(b, h, lq, -1)
-    return torch.exp(lse.unsqueeze(-1) - total) * local.float() + mixed.float()
-
-
-def _grouped_scores(q: torch.Tensor, k: torch.Tensor, groups: int) -> torch.Tensor:
-    """``q [B, H, Lq, d] · k [B, Hkv, Lk, d]ᵀ`` with query head h using key head h // groups
-    (transformers' repeat_kv order), shape ``[B, H, Lq, Lk]``, without copying keys."""
-    b, h, lq, d = q.shape
-    scores = q.view(b, h // groups, groups, lq, d) @ k.unsqueeze(2).transpose(-1, -2)
-    return scores.view(b, h, lq, k.shape[2])
 
 
 @contextmanager

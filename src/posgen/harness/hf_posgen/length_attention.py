@@ -75,6 +75,12 @@ def active_band(n: int) -> int | None:
     return window if n > window else None
 
 
+def active_band_label() -> str:
+    """How a fit of :func:`active_band`'s band is labelled in ``fit_mask``: ``infllm-local``
+    (InfLLM's local window) or ``lambda-band`` (Λ's local band)."""
+    return "infllm-local" if isinstance(active_scheme(), LengthInfLLM) else "lambda-band"
+
+
 def length_output(module: torch.nn.Module, query, key, value, **kwargs: Any) -> torch.Tensor:
     """The enclosing scheme's attention output ``[B, T, H, d]`` for a full forward longer
     than its window (:func:`.lambda_attention.lambda_output`,

@@ -7,7 +7,10 @@ Layout (every file written atomically)::
       config.json                       the LengthConfig + its SHA-256
                                         (posgen.results.folder.length_config)
       docs/<scheme>/<document>.json     one finished (scheme, document): bucket NLL sums
-                                        and counts, drift sums, seconds
+                                        and counts, drift sums, seconds and what they
+                                        cover (seconds_cover; prefix_tokens,
+                                        prefix_seconds, prefix_shared_by where it
+                                        continued the shared prefix, .reuse)
       decompose/<scheme>/<document>.json  with --decompose: the per-head fit on the same
                                         ids under the same forward (.decompose)
       window/<document>.json            the in-distribution window pass (.window): bucket
@@ -38,8 +41,10 @@ from posgen.harness.length.apply import length_forward
 from posgen.harness.length.decompose import decompose_document
 from posgen.harness.length.drift import drift_capture
 from posgen.harness.length.nll import bucket_sums, position_nll
+from posgen.harness.length.reuse import run_prefix, run_suffix, shared_length, sharing
 from posgen.harness.length.window import context_range, window_nll
 from posgen.harness.loading import load_model
+from posgen.harness.model_family import rotary_modules
 from posgen.perturbations import parse
 from posgen.perturbations.length import LengthPerturbation
 from posgen.results.folder.config import ModelEntry
@@ -73,11 +78,14 @@ def run_documents(
     device: str | None,
     token_ids: dict[str, list[int]],
     log: Callable[[str], None],
+    reuse: bool = True,
 ) -> None:
     """Compute every missing (scheme, document) file of the run folder; the model is
     loaded through :func:`posgen.harness.loading.load_model`, once per load group, and
     the decomposition (``config.decompose``) runs on that same model and ids; ``log``
-    gets a line per (scheme, document) computed."""
+    gets a line per (scheme, document) computed. With ``reuse`` (and no position
+    scheme, on a rotary model) ``none`` and ``lambda`` continue one shared prefix per
+    document (:mod:`.reuse`); otherwise each runs its own whole forward."""
     import torch
 
     positions = parse("position", config.positions) if config.positions else None
@@ -99,6 +107,8 @@ def run_documents(
         model = loaded.model
         for doc in mine:
             _score_window(folder, config, loaded, doc, token_ids[doc], log)
+        if key == "plain" and positions is None and reuse and rotary_modules(model):
+            _score_shared(folder, config, loaded, sharing(group), token_ids, log)
         for scheme, doc in todo:
             input_ids = torch.tensor([token_ids[doc]], dtype=torch.long, device=model.device)
             if not result_path(folder, scheme.to_string(), doc).exists():
@@ -153,20 +163,58 @@ def _score_document(folder, config, loaded, scheme, doc, input_ids, positions, l
     ):
         nll = position_nll(model, input_ids, config.chunk)
     seconds = time.perf_counter() - start
-    sums, counts = bucket_sums(nll, width, n_buckets)
+    record = {"seconds": seconds, "seconds_cover": "whole"}
+    _write_record(folder, config, loaded, scheme, doc, nll, drift[-1] if drift else None, record)
+    log(f"{scheme.to_string():>16}  {doc:<20} {input_ids.shape[1]} tokens  {seconds:.1f} s")
+
+
+def _score_shared(folder, config, loaded, schemes, token_ids, log) -> None:
+    """Every missing (sharing scheme, document) record: per document one prefix [0, P)
+    (:func:`.reuse.run_prefix`), then each scheme's suffix from its cache. Each record's
+    ``seconds`` covers its suffix; ``prefix_seconds``, ``prefix_tokens`` and
+    ``prefix_shared_by`` say what the prefix cost and which schemes shared it."""
+    import torch
+
+    p = shared_length(schemes, config.trained_context)
+    for doc in config.documents:
+        todo = [s for s in schemes if not result_path(folder, s.to_string(), doc).exists()]
+        if not todo:
+            continue
+        ids = torch.tensor([token_ids[doc]], dtype=torch.long, device=loaded.model.device)
+        names = [s.to_string() for s in todo]
+        prefix = run_prefix(
+            loaded.model, ids, min(p, ids.shape[1]), config.chunk, names, config.trained_context
+        )
+        log(f"{'prefix':>16}  {doc:<20} {prefix.tokens} tokens  {prefix.seconds:.1f} s")
+        for scheme in todo:
+            nll, drift, seconds = run_suffix(loaded.model, ids, prefix, scheme, config)
+            record = {
+                "seconds": seconds,
+                "seconds_cover": f"suffix [{prefix.tokens}, {ids.shape[1]})",
+                "prefix_tokens": prefix.tokens,
+                "prefix_seconds": prefix.seconds,
+                "prefix_shared_by": names,
+            }
+            _write_record(folder, config, loaded, scheme, doc, nll, drift, record)
+            log(f"{scheme.to_string():>16}  {doc:<20} suffix from {prefix.tokens}  {seconds:.1f} s")
+        del prefix
+
+
+def _write_record(folder, config, loaded, scheme, doc, nll, drift, timing) -> None:
+    """One (scheme, document) record: bucket NLL sums, drift sums, ``timing`` fields."""
+    sums, counts = bucket_sums(nll, config.bucket_width, config.n_buckets)
     record = {
         "scheme": scheme.to_string(),
         "spec": scheme.spec.to_dict(),
         "document": doc,
-        "n_tokens": int(input_ids.shape[1]),
+        "n_tokens": int(nll.size),
         "nll_sum": sums.tolist(),
         "count": counts.tolist(),
-        "drift": drift[-1].to_dict() if drift else None,
-        "seconds": seconds,
+        "drift": drift.to_dict() if drift is not None else None,
+        **timing,
         "loaded": loaded.record,
     }
     atomic_write_json(result_path(folder, scheme.to_string(), doc), record)
-    log(f"{scheme.to_string():>16}  {doc:<20} {input_ids.shape[1]} tokens  {seconds:.1f} s")
 
 
 def read_results(folder: Path, config: LengthConfig) -> list[dict[str, Any]]:
