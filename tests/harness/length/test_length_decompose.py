@@ -9,7 +9,6 @@ import re
 
 import numpy as np
 import pytest
-from tests.tiny_models import build_short_context_model, build_tokenizer
 
 from posgen.harness.cli import main as cli_main
 from posgen.harness.decomposition import pipeline
@@ -18,14 +17,6 @@ from posgen.results.scores.length_decompose import COLUMNS, decomposition_path
 
 C = 64
 SCHEMES = "none;scale:2;yarn:2;lambda:2,32"
-
-
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny-short")
-    build_short_context_model("llama", max_positions=C).save_pretrained(path)
-    build_tokenizer().save_pretrained(path)
-    return path
 
 
 def _run(tiny_path, out, *extra):

@@ -9,7 +9,7 @@ import re
 
 import pytest
 from lm_eval.api.instance import Instance
-from tests.tiny_models import build_short_context_model, build_tokenizer, training_text
+from tests.tiny_models import build_tokenizer, training_text
 
 from posgen.harness.cli import main as cli_main
 from posgen.harness.hf_posgen.model import HFPosgenLM
@@ -19,14 +19,6 @@ from posgen.results.scores.length_decompose import decomposition_path
 
 C = 64
 SCHEME = "infllm:n_init=2,n_local=16,block_size=4,topk=2,repr_topk=2,exc_block_size=8"
-
-
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny-short-infllm")
-    build_short_context_model("llama", max_positions=C).save_pretrained(path)
-    build_tokenizer().save_pretrained(path)
-    return path
 
 
 def test_syntax_round_trips_and_model_args_form_is_accepted():

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from tests.tiny_models import build_short_context_model, build_tokenizer
+from tests.tiny_models import build_short_context_model
 from transformers import DynamicCache
 
 from posgen.harness.cli import main as cli_main
@@ -119,14 +119,6 @@ def test_lambda_after_a_cache_refuses_a_padding_mask(model):
         mask[..., 3] = float("-inf")  # a padded key
         with pytest.raises(RuntimeError, match="attention mask"):
             model.base_model(input_ids=ids[:, 30:], cache=cache, attention_mask=mask)
-
-
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny-reuse")
-    build_short_context_model("llama", max_positions=C).save_pretrained(path)
-    build_tokenizer().save_pretrained(path)
-    return path
 
 
 def _run(tiny_path, out):

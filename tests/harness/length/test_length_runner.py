@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from tests.tiny_models import build_short_context_model, build_tokenizer
+from tests.tiny_models import build_short_context_model
 
 from posgen.harness.cli import main as cli_main
 from posgen.harness.length.apply import length_forward
@@ -18,14 +18,6 @@ from posgen.harness.length.nll import bucket_sums, position_nll
 from posgen.perturbations.length import LengthLambda, LengthNone, LengthScale, LengthYarn
 
 C = 64
-
-
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny-short")
-    build_short_context_model("llama", max_positions=C).save_pretrained(path)
-    build_tokenizer().save_pretrained(path)
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -42,16 +42,26 @@ def token_cosines(
     output: torch.Tensor, reference: tuple[int, int]
 ) -> tuple[np.ndarray, np.ndarray]:
     """``c_t`` and ``log‖o_t‖`` (``[n]`` each, float64) for one document's ``output [n, hidden]``."""
+    return cosines_to(output, reference_direction(output, reference))
+
+
+def reference_direction(output: torch.Tensor, reference: tuple[int, int]) -> torch.Tensor:
+    """``m`` ``[hidden]`` (float64): the normalised sum of the unit outputs over ``reference``."""
+    o = output.detach().double()
+    unit = o / torch.linalg.vector_norm(o, dim=-1).clamp_min(1e-30)[:, None]
+    mean = unit[reference[0] : reference[1]].sum(dim=0)
+    return mean / torch.linalg.vector_norm(mean).clamp_min(1e-30)
+
+
+def cosines_to(output: torch.Tensor, mean: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """``(c_t, log‖o_t‖)`` ``[m]`` each (float64) of outputs ``[m, hidden]`` against a
+    reference direction ``mean``."""
     o = output.detach().double()
     norms = torch.linalg.vector_norm(o, dim=-1).clamp_min(1e-30)
-    unit = o / norms[:, None]
-    lo, hi = reference
-    mean = unit[lo:hi].sum(dim=0)
-    mean = mean / torch.linalg.vector_norm(mean).clamp_min(1e-30)
-    return (unit @ mean).cpu().numpy(), torch.log(norms).cpu().numpy()
+    return ((o / norms[:, None]) @ mean).cpu().numpy(), torch.log(norms).cpu().numpy()
 
 
-def _sums(
+def drift_sums(
     per_layer: list[tuple[np.ndarray, np.ndarray]],
     reference: tuple[int, int],
     trained_context: int,
@@ -103,7 +113,7 @@ def drift_capture(
         current[int(module.layer_idx)] = (cos, log_norm)
         if len(current) == len(mods):
             layers = [current[i] for i in sorted(current)]
-            found.append(_sums(layers, ref, trained_context, width, n_buckets))
+            found.append(drift_sums(layers, ref, trained_context, width, n_buckets))
             current.clear()
 
     handles = [m.register_forward_hook(hook, with_kwargs=True) for m in mods]

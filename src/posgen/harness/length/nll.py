@@ -55,14 +55,23 @@ def position_nll(model: Any, input_ids: torch.Tensor, chunk: int = 1024) -> np.n
     (the first token has no prediction). Runs inside whatever hooks are active."""
     n = check_document(model, input_ids)
     out = np.full(n, np.nan)
-    head = model.get_output_embeddings()
     with torch.no_grad():
         hidden = model.base_model(input_ids=input_ids).last_hidden_state[0]  # [n, hidden]
-        targets = input_ids[0, 1:]
-        for start in range(0, n - 1, chunk):
-            stop = min(n - 1, start + chunk)
-            out[start + 1 : stop + 1] = head_nll(head, hidden[start:stop], targets[start:stop])
+        fill_head_nll(out, model, hidden, input_ids, 0, chunk)
     return out
+
+
+def fill_head_nll(
+    out: np.ndarray, model: Any, hidden: torch.Tensor, ids: torch.Tensor, start: int, chunk: int
+) -> None:
+    """``out[t + 1]`` for the states ``hidden [m, hidden]`` of tokens start … start + m − 1
+    of ``ids`` ``[1, n]`` (each predicts the next token), the LM head on ``chunk`` states at
+    a time, so at most ``chunk × vocab`` logits exist at once."""
+    head, n = model.get_output_embeddings(), ids.shape[1]
+    stop = min(n - 1, start + hidden.shape[0])
+    for a in range(start, stop, chunk):
+        b = min(stop, a + chunk)
+        out[a + 1 : b + 1] = head_nll(head, hidden[a - start : b - start], ids[0, a + 1 : b + 1])
 
 
 def head_nll(head: Any, hidden: torch.Tensor, targets: torch.Tensor) -> np.ndarray:

@@ -27,8 +27,13 @@ import numpy as np
 import torch
 
 from posgen.harness.length.apply import length_forward
-from posgen.harness.length.drift import _sums, attention_modules
-from posgen.harness.length.nll import check_document, head_nll
+from posgen.harness.length.drift import (
+    attention_modules,
+    cosines_to,
+    drift_sums,
+    reference_direction,
+)
+from posgen.harness.length.nll import check_document, fill_head_nll
 from posgen.perturbations.length import LengthLambda, LengthNone, LengthPerturbation
 from posgen.results.scores.length_drift import DriftSums
 
@@ -67,7 +72,7 @@ class LayerOutputs:
 
     def _add(self, layer: int, out: torch.Tensor) -> None:
         if layer in self.mean:
-            self.chunks[layer].append(_cosines(out, self.mean[layer]))
+            self.chunks[layer].append(cosines_to(out, self.mean[layer]))
             return
         self.chunks[layer].append(out.detach())
         if sum(c.shape[0] for c in self.chunks[layer]) >= self.context:
@@ -75,11 +80,9 @@ class LayerOutputs:
 
     def _reduce(self, layer: int, end: int) -> None:
         """The mean direction over [C/2, end) and every kept output reduced with it."""
-        o = torch.cat(self.chunks[layer]).double()
-        unit = o / torch.linalg.vector_norm(o, dim=-1).clamp_min(1e-30)[:, None]
-        mean = unit[self.context // 2 : end].sum(dim=0)
-        self.mean[layer] = mean / torch.linalg.vector_norm(mean).clamp_min(1e-30)
-        self.chunks[layer] = [_cosines(o, self.mean[layer])]
+        o = torch.cat(self.chunks[layer])
+        self.mean[layer] = reference_direction(o, (self.context // 2, end))
+        self.chunks[layer] = [cosines_to(o, self.mean[layer])]
 
     @contextmanager
     def capture(self) -> Iterator[None]:
@@ -111,15 +114,7 @@ class LayerOutputs:
             for chunks in (self.chunks[i] for i in sorted(self.chunks))
         ]
         ref = (self.context // 2, min(self.context, n))
-        return _sums(per_layer, ref, self.context, width, n_buckets)
-
-
-def _cosines(out: torch.Tensor, mean: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """``(c_t, log‖o_t‖)`` ``[m]`` each (float64) of outputs ``[m, hidden]`` against the
-    layer's mean direction ``mean`` (:func:`.drift.token_cosines`'s equation)."""
-    o = out.detach().double()
-    norms = torch.linalg.vector_norm(o, dim=-1).clamp_min(1e-30)
-    return ((o / norms[:, None]) @ mean).cpu().numpy(), torch.log(norms).cpu().numpy()
+        return drift_sums(per_layer, ref, self.context, width, n_buckets)
 
 
 @dataclass
@@ -143,18 +138,6 @@ def _cache_kwargs(model: Any, cache: Any) -> dict[str, Any]:
     return {name: cache, "use_cache": True}
 
 
-def _fill_nll(
-    out: np.ndarray, model: Any, hidden: torch.Tensor, ids: torch.Tensor, start: int, chunk: int
-) -> None:
-    """``out[t + 1]`` for the states ``hidden [m, hidden]`` of tokens start … start + m − 1
-    (each predicts the next token), the LM head in blocks of ``chunk``."""
-    head, n = model.get_output_embeddings(), ids.shape[1]
-    stop = min(n - 1, start + hidden.shape[0])
-    for a in range(start, stop, chunk):
-        b = min(stop, a + chunk)
-        out[a + 1 : b + 1] = head_nll(head, hidden[a - start : b - start], ids[0, a + 1 : b + 1])
-
-
 def run_prefix(
     model: Any, ids: torch.Tensor, tokens: int, chunk: int, shared_by: list[str], context: int
 ) -> SharedPrefix:
@@ -167,7 +150,7 @@ def run_prefix(
     nll, cache, outputs = np.full(n, np.nan), DynamicCache(), LayerOutputs(model, context)
     with torch.no_grad(), outputs.capture():
         run = model.base_model(input_ids=ids[:, :tokens], **_cache_kwargs(model, cache))
-        _fill_nll(nll, model, run.last_hidden_state[0], ids, 0, chunk)
+        fill_head_nll(nll, model, run.last_hidden_state[0], ids, 0, chunk)
     return SharedPrefix(tokens, nll, cache, outputs, time.perf_counter() - begin, shared_by)
 
 
@@ -199,6 +182,6 @@ def run_suffix(
             run = model.base_model(
                 input_ids=ids[:, start:stop], attention_mask=mask, **_cache_kwargs(model, cache)
             )
-            _fill_nll(nll, model, run.last_hidden_state[0], ids, start, config.chunk)
+            fill_head_nll(nll, model, run.last_hidden_state[0], ids, start, config.chunk)
     drift = outputs.drift(config.bucket_width, config.n_buckets)
     return nll, drift, time.perf_counter() - begin

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from posgen.harness.length.nll import check_document, head_nll
+from posgen.harness.length.nll import check_document, fill_head_nll
 
 
 def window_plan(n: int, c: int, stride: int) -> list[tuple[int, int, int]]:
@@ -58,16 +58,12 @@ def window_nll(
     or position scheme may be active."""
     n = check_document(model, input_ids)
     out = np.full(n, np.nan)
-    head = model.get_output_embeddings()
     with torch.no_grad():
         for a, lo, hi in window_plan(n, c, stride):
             window = input_ids[:, a : a + c]  # [1, C], positions 0 … C−1
             hidden = model.base_model(input_ids=window).last_hidden_state[0]  # [C, hidden]
-            # the state predicting x_t sits at window index t − a − 1; the LM head in
-            # chunks, so at most chunk × vocab logits exist at a time
-            for t0 in range(lo, hi, chunk):
-                t1 = min(hi, t0 + chunk)
-                out[t0:t1] = head_nll(head, hidden[t0 - a - 1 : t1 - a - 1], input_ids[0, t0:t1])
+            # the state predicting x_t sits at window index t − a − 1
+            fill_head_nll(out, model, hidden[lo - a - 1 : hi - a - 1], input_ids, lo - 1, chunk)
     return out
 
 
