@@ -169,19 +169,22 @@ def test_jobs_for_run_write_length_folders_and_report_blocks(tiny_path, tmp_path
     from posgen.results.tables.tidy import length_tables
 
     models = model_entries([str(tiny_path)], random_init=True)
-    # 'quick' = 2 documents, none;lambda:4,C;scale:2 with C from the model config (64);
-    # the random-init twin gets none
+    # 'quick' = 2 documents to 1.5 C, none;lambda:4,C;infllm;scale:2 with C from the model
+    # config (64); the random-init twin gets none
     (job,) = jobs_for_run(tmp_path, models, "quick", "cpu")
-    assert job.config.schemes == ("none", "lambda:4,64", "scale:2.0") and job.wanted == 2
+    schemes = job.config.schemes
+    assert (schemes[:2], schemes[3]) == (("none", "lambda:4,64"), "scale:2.0")
+    assert schemes[2].startswith("infllm:") and job.wanted == 2
+    assert job.config.max_length == 3 * C // 2
     lines = []
     outcome = run_job(job, progress=lines.append, note=lines.append)
     # one line per (scheme, document), per window pass and per shared prefix
-    assert len(lines) == 3 * 2 + 2 + 2
+    assert len(lines) == 4 * 2 + 2 + 2
     assert sum(line.split()[0] == "prefix" for line in lines) == 2
     (folder,) = (tmp_path / "length").iterdir()
     assert outcome.folder == folder and (folder / "length.md").read_text() == outcome.markdown
     scores = json.loads((folder / "length_scores.json").read_text())
-    assert sorted(scores["effective"]) == ["lambda:4,64", "none", "scale:2.0"]
+    assert sorted(scores["effective"]) == sorted(schemes)
     for name, table in length_tables(tmp_path).items():  # what regenerate writes
         table.to_parquet(tmp_path / f"{name}.parquet", index=False)
     kinds = [b[0] for b in run_blocks(tmp_path)]
@@ -194,7 +197,8 @@ def test_jobs_for_run_write_length_folders_and_report_blocks(tiny_path, tmp_path
 
     section = length_section(tmp_path, models[0].label)
     assert (
-        section["settings"]["trained_context"] == C and section["settings"]["max_length"] == 2 * C
+        section["settings"]["trained_context"] == C
+        and section["settings"]["max_length"] == 3 * C // 2
     )
     for cell in section["cells"]:
         (rec_a, rec_b) = read_records(folder, [cell["scheme"]], section["settings"]["documents"])
@@ -215,6 +219,13 @@ def test_jobs_for_run_write_length_folders_and_report_blocks(tiny_path, tmp_path
             for r, w in zip(recs, windows, strict=True)
         ]
         assert cell["docs"]["g"] == pytest.approx(want)
+
+
+@pytest.mark.parametrize("args", [["--factor", "2"], ["--max-length", "100"]])
+def test_quick_refuses_another_length(args, capsys):
+    assert cli_main(["length", "--quick", *args]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--quick fixes F = 1.5" in err, err
 
 
 def test_posgen_run_refuses_a_bad_length_before_loading(capsys):

@@ -2,7 +2,7 @@
 
 Examples::
 
-    posgen length --quick                      # embedded model, 2 documents, F = 2, 3 schemes
+    posgen length --quick                      # embedded model, 2 documents, F = 1.5, 4 schemes
     posgen length --model PATH --factor 2 --schemes "none;lambda:4,4096;yarn:2"
     posgen length --max-length 16384 --positions swap:0.05
     posgen length --factor 2 --schemes "none;scale:2;yarn:2" --decompose
@@ -34,7 +34,7 @@ from posgen.harness.loading.options import add_loading_arguments
 if TYPE_CHECKING:
     from posgen.harness.length.job import LengthJob
 
-QUICK_HELP = "embedded model, 2 documents, F = 2, schemes none;lambda:4,C;scale:2"
+QUICK_HELP = "embedded model, 2 documents, F = 1.5, schemes none;lambda:4,C;infllm;scale:2"
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -116,6 +116,7 @@ def resolve(args: argparse.Namespace) -> LengthJob:
     from posgen.harness.length.job import (
         ALL_DOCUMENTS,
         QUICK_DOCUMENTS,
+        QUICK_FACTOR,
         QUICK_SCHEMES,
         LengthJob,
         check_model,
@@ -148,7 +149,7 @@ def resolve(args: argparse.Namespace) -> LengthJob:
         trained_context(model_config, args.trained_context),
         schemes=args.schemes or (QUICK_SCHEMES if args.quick else None),
         max_length=args.max_length,
-        factor=args.factor,
+        factor=args.factor or (QUICK_FACTOR if args.quick else None),
         bucket_width=args.bucket_width,
         positions=args.positions,
         seed=args.seed,
@@ -193,9 +194,11 @@ def _require_length_family(entry, args: argparse.Namespace, require_rope) -> Non
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
+    from posgen.harness.length.job import QUICK_FACTOR
+
     if args.quick:
-        if args.max_length is not None or args.factor not in (None, 2.0):
-            raise InputError("--quick fixes F = 2; drop --max-length/--factor")
+        if args.max_length is not None or args.factor not in (None, QUICK_FACTOR):
+            raise InputError(f"--quick fixes F = {QUICK_FACTOR:g}; drop --max-length/--factor")
         if args.model != "embedded":
             raise InputError("--quick runs the embedded model; drop --model (or --quick)")
     for flag, value, low in (

@@ -132,7 +132,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         const="quick",
         metavar="SCHEMES",
         help="also run `posgen length` per model into RUN/length/<model>/ and report it: "
-        "'quick' (2 documents, none;lambda;scale) or ';'-separated length schemes",
+        "'quick' (2 documents to 1.5 C, none;lambda;infllm;scale) or ';'-separated length schemes",
     )
 
 

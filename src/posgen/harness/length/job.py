@@ -25,7 +25,10 @@ from posgen.results.folder.config import ModelEntry
 from posgen.results.folder.length_config import LengthConfig
 
 QUICK_DOCUMENTS = 2
-QUICK_SCHEMES = "none;lambda:4,C;scale:2"
+QUICK_SCHEMES = "none;lambda:4,C;infllm;scale:2"
+# --quick runs to 1.5 C: four schemes, the window pass and two documents fit in 10 minutes on
+# 2 CPU cores there (docs/length.md, "The --quick budget"); at F = 2 they take 15
+QUICK_FACTOR = 1.5
 ALL_DOCUMENTS = 5  # the built-in documents
 DEFAULT_FACTOR = 2.0
 # the in-distribution window's default stride S = C / WINDOW_DIVISOR: 2 windows of C tokens
@@ -214,7 +217,10 @@ def jobs_for_run(
                 "trained context is unknown; run posgen length with --trained-context"
             )
         config = length_config(
-            entry, trained_context(model_config), schemes=QUICK_SCHEMES if quick else schemes
+            entry,
+            trained_context(model_config),
+            schemes=QUICK_SCHEMES if quick else schemes,
+            factor=QUICK_FACTOR if quick else None,
         )
         check_model(config, model_config)
         out = run_root / "length" / slug(entry.label)
