@@ -105,9 +105,38 @@ def test_bad_input_exits_2_before_any_model_loads(planted, tmp_path, argv, messa
     assert not out.exists()
 
 
-def test_a_model_without_rope_is_refused(tiny_model_dir, tmp_path, capsys):
-    assert run("--model", str(tiny_model_dir("gpt2")), "--out", str(tmp_path / "o")) == 2
-    assert "no rotary position embedding" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("arch", "message"),
+    [
+        ("gpt2", "learned absolute positions, which enter once before the first layer"),
+        ("smollm3_nope", "has no position encoding"),
+        ("mpt", "no rotary position embedding"),
+    ],
+)
+def test_a_model_without_per_layer_positions_is_refused(
+    tiny_model_dir, tmp_path, capsys, arch, message
+):
+    out, model = tmp_path / "o", tiny_model_dir(arch)
+    capsys.readouterr()  # the model build's own progress
+    assert run("--model", str(model), "--out", str(out), *ARGS) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert not out.exists()
+
+
+def test_an_alibi_model_gets_its_layer_profile(tiny_model_dir, tmp_path):
+    """BLOOM's bias takes the positions in the chosen layer only: every layer's cell runs
+    and moves the NLL of the swapped documents."""
+    out = tmp_path / "bloom"
+    args = (*ARGS, "--decompose-tokens", "32")
+    assert run("--model", str(tiny_model_dir("bloom")), "--out", str(out), *args) == 0
+    assert (out / "layers.md").is_file()
+    scores = json.loads((out / "layers_scores.json").read_text())
+    assert [row["layer"] for row in scores["layers"]] == [0, 1]
+    assert all(row["degradation"] != 0 for row in scores["layers"])
+    decomp = pd.read_parquet(out / "decomposition.parquet")
+    full = decomp[decomp["logit_part"] == "full"].groupby("layer")["r_3axis"].mean()
+    assert [row["fit_r"] for row in scores["layers"]] == pytest.approx(list(full))
 
 
 def test_heads_give_one_cell_per_head_of_the_chosen_layers(planted, tmp_path):

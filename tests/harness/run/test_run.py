@@ -246,14 +246,46 @@ def test_a_run_that_fails_to_load_leaves_no_folder(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_model_without_rope_gets_the_text_cells_and_a_note(tiny_model_dir, tmp_path, capsys):
-    out = tmp_path / "gpt2"
-    assert run(tiny_model_dir("gpt2", 0), out) == 0
-    assert (
-        "has no rotary position embedding: it gets the text cells only" in capsys.readouterr().err
-    )
+@pytest.mark.parametrize(
+    ("arch", "note"),
+    [
+        ("mpt", "has an ALiBi attention posgen cannot give per-row positions (BLOOM's it can)"),
+        ("smollm3_nope", "has no position encoding (the causal mask is its only order signal)"),
+    ],
+)
+def test_a_model_without_movable_positions_gets_the_text_cells_and_a_note(
+    tiny_model_dir, tmp_path, capsys, arch, note
+):
+    out = tmp_path / arch
+    assert run(tiny_model_dir(arch, 0), out) == 0
+    assert f"{note}: it gets the text cells only" in capsys.readouterr().err
     res = pd.read_parquet(out / "results.parquet")
     assert set(res["kind"]) == {"none", "text"}
+    assert (out / "report.md").is_file()
+    assert not (out / "decomposition").exists() or not any((out / "decomposition").iterdir())
+
+
+@pytest.mark.parametrize(("arch", "positions"), [("gpt2", "absolute"), ("bloom", "alibi")])
+def test_learned_absolute_and_alibi_models_get_every_kind_and_the_decomposition(
+    tiny_model_dir, tmp_path, capsys, arch, positions
+):
+    out = tmp_path / arch
+    assert run(tiny_model_dir(arch, 0), out) == 0
+    assert "text cells only" not in capsys.readouterr().err
+    config = json.loads((out / "config.json").read_text())
+    assert config["config"]["models"][0]["positions"] == positions
+    res = pd.read_parquet(out / "results.parquet")
+    assert set(res["kind"]) == {"none", "text", "position", "feature"}
+    # a position swap moves what the model computes; its identity is the baseline itself
+    ppl = res[res["metric"] == res["metric"].iloc[0]]
+    base = ppl[ppl["kind"] == "none"]["value"].iloc[0]
+    moved = ppl[(ppl["kind"] == "position") & (ppl["rate"] == 0.5)]["value"]
+    assert len(moved) and (moved != base).all()
+    (table,) = (out / "decomposition").glob("*.parquet")
+    decomp = pd.read_parquet(table)
+    assert set(decomp["position_family"]) == {positions}
+    parts = {"absolute": {"full"}, "alibi": {"full", "qk"}}[positions]
+    assert set(decomp["logit_part"]) == parts
     assert (out / "report.md").is_file()
 
 
@@ -261,6 +293,6 @@ def test_only_model_side_kinds_for_a_model_without_rope_is_refused(
     tiny_model_dir, tmp_path, monkeypatch, capsys
 ):
     _refuse_model_load(monkeypatch)
-    assert run(tiny_model_dir("gpt2", 0), tmp_path / "out", "--kinds", "position,feature") == 2
+    assert run(tiny_model_dir("mpt", 0), tmp_path / "out", "--kinds", "position,feature") == 2
     assert "add --kinds text" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()

@@ -99,7 +99,8 @@ def resolve(args: argparse.Namespace) -> LayersConfig:
         entry = model_entries([args.model], options, random_init=args.random_init, seed=args.seed)[
             -1
         ]
-        require_rope(entry, "posgen layers")
+        if entry.positions != "alibi":  # BLOOM's bias takes positions per layer too
+            _require_per_layer_positions(entry, require_rope)
         text = _model_config(entry).get_text_config()
         count, n_heads = int(text.num_hidden_layers), int(text.num_attention_heads)
         check_layers(layers, count, entry.label)
@@ -205,3 +206,20 @@ def main(args: argparse.Namespace) -> int:
         f"report in {paths['md']}"
     )
     return 0
+
+
+def _require_per_layer_positions(entry, require_rope) -> None:
+    """Refuse, in one line, a model whose positions do not enter each layer: learned
+    absolute ones enter once, before the first layer; a model without any has none."""
+    if entry.positions == "absolute":
+        raise InputError(
+            f"{entry.path} has learned absolute positions, which enter once before the first "
+            "layer: there is no per-layer position to perturb (posgen run and posgen "
+            "decompose apply)"
+        )
+    if entry.positions == "none":
+        raise InputError(
+            f"{entry.path} has no position encoding (the causal mask is its only order "
+            "signal): there are no positions to perturb"
+        )
+    require_rope(entry, "posgen layers")

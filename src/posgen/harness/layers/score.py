@@ -27,6 +27,8 @@ def covariates(
         import pandas as pd
 
         table = pd.read_parquet(folder.decomposition_path)
+        if "logit_part" in table.columns:  # ALiBi: the full logits (bias included)
+            table = table[table["logit_part"] == "full"]
         keys = ["layer", "head"] if by_head else ["layer"]
         means = table.groupby(keys)[["r_3axis", "share_distance"]].mean()
         index = [tuple(int(v) for v in k) if by_head else int(k) for k in means.index]

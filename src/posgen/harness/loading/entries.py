@@ -76,7 +76,23 @@ def _entry(name: str, label: str, revision: str | None) -> ModelEntry:
         entry = ModelEntry(label, path, False, _fingerprint(Path(path)))
     else:
         entry = ModelEntry(label, path, False, _hub_commit(name, revision))
-    return replace(entry, rope=has_rotary_embedding(path))
+    positions = position_kind(path)
+    return replace(
+        entry, rope=positions == "rotary" and has_rotary_embedding(path), positions=positions
+    )
+
+
+def position_kind(path: str) -> str:
+    """Where a local model's positions enter, from its config.json
+    (:mod:`posgen.harness.position_family`): ``rotary`` (also for a hub id, whose config is
+    read when it loads), ``absolute``, ``alibi``, ``none``, or ``unadapted`` for an ALiBi
+    attention posgen cannot give per-row positions (MPT, Falcon-ALiBi)."""
+    from posgen.harness.position_family import family_of_folder
+
+    family = family_of_folder(path)
+    if family is None:
+        return "rotary"
+    return "unadapted" if family.refusal else family.kind
 
 
 def require_rope(entry: ModelEntry, command: str) -> None:

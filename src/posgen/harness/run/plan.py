@@ -94,21 +94,31 @@ def limit_notes(asked: int | None, config: RunConfig) -> list[str]:
     ]
 
 
+_NO_POSITIONS = {
+    "rotary": "has no rotary position embedding (its config has no rope_* setting)",
+    "none": "has no position encoding (the causal mask is its only order signal)",
+    "unadapted": "has an ALiBi attention posgen cannot give per-row positions (BLOOM's it can)",
+}
+
+
 def check_model_side_kinds(config: RunConfig) -> list[str]:
-    """Notes for models without RoPE (they get only the text cells); refuses a run that
-    asked only for model-side kinds of such a model."""
-    flat = [m.label for m in config.models if not m.rope and not m.random_init]
+    """Notes for models whose positions posgen cannot move (they get only the text
+    cells); refuses a run that asked only for model-side kinds of such a model. RoPE,
+    learned absolute and BLOOM-ALiBi models get every kind."""
+    flat = [m for m in config.models if not m.model_side and not m.random_init]
     if not flat or not any(k in config.sweep for k in MODEL_SIDE_KINDS):
         return []
     if all(k in MODEL_SIDE_KINDS for k in config.sweep):
+        m = flat[0]
         raise PlanError(
-            f"{', '.join(flat)} has no rotary position embedding, so position and feature "
-            "perturbations do not apply; add --kinds text or choose a RoPE model"
+            f"{m.label} {_NO_POSITIONS[m.positions]}, so position and feature perturbations "
+            "do not apply; add --kinds text or choose a model with RoPE, learned absolute "
+            "or BLOOM ALiBi positions"
         )
     return [
-        f"{label} has no rotary position embedding: it gets the text cells only "
-        "(position and feature cells and the attention-logit decomposition do not apply)"
-        for label in flat
+        f"{m.label} {_NO_POSITIONS[m.positions]}: it gets the text cells only (position and "
+        "feature cells and the attention-logit decomposition do not apply)"
+        for m in flat
     ]
 
 

@@ -42,7 +42,7 @@ def run_sweep(
     config = store.run_config
     plans = {m.label: plan_cells(config, m) for m in config.models}
     units = [(m, c) for m in config.models for c in plans[m.label]]
-    decomp = [m for m in config.models if config.decompose.docs > 0 and m.rope]
+    decomp = [m for m in config.models if config.decompose.docs > 0 and m.model_side]
     done = sum(store.has_cell(m.label, c.cell_id) for m, c in units) + sum(
         store.decomposition_path(m.label).is_file() for m in decomp
     )

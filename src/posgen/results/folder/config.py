@@ -37,7 +37,18 @@ class ModelEntry:
     attn_implementation: str | None = None
     peft: str | None = None
     device_map: str | None = None  # 'auto', 'balanced', a device, or a JSON {module: device}
-    rope: bool = True  # False: no rotary position embedding, so no model-side cells
+    rope: bool = True  # False: no rotary position embedding
+    # where the model's positions enter (posgen.harness.position_family): rotary, absolute,
+    # alibi, none, or unadapted (an ALiBi attention posgen cannot give per-row positions)
+    positions: str = "rotary"
+
+    @property
+    def model_side(self) -> bool:
+        """Whether posgen can move this model's positions: its position and feature cells
+        and the attention-logit decomposition apply (RoPE, learned absolute, BLOOM ALiBi)."""
+        if self.positions == "rotary":
+            return self.rope
+        return self.positions in ("absolute", "alibi")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -54,6 +65,7 @@ class ModelEntry:
             },
             **({"device_map": self.device_map} if self.device_map else {}),
             **({} if self.rope else {"rope": False}),
+            **({} if self.positions == "rotary" else {"positions": self.positions}),
         }
 
     def load_options(self) -> dict[str, Any]:

@@ -28,7 +28,7 @@ def plan_cells(config: RunConfig, model: ModelEntry | None = None) -> list[Cell]
     for task in config.tasks:
         cells.append(_cell(task, task, "none", "none", 0.0, seed, None))
         for kind, axis in config.sweep.items():
-            if model is not None and not model.rope and kind in MODEL_SIDE_KINDS:
+            if model is not None and not model.model_side and kind in MODEL_SIDE_KINDS:
                 continue
             for scheme in axis.schemes:
                 for value in axis.values:

@@ -116,6 +116,10 @@ def _ylabel(g, spec) -> str:
 def fit_heatmap(decomp, model: str, column: str = "r_3axis") -> bytes:
     """Layer × head heatmap of ``column`` averaged over documents (:func:`r_heatmap`)."""
     title = f"Fit quality per head ({column}, mean over documents): {model}"
+    if "logit_part" in decomp.columns:  # ALiBi: the full logits (bias included), as fitted
+        decomp = decomp[decomp["logit_part"] == "full"]
+        family = ", ".join(sorted(set(decomp["position_family"])))
+        title = f"{title} ({family} positions, full logits)"
     return _png(r_heatmap(decomp, column=column, title=title))
 
 

@@ -304,8 +304,12 @@ def fit_quality(decomp) -> dict[str, float]:
 
     Per-(doc, layer, head) values are first averaged over documents for each head, then
     over heads: ``mean_h mean_d r_{d,h}``. Returns ``r_3axis``, ``r_2axis``,
-    ``r_distance_key`` (NaN for an absent column) and ``n_heads``.
+    ``r_distance_key`` (NaN for an absent column) and ``n_heads``. A table with a
+    ``logit_part`` column (an ALiBi model's: ``full`` logits and the content part ``qk``)
+    counts its full logits only, the ones the model's softmax sees.
     """
+    if "logit_part" in decomp.columns:
+        decomp = decomp[decomp["logit_part"] == "full"]
     heads = [c for c in ("layer", "head") if c in decomp.columns]
     if not heads:
         raise ValueError("decomposition table needs 'layer' and 'head' columns")
