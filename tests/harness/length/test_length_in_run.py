@@ -45,8 +45,11 @@ def test_run_peft_length_measures_the_adapter(tmp_path):
     record = json.loads((folder / "docs" / slug("none") / f"{slug('hamlet')}.json").read_text())
     assert record["loaded"]["peft"] == str(adapter)
 
-    ids = torch.tensor([tokenizer(long_documents()["hamlet"]).input_ids[: 2 * C]])
-    width, n = config["bucket_width"], 2 * C // config["bucket_width"]
+    # the length --quick measures to (F = 1.5 since infllm joined its schemes), read from the run
+    length = config["max_length"]
+    assert length > C
+    ids = torch.tensor([tokenizer(long_documents()["hamlet"]).input_ids[:length]])
+    width, n = config["bucket_width"], -(-length // config["bucket_width"])
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     base_sums, _ = bucket_sums(_direct_nll(base, ids), width, n)
     with_adapter = PeftModel.from_pretrained(base, adapter).eval()
