@@ -68,7 +68,8 @@ from posgen.harness.additive_fit.logit_fit import (
 from posgen.harness.additive_fit.qk_sums import grouped_fit_sums
 from posgen.harness.hf_posgen.lambda_attention import local_attention
 from posgen.harness.hf_posgen.layer_hooks import TWIN_ROTATIONS, layer_count, layer_positions
-from posgen.harness.hf_posgen.logit_replacement import fit_layout, grouped_like_repeat_kv
+from posgen.harness.hf_posgen.logit_replacement import grouped_like_repeat_kv
+from posgen.harness.hf_posgen.logit_rows import fit_layout
 from posgen.harness.hf_posgen.position_hooks import build_plan
 from posgen.harness.model_family import family_of
 from posgen.results.scores.cause import KLS, SUMS, r_and_share
