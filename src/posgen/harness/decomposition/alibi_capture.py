@@ -7,7 +7,9 @@ alpha=α)``, i.e. ``W = β·bias + α·q·kᵀ`` ``[B·H, n, n]`` with ``bias[b�
 each attention module, within the block, its own bias wrapped in a tensor subclass whose
 ``baddbmm`` is the model's own call, recorded: the logits, q and k are exactly what the
 model computed; nothing of attention is re-implemented, and the attention output is the
-model's own. The wrapping is :func:`posgen.harness.hf_posgen.alibi_bias.alibi_bias_calls`.
+model's own. The wrapping is :func:`posgen.harness.hf_posgen.alibi_bias.alibi_bias_calls`:
+the capture records, and ``logits=`` (:mod:`posgen.harness.hf_posgen.alibi_logit_replacement`)
+hands back replaced logits, which the model's own code then masks and softmaxes.
 
 Each layer reaches the consumer as an :class:`AlibiCapture` (a
 :class:`~.capture.LayerCapture` with the bias): ``logit_block`` gives the full logits

@@ -8,8 +8,8 @@ and multiplies by the values. :func:`alibi_bias_calls` hands the chosen layers' 
 modules their own bias wrapped in a tensor subclass whose ``baddbmm`` runs the model's own
 call on the plain tensor and hands its inputs and output to a callback, which may return
 other logits for the model to go on with. The decomposition's capture records
-(:mod:`posgen.harness.decomposition.alibi_capture`). Nothing of attention is
-re-implemented.
+(:mod:`posgen.harness.decomposition.alibi_capture`); ``logits=`` replaces
+(:mod:`.alibi_logit_replacement`). Nothing of attention is re-implemented.
 """
 
 from __future__ import annotations

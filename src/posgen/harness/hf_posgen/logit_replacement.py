@@ -40,7 +40,9 @@ Step 4 takes one of two exact routes:
 Forwards with a KV cache (``generate``) are refused: the fit needs the full rows.
 
 Steps 1 and 3 (each row's m and F, the fit and the form's change) are
-:mod:`.logit_rows`'s.
+:mod:`.logit_rows`'s. BLOOM computes its logits outside these functions:
+:func:`logits_replaced` hands it to :mod:`.alibi_logit_replacement`, which replaces them
+where BLOOM computes them, with the same rows, fit and forms.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from posgen.harness.hf_posgen.logit_forms import reversed_form_logits
 from posgen.harness.hf_posgen.logit_rows import LogitReplacement, MaskRows
 from posgen.harness.hf_posgen.qk_noise import base_forward
 from posgen.harness.model_family import family_of
+from posgen.harness.position_family import position_family_of
 
 _PREFIX = "posgen_logits_"
 BASES = ("sdpa", "eager")
@@ -75,15 +78,23 @@ def attention_name(base: str) -> str:
 @contextmanager
 def logits_replaced(model: torch.nn.Module, replacement: LogitReplacement) -> Iterator[None]:
     """Within the block, forwards of ``model`` replace the logits of ``replacement``'s
-    layers and heads by its form; the model's own attention is restored on exit."""
+    layers and heads by its form; the model's own attention is restored on exit. An ALiBi
+    model (BLOOM), whose attention bypasses the attention functions, has its logits
+    replaced where it computes them (:mod:`.alibi_logit_replacement`)."""
+    if replacement.form.needs_donor and replacement.donor is None:
+        raise ValueError("logits=foreign needs a donor sequence's fit (LogitDonor)")
+    if position_family_of(model).kind == "alibi":
+        from posgen.harness.hf_posgen.alibi_logit_replacement import alibi_logits_replaced
+
+        with alibi_logits_replaced(model, replacement):
+            yield
+        return
     base = base_implementation(model)
     if base not in BASES:
         raise ValueError(
             f"logits={replacement.form.name} runs over sdpa or eager attention; the model "
             f"runs {base!r} (load it with --attn-implementation sdpa)"
         )
-    if replacement.form.needs_donor and replacement.donor is None:
-        raise ValueError("logits=foreign needs a donor sequence's fit (LogitDonor)")
     make = lambda: _make_forward(base)  # noqa: E731
     try:
         with using_attention(model, attention_name(base), make, base, base, (_ACTIVE, replacement)):

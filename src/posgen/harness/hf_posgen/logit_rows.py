@@ -7,8 +7,9 @@ checked against the mask: HFLM right-pads and passes none), the fitted entries F
 them and F's layout (:meth:`LogitReplacement.mask_rows`, a :class:`MaskRows`), and for
 one row's logits W [P, m, m] the change W' − W of the form's logits from the exact fit
 of W over F (:meth:`LogitReplacement.row_change`: :mod:`posgen.harness.additive_fit.logit_fit`
-and :mod:`.logit_forms`). The attention function of :mod:`.logit_replacement` takes its
-rows and changes from here.
+and :mod:`.logit_forms`). The attention function of :mod:`.logit_replacement` (RoPE and
+learned absolute models) and BLOOM's replaced ``baddbmm``
+(:mod:`.alibi_logit_replacement`) both take their rows and changes from here.
 """
 
 from __future__ import annotations
