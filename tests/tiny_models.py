@@ -17,7 +17,8 @@ VOCAB = 384
 ROPE_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "gpt_neox")
 ALL_ARCHS = (*ROPE_ARCHS, "gpt2")
 # the other position families (posgen.harness.position_family): learned absolute, ALiBi,
-# and "smollm3_nope" (SmolLM3 with every layer NoPE: no position encoding at all)
+# and "smollm3_nope" (SmolLM3 with every layer NoPE: no position encoding at all); beside
+# them "bloom_qk", a BLOOM whose q·k matters beside its bias (CONFIGS)
 FAMILY_ARCHS = ("gpt2", "opt", "bloom", "mpt", "smollm3_nope")
 
 _COMMON = dict(
@@ -33,6 +34,8 @@ _COMMON = dict(
     eos_token_id=2,
     pad_token_id=0,
 )
+
+_BLOOM = dict(vocab_size=VOCAB, hidden_size=64, n_layer=2, n_head=4, bos_token_id=1, eos_token_id=2)
 
 CONFIGS: dict[str, dict] = {
     "llama": dict(_COMMON, rope_theta=10000.0),
@@ -87,15 +90,18 @@ CONFIGS: dict[str, dict] = {
         eos_token_id=2,
         pad_token_id=0,
     ),
-    "bloom": dict(
-        vocab_size=VOCAB, hidden_size=64, n_layer=2, n_head=4, bos_token_id=1, eos_token_id=2
-    ),
+    "bloom": dict(_BLOOM),
+    # BLOOM with weights drawn 5 times wider: at BLOOM's default (0.02) q·k is so small
+    # beside the bias that the logits are the bias alone to 1e-4 nats of the output; here
+    # q·k moves the output by tenths of a nat (logits= on BLOOM is tested on it)
+    "bloom_qk": dict(_BLOOM, initializer_range=0.1),
     "mpt": dict(
         vocab_size=VOCAB, d_model=64, n_heads=4, n_layers=2, expansion_ratio=2, max_seq_len=2048
     ),
     "smollm3_nope": dict(_COMMON, no_rope_layers=[0, 0]),
 }
-MODEL_TYPES = {"smollm3_nope": "smollm3"}  # CONFIGS key -> config.model_type where they differ
+# CONFIGS key -> config.model_type where they differ
+MODEL_TYPES = {"smollm3_nope": "smollm3", "bloom_qk": "bloom"}
 
 
 def training_text() -> list[str]:

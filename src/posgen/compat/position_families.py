@@ -4,7 +4,10 @@
 posgen moves learned absolute positions by replacing, within a block, the ``forward`` of
 the model's position embedding (:func:`posgen.compat.forward_replaced`), and ALiBi
 positions by a forward pre-hook on each decoder block that swaps the bias keyword it is
-handed; it reads the slopes from the model file's own ``build_alibi_tensor``. Each entry
+handed; it reads the slopes from the model file's own ``build_alibi_tensor``. The ALiBi
+decomposition and ``logits=`` wrap the bias each attention module is handed, whose
+``baddbmm`` is that module's logits (a call that computes none through it is refused at
+run time: :func:`posgen.harness.hf_posgen.alibi_bias.alibi_bias_calls`). Each entry
 below is a callable and the parameters posgen's hooks are written for (the first ones of
 its signature, or a keyword that must be among them).
 """
@@ -28,6 +31,13 @@ POSITION_FAMILY_INTERNALS: dict[str, tuple[tuple[str, ...], str]] = {
         "",
     ),
     "transformers.models.bloom.modeling_bloom:BloomBlock.forward": (("self",), "alibi"),
+    # BLOOM's attention: handed the bias as alibi= (a pre-hook wraps it: its baddbmm is
+    # the attention's logits, recorded by the decomposition, replaced by logits=) and its
+    # mask as attention_mask= (logits= reads each row's attended entries from it)
+    "transformers.models.bloom.modeling_bloom:BloomAttention.forward": (
+        ("self", "hidden_states", "residual", "alibi", "attention_mask"),
+        "",
+    ),
 }
 
 

@@ -193,7 +193,11 @@ def check_schemes(model: torch.nn.Module, p: Any, what: str) -> PositionFamily:
 
 
 def _refusals(family: PositionFamily, p: Any) -> list[tuple[bool, str]]:
-    """(refused?, why) of each thing a non-rotary family may not take."""
+    """(refused?, why) of each thing a non-rotary family may not take. ``logits=`` runs on
+    both families that get here: through the attention functions on learned absolute
+    positions, through BLOOM's own bias on ALiBi
+    (:mod:`posgen.harness.hf_posgen.alibi_logit_replacement`); an ALiBi model with a
+    ``refusal`` (MPT, Falcon) is refused everything before."""
     qk = p.features is not None and getattr(p.features, "where", "") == "qk"
     absolute = family.kind == "absolute"
     moved = p.positions is not None or p.features is not None
@@ -209,11 +213,6 @@ def _refusals(family: PositionFamily, p: Any) -> list[tuple[bool, str]]:
             f"{features}: qk noise perturbs rotary queries and keys; this {{arch!r}} model "
             "has {family} positions: use features=rope_noise:σ (a jitter of the positions "
             "it sees)",
-        ),
-        (
-            p.logits is not None and not absolute,
-            "logits=: the additive-fit replacement runs through transformers' attention "
-            "functions, which this {arch!r} model's attention bypasses",
         ),
         (
             p.length is not None,

@@ -5,7 +5,9 @@ passes none), per-document log-likelihood of rolling and loglikelihood requests 
 documents of very different lengths within 1e-3 nats, and generation token for token
 where the argument generates (else its refusal). :data:`CASES` must cover exactly the
 arguments hf-posgen declares (:func:`~posgen.harness.hf_posgen.model.model_arguments`): an
-argument added without its case fails :func:`test_every_model_argument_has_a_case`."""
+argument added without its case fails :func:`test_every_model_argument_has_a_case`.
+:data:`FAMILY_CASES` runs the same check on the tiny models of other position families
+where an argument takes a path of its own there (``logits=`` on BLOOM)."""
 
 from __future__ import annotations
 
@@ -60,6 +62,19 @@ CASES: dict[str, Case] = {
     "yarn": Case({"length": "yarn:2"}),
 }
 
+# the same check on the other position families' tiny models: name -> (architecture of
+# tests/tiny_models.py, case). BLOOM's logits= runs apart from the attention functions
+# (hf_posgen/alibi_logit_replacement.py): its rows come from the batch plan there too.
+FAMILY_CASES: dict[str, tuple[str, Case]] = {
+    "bloom_additive": ("bloom_qk", Case({"logits": "additive"}, LOGIT_REFUSAL)),
+    "bloom_shuffled": ("bloom_qk", Case({"logits": "shuffled"}, LOGIT_REFUSAL)),
+    "bloom_foreign": ("bloom_qk", Case({"logits": "foreign"}, LOGIT_REFUSAL)),
+    "bloom_logit_heads": (
+        "bloom_qk",
+        Case({"logits": "distance", "layers": "1", "heads": "0;2"}, LOGIT_REFUSAL),
+    ),
+}
+
 # transformers' dynamic NTK scaling sets the RoPE base from the largest position of the
 # forward (every row's) and keeps it for later forwards until one falls inside the
 # trained context (modeling_rope_utils.dynamic_rope_update): a known defect, not fixed yet.
@@ -110,6 +125,8 @@ def _scores(lm: HFPosgenLM, batch_size: int) -> list[float]:
 def test_every_model_argument_has_a_case():
     covered = {name for case in CASES.values() for name in case.args}
     assert covered == set(model_arguments())
+    in_families = {name for _, case in FAMILY_CASES.values() for name in case.args}
+    assert in_families <= set(model_arguments())
 
 
 def test_the_documents_pad_a_batch_of_eight(llama):
@@ -128,8 +145,18 @@ def test_the_documents_pad_a_batch_of_eight(llama):
     ],
 )
 def test_each_model_argument_gives_the_same_answers_at_batch_sizes_1_and_8(llama, name):
-    case = CASES[name]
-    lm = _model(llama, case.args)
+    _check_case(llama, name, CASES[name])
+
+
+@pytest.mark.parametrize("name", FAMILY_CASES)
+def test_each_family_case_gives_the_same_answers_at_batch_sizes_1_and_8(tiny_model_dir, name):
+    arch, case = FAMILY_CASES[name]
+    _check_case(str(tiny_model_dir(arch)), name, case)
+
+
+def _check_case(path: str, name: str, case: Case) -> None:
+    """Batch 1 against batch 8 within :data:`NATS`, then generation (or its refusal)."""
+    lm = _model(path, case.args)
     assert lm.perturbation.changes_model
     one, eight = _scores(lm, 1), _scores(lm, 8)
     worst = max(abs(a - b) for a, b in zip(one, eight, strict=True))
@@ -149,4 +176,12 @@ def test_the_arguments_change_the_answers(llama):
     plain = _scores(_model(llama, {}), 8)
     for name in ("swap", "qk_noise", "additive", "foreign", "lambda", "infllm", "dynamic", "yarn"):
         moved = _scores(_model(llama, CASES[name].args), 8)
+        assert max(abs(a - b) for a, b in zip(moved, plain, strict=True)) > 2 * NATS, name
+
+
+def test_the_family_cases_change_the_answers(tiny_model_dir):
+    bloom = str(tiny_model_dir("bloom_qk"))
+    plain = _scores(_model(bloom, {}), 8)
+    for name in ("bloom_additive", "bloom_logit_heads"):
+        moved = _scores(_model(bloom, FAMILY_CASES[name][1].args), 8)
         assert max(abs(a - b) for a, b in zip(moved, plain, strict=True)) > 2 * NATS, name

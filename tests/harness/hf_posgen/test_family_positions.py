@@ -135,12 +135,25 @@ def test_alibi_takes_layers_and_heads(tiny_model_dir):
     assert rolling(lm) not in (swapped, everywhere)
 
 
+def test_bloom_takes_logits_with_layers_and_heads(tiny_model_dir):
+    """``logits=`` runs on BLOOM (its own baddbmm's logits, replaced): from the config check
+    to the log-likelihood; generation under it is refused as on RoPE models."""
+    path = str(tiny_model_dir("bloom_qk"))
+    plain = rolling(HFPosgenLM(pretrained=path, device="cpu", batch_size=4))
+    lm = HFPosgenLM(pretrained=path, device="cpu", batch_size=4, logits="additive")
+    everywhere = rolling(lm)
+    lm.set_perturbation(None, None, 0, "1", "2", "key")
+    assert len({tuple(plain), tuple(everywhere), tuple(rolling(lm))}) == 3
+    with pytest.raises(NotImplementedError, match="under logits=key"):
+        generate(lm)
+
+
 REFUSED = [
     ("gpt2", {"positions": "swap:0.1", "layers": "1"}, "positions enter once, before the first"),
     ("opt", {"features": "rope_noise:1", "layers": "0"}, "drop layers="),
     ("gpt2", {"features": "qk_noise:0.1"}, "use features=rope_noise"),
-    ("bloom", {"logits": "additive"}, "logits=: the additive-fit replacement runs through"),
     ("mpt", {"positions": "swap:0.1"}, "one ALiBi bias shared by the whole batch"),
+    ("mpt", {"logits": "additive"}, "one ALiBi bias shared by the whole batch"),
     ("smollm3_nope", {"positions": "swap:0.1"}, "has no position encoding"),
     ("smollm3_nope", {"features": "rope_noise:1"}, "the causal mask is its only order signal"),
 ]

@@ -7,7 +7,9 @@ alpha=α)``, i.e. ``W = β·bias + α·q·kᵀ`` ``[B·H, n, n]`` with ``bias[b�
 each attention module, within the block, its own bias wrapped in a tensor subclass whose
 ``baddbmm`` is the model's own call, recorded: the logits, q and k are exactly what the
 model computed; nothing of attention is re-implemented, and the attention output is the
-model's own.
+model's own. The wrapping is :func:`posgen.harness.hf_posgen.alibi_bias.alibi_bias_calls`:
+the capture records, and ``logits=`` (:mod:`posgen.harness.hf_posgen.alibi_logit_replacement`)
+hands back replaced logits, which the model's own code then masks and softmaxes.
 
 Each layer reaches the consumer as an :class:`AlibiCapture` (a
 :class:`~.capture.LayerCapture` with the bias): ``logit_block`` gives the full logits
@@ -21,14 +23,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 
 from posgen.harness.decomposition.capture import LayerCapture
 from posgen.harness.decomposition.layer_mask import LayerMask
-from posgen.harness.position_family import position_family_of
+from posgen.harness.hf_posgen.alibi_bias import alibi_bias_calls
 
 
 @dataclass
@@ -69,36 +71,15 @@ class AlibiCapture(LayerCapture):
         return x
 
 
-class _RecordedBias(torch.Tensor):
-    """The bias a BLOOM attention module is handed; its ``baddbmm`` (the model's logits)
-    runs as the plain tensor's and hands its inputs and output to ``_posgen_record``."""
-
-    def baddbmm(self, batch1, batch2, *, beta=1.0, alpha=1.0) -> torch.Tensor:
-        """The model's own call, on the plain tensor, recorded."""
-        plain = self.as_subclass(torch.Tensor)
-        out = plain.baddbmm(batch1, batch2, beta=beta, alpha=alpha)
-        self._posgen_record(plain, out, batch1, batch2, beta, alpha)
-        return out
-
-
-def _recorded(bias: torch.Tensor, record: Callable[..., None]) -> torch.Tensor:
-    wrapped = bias.as_subclass(_RecordedBias)
-    wrapped._posgen_record = record
-    return wrapped
-
-
 @contextmanager
 def capture_alibi_attention(
     model: torch.nn.Module, consumer: Callable[[AlibiCapture], None]
 ) -> Iterator[None]:
     """Within the block, every forward of the ALiBi ``model`` calls ``consumer`` once per
     layer with its :class:`AlibiCapture` (batch of full forwards, ``use_cache=False``)."""
-    family = position_family_of(model)
-    blocks = family.blocks(model)
     heads = int(model.config.num_attention_heads)
-    name = family.bias_argument
 
-    def hook_for(layer: int, attention: torch.nn.Module):
+    def on_call(layer: int, attention: torch.nn.Module, kwargs: dict):
         def record(bias, out, q, k_t, beta, alpha) -> None:
             rows, n, keys = out.shape
             b = rows // heads
@@ -119,16 +100,9 @@ def capture_alibi_attention(
                 )
             )
 
-        def pre_hook(module, args, kwargs):
-            return args, {**kwargs, name: _recorded(kwargs[name], record)}
+        return record
 
-        return pre_hook
-
-    with ExitStack() as stack, torch.no_grad():
-        for layer, block in enumerate(blocks):
-            attention = block.self_attention
-            hook = attention.register_forward_pre_hook(hook_for(layer, attention), with_kwargs=True)
-            stack.callback(hook.remove)
+    with torch.no_grad(), alibi_bias_calls(model, on_call):
         yield
 
 

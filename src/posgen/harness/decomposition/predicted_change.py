@@ -68,7 +68,8 @@ from posgen.harness.additive_fit.logit_fit import (
 from posgen.harness.additive_fit.qk_sums import grouped_fit_sums
 from posgen.harness.hf_posgen.lambda_attention import local_attention
 from posgen.harness.hf_posgen.layer_hooks import TWIN_ROTATIONS, layer_count, layer_positions
-from posgen.harness.hf_posgen.logit_replacement import fit_layout, grouped_like_repeat_kv
+from posgen.harness.hf_posgen.logit_replacement import grouped_like_repeat_kv
+from posgen.harness.hf_posgen.logit_rows import fit_layout
 from posgen.harness.hf_posgen.position_hooks import build_plan
 from posgen.harness.model_family import family_of
 from posgen.results.scores.cause import KLS, SUMS, r_and_share
@@ -277,15 +278,19 @@ def fit_capture(cap, layouts: LayoutCache, options: FitOptions) -> tuple[torch.T
 
 def distance_terms(model: torch.nn.Module, ids: Sequence[int]) -> dict[int, torch.Tensor]:
     """Per layer, the distance term a [H, n] (float64, NaN where unfitted) of the fit of
-    every head's logits on one plain forward of ``ids``: a ``logits=foreign`` donor."""
+    every head's logits on one plain forward of ``ids``: a ``logits=foreign`` donor. An
+    ALiBi model's logits are its full ones, bias included (what ``logits=`` fits there)."""
+    from posgen.harness.decomposition.alibi_capture import alibi_capture_forward
     from posgen.harness.decomposition.capture import capture_forward
+    from posgen.harness.position_family import position_family_of
 
     layouts, options, terms = LayoutCache(), FitOptions(), {}
 
     def keep(cap) -> None:
         terms[cap.layer] = fit_capture(cap, layouts, options)[1].a.cpu()
 
-    capture_forward(model, list(ids), keep)
+    alibi = position_family_of(model).kind == "alibi"
+    (alibi_capture_forward if alibi else capture_forward)(model, list(ids), keep)
     return terms
 
 
