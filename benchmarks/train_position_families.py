@@ -28,7 +28,10 @@ loss under ``positions=swap:0.2`` through hf-posgen's own path (the batch plan a
 family's hooks), so the table says whether positions matter to it at all::
 
     PYTHONPATH=src:tests python benchmarks/train_position_families.py --out runs/families
+    PYTHONPATH=src:tests python benchmarks/train_position_families.py --out runs/families --twins
 
+(``--twins`` trains nothing: it gives the same two losses for each saved model's
+random-init twin, drawn as ``posgen run --random-init`` draws it.)
 Then ``posgen run --quick --random-init --model OUT/rope --model OUT/alibi ...``,
 ``posgen decompose --model OUT/alibi --random-init`` and ``posgen layers --model
 OUT/rope`` (docs/position-families.md has the commands and the measured figures).
@@ -135,7 +138,7 @@ def train(model: torch.nn.Module, ids: torch.Tensor, args: argparse.Namespace) -
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
         if (step + 1) % args.log_every == 0 or step + 1 == args.steps:
             logged.append(sum(losses) / len(losses))
             print(f"  step {step + 1:5d}  train loss {logged[-1]:.4f}", flush=True)
@@ -179,6 +182,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--log-every", type=int, default=100)
     parser.add_argument(
+        "--twins",
+        action="store_true",
+        help="no training: score the random-init twins (posgen's, weights from --twin-seed) "
+        "of the models saved under OUT",
+    )
+    parser.add_argument("--twin-seed", type=int, default=1234, help="posgen run's default seed")
+    parser.add_argument(
         "--exclude-suite",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -191,6 +201,23 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
+def score_twins(args: argparse.Namespace, test_ids: torch.Tensor) -> None:
+    """Held-out loss, plain and under swap:0.2, of each saved model's random-init twin,
+    drawn as ``posgen run --random-init`` draws it (same seed and name)."""
+    from posgen.harness.loading.load import random_init_twin
+
+    print("family    twin loss  twin loss_swap0.2")
+    for family in args.families.split(","):
+        path = args.out / family
+        twin = random_init_twin(
+            AutoConfig.from_pretrained(path), seed=args.twin_seed, name=str(path)
+        )
+        plain = held_out_loss(twin, test_ids, args.window, None)
+        spec = None if family == "none" else "swap:0.2"
+        s = "(none)" if spec is None else f"{held_out_loss(twin, test_ids, args.window, spec):.4f}"
+        print(f"{family:9} {plain:.4f}     {s}")
+
+
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
@@ -199,6 +226,9 @@ def main() -> None:
     train_texts, test_texts = pydoc_texts(args.exclude_suite)
     train_ids = torch.tensor(tok("\n".join(train_texts))["input_ids"])
     test_ids = torch.tensor(tok("\n".join(test_texts))["input_ids"])
+    if args.twins:
+        score_twins(args, test_ids)
+        return
     print(f"training tokens {train_ids.numel()}, held-out tokens {test_ids.numel()}")
     rows = []
     for family in args.families.split(","):
