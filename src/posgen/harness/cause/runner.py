@@ -24,11 +24,17 @@ from collections.abc import Callable
 from typing import Any
 
 from posgen.harness.cause.folder import CauseFolder
-from posgen.harness.decomposition.predicted_change import distance_terms, predict_windows
+from posgen.harness.decomposition.alibi_change import alibi_window_rows
+from posgen.harness.decomposition.predicted_change import (
+    distance_terms,
+    predict_windows,
+    rotary_window_rows,
+)
 from posgen.harness.decomposition.probe import probe_token_windows
 from posgen.harness.hf_posgen.logit_forms import LogitDonor
 from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
 from posgen.harness.layers.runner import load_entry_lm, prose_documents, score_cells
+from posgen.harness.position_family import position_family_of
 from posgen.results.folder.store import atomic_write_parquet
 
 
@@ -76,7 +82,11 @@ def predict(folder: CauseFolder, lm: Any, progress: bool = False) -> None:
     windows = document_windows(lm, cfg.limit)
     schemes = [registry.parse("position", s) for s in cfg.schemes]
     lm.set_perturbation(None, None, cfg.seed)
-    rows = predict_windows(lm.model, [w for _, _, w in windows], schemes, cfg.seed, progress)
+    alibi = position_family_of(lm.model).kind == "alibi"
+    window_rows = alibi_window_rows if alibi else rotary_window_rows
+    rows = predict_windows(
+        lm.model, [w for _, _, w in windows], schemes, cfg.seed, progress, window_rows
+    )
     table = pd.DataFrame(rows)
     index = table.pop("doc")
     table.insert(0, "window", [windows[k][1] for k in index])

@@ -87,6 +87,7 @@ def build_profile(folder: CauseFolder, layers_run: Path | None = None) -> dict[s
     profile: dict[str, Any] = {
         "model": cfg.model.label,
         "random_init": cfg.model.random_init,
+        "positions": cfg.model.positions,
         "documents": cfg.limit,
         "schemes": list(cfg.schemes),
         "forms": list(cfg.forms),

@@ -153,11 +153,8 @@ def resolve(args: argparse.Namespace) -> CauseConfig:
         check_layers(layers, count, entry.label)
     except PerturbationError as e:
         raise InputError(str(e)) from None
-    if not entry.rope:
-        raise InputError(
-            f"{entry.path} has no rotary position embedding: the predicted change of a "
-            "position scheme needs RoPE"
-        )
+    if not entry.rope and entry.positions != "alibi":
+        raise InputError(f"{entry.path} {_NO_LAYER_POSITIONS.get(entry.positions, _NO_ROPE)}")
     return CauseConfig(
         model=entry,
         seed=args.seed,
@@ -168,6 +165,19 @@ def resolve(args: argparse.Namespace) -> CauseConfig:
         schemes=tuple(schemes),
         batch_size=args.batch_size,
     )
+
+
+_NO_ROPE = (
+    "has no rotary position embedding: the predicted change of a position scheme moves one "
+    "layer's positions, which needs RoPE or BLOOM's ALiBi"
+)
+_NO_LAYER_POSITIONS = {
+    "absolute": "has no rotary position embedding (its learned absolute positions enter once, "
+    "before the first layer): the predicted change of a position scheme moves one layer's "
+    "positions, which needs RoPE or BLOOM's ALiBi",
+    "none": "has no position encoding (the causal mask is its only order signal): there "
+    "are no positions to move",
+}
 
 
 def _progress(line: str) -> None:

@@ -307,7 +307,6 @@ class ChangePredictor:
         self.options = FitOptions()
         self.dense = dense
         self.rows: list[dict[str, Any]] = []
-        self.key: dict[str, Any] = {}
         self._strips: WindowStrips | None = None
 
     def __call__(self, cap) -> None:
@@ -337,10 +336,23 @@ class ChangePredictor:
             figures = change_figures(cap.logits[0], w_moved, fits.a, fitted, self.positions)
         values = {k: v.cpu().tolist() for k, v in figures.items()}
         for head in range(heads):
-            row = {**self.key, "layer": cap.layer, "head": head, "n": n}
+            row = {"layer": cap.layer, "head": head, "n": n}
             row.update({k: v[head] for k, v in values.items()})
             row.update(r_and_share(row))
             self.rows.append(row)
+
+
+def rotary_window_rows(
+    model: torch.nn.Module, ids: Sequence[int], pos: torch.Tensor, layouts: LayoutCache
+) -> list[dict[str, Any]]:
+    """The rows of one window under positions ``pos`` [n] on a rotary model: one captured
+    forward, every layer's twin rotation at π (module doc)."""
+    from posgen.harness.decomposition.capture import capture_forward
+
+    predictor = ChangePredictor(pos, layouts)
+    with layer_positions(model, pos[None], list(range(layer_count(model))), split_heads=True):
+        capture_forward(model, list(ids), predictor)
+    return predictor.rows
 
 
 def predict_windows(
@@ -349,25 +361,21 @@ def predict_windows(
     schemes: Sequence[Any],
     seed: int,
     progress: bool = False,
+    window_rows: Any = rotary_window_rows,
 ) -> list[dict[str, Any]]:
     """One row per (window, scheme, layer, head): ``doc`` (the window's index), ``scheme``,
     ``layer``, ``head``, ``n`` and the figures of :func:`change_figures` with ``r`` and
     ``share`` (:func:`posgen.results.scores.cause.r_and_share`). One captured forward per
-    (window, scheme); identity draws are skipped."""
+    (window, scheme), by ``window_rows(model, ids, pos, layouts)`` (an ALiBi model:
+    :func:`.alibi_change.alibi_window_rows`); identity draws are skipped."""
     from tqdm.auto import tqdm
 
-    from posgen.harness.decomposition.capture import capture_forward
-
-    layers = list(range(layer_count(model)))
     layouts, rows = LayoutCache(), []
     jobs = [(doc, ids, s) for doc, ids in enumerate(windows) for s in schemes]
     for doc, ids, scheme in tqdm(jobs, desc="predicted change", disable=not progress):
         pos = perturbed_positions(ids, scheme, seed)
         if pos is None:
             continue
-        predictor = ChangePredictor(pos, layouts)
-        predictor.key = {"doc": doc, "scheme": scheme.to_string()}
-        with layer_positions(model, pos[None], layers, split_heads=True):
-            capture_forward(model, list(ids), predictor)
-        rows.extend(predictor.rows)
+        key = {"doc": doc, "scheme": scheme.to_string()}
+        rows.extend({**key, **row} for row in window_rows(model, ids, pos, layouts))
     return rows

@@ -197,6 +197,14 @@ def prediction_table(rows: Sequence[Mapping[str, Any]], by_layer: bool = False) 
     return "\n".join(lines)
 
 
+ALIBI_PREDICTION = (
+    " ALiBi: a layer's positions enter through its bias alone, −m_h·(i − j), which is "
+    "exactly additive and part of the fitted logits, so the measured change is the bias's "
+    "change and the form predicts most of it by construction; what it misses is what q·k "
+    "made of the distance, which a move of positions does not change."
+)
+
+
 def render_markdown(
     profiles: Sequence[Mapping[str, Any]], figure: str = "cause.png", cross: str = ""
 ) -> str:
@@ -223,7 +231,8 @@ def render_markdown(
             "",
             "ΔŴ[i, j] = a[π(i) − π(j)] − a[i − j] from the plain logits' fit against the "
             "measured change of the layer's logits when only its positions move (the "
-            "sweep's draws on each window). Pooled over heads and documents.",
+            "sweep's draws on each window). Pooled over heads and documents."
+            + (ALIBI_PREDICTION if prof.get("positions") == "alibi" else ""),
             "",
             prediction_table(prof["prediction"]),
             "",
