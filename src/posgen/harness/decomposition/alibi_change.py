@@ -27,8 +27,7 @@ import torch
 
 from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache
 from posgen.harness.decomposition.alibi_capture import AlibiCapture, alibi_capture_forward
-from posgen.harness.decomposition.predicted_change import change_figures, fit_capture
-from posgen.results.scores.cause import r_and_share
+from posgen.harness.decomposition.predicted_change import change_figures, fit_capture, head_rows
 
 
 def alibi_moved_logits(cap: AlibiCapture, positions: torch.Tensor) -> torch.Tensor:
@@ -63,12 +62,7 @@ class AlibiChangePredictor:
         w = cap.logits[0]
         moved = alibi_moved_logits(cap, self.positions)
         figures = change_figures(w, moved, fits.a, fitted, self.positions)
-        values = {k: v.cpu().tolist() for k, v in figures.items()}
-        for head in range(w.shape[0]):
-            row = {"layer": cap.layer, "head": head, "n": w.shape[-1]}
-            row.update({k: v[head] for k, v in values.items()})
-            row.update(r_and_share(row))
-            self.rows.append(row)
+        self.rows.extend(head_rows(figures, cap.layer, w.shape[-1]))
 
 
 def alibi_window_rows(

@@ -334,12 +334,20 @@ class ChangePredictor:
             fitted, fits = fit_capture(cap, self.layouts, self.options)
             w_moved = dataclasses.replace(cap, query=query, key=key, _logits=None).logits[0]
             figures = change_figures(cap.logits[0], w_moved, fits.a, fitted, self.positions)
-        values = {k: v.cpu().tolist() for k, v in figures.items()}
-        for head in range(heads):
-            row = {"layer": cap.layer, "head": head, "n": n}
-            row.update({k: v[head] for k, v in values.items()})
-            row.update(r_and_share(row))
-            self.rows.append(row)
+        self.rows.extend(head_rows(figures, cap.layer, n))
+
+
+def head_rows(figures: dict[str, torch.Tensor], layer: int, n: int) -> list[dict[str, Any]]:
+    """One row per head of :func:`change_figures`' output ([P] each): ``layer``, ``head``,
+    ``n``, the figures, ``r`` and ``share``."""
+    values = {k: v.cpu().tolist() for k, v in figures.items()}
+    rows = []
+    for head in range(len(values["entries"])):
+        row = {"layer": layer, "head": head, "n": n}
+        row.update({k: v[head] for k, v in values.items()})
+        row.update(r_and_share(row))
+        rows.append(row)
+    return rows
 
 
 def rotary_window_rows(
