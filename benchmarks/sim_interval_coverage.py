@@ -61,7 +61,7 @@ def coverage(kind: str, n: int, seeds: int, reps: int, iters: int) -> dict[str, 
 
 def real_cells(run: str, metric: str) -> dict[str, tuple[np.ndarray, ...]]:
     """``{cell name: (bll, bw, pll, pw)}`` for every perturbed ``metric`` cell of a run."""
-    from posgen.results.folder.store import RunStore
+    from posgen.results.folder.run_store import RunStore
     from posgen.results.tables.tidy import perdoc_rows
 
     perdoc = perdoc_rows(RunStore.open(run).read_cells())

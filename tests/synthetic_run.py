@@ -18,8 +18,8 @@ import pandas as pd
 
 from posgen import __version__
 from posgen.results.folder.config import Decompose, ModelEntry, RunConfig, Scoring, SweepAxis
+from posgen.results.folder.run_store import RunStore
 from posgen.results.folder.schema import SCHEMA_VERSION
-from posgen.results.folder.store import RunStore
 from posgen.results.tables.tidy import cell_record
 
 RATES = [0.05, 0.2, 0.5]
@@ -239,7 +239,7 @@ def make_run(root, models: dict[str, dict], seed: int = 1234, draws: int = 1, **
     ``draws`` > 1: perturbation seeds seed, seed+1, ... per perturbed cell (``--seeds``)."""
     if draws > 1:
         extra["seeds"] = draws
-    store = RunStore.create(root, config(models, seed=seed, **extra))
+    store = RunStore.start(root, config(models, seed=seed, **extra))
     info_base = {"dtype": "float32", "model_revision": "local:abc"}
     for label, spec in models.items():
         info = {
@@ -313,7 +313,7 @@ def add_length(
     noise: the schemes' excess over them is ``e_s · f_d``)."""
     from pathlib import Path
 
-    from posgen.results.folder.length_config import LengthConfig, prepare_length_folder
+    from posgen.results.folder.length_config import LengthConfig, LengthFolder
     from posgen.results.folder.store import atomic_write_json, slug
     from posgen.results.scores.length import result_path
 
@@ -330,7 +330,7 @@ def add_length(
     config = LengthConfig(**fields)
     folder = Path(run_root) / "length" / slug(label)
     folder.mkdir(parents=True, exist_ok=True)
-    prepare_length_folder(folder, config)
+    LengthFolder.start(folder, config)
     n_docs, n_buckets = len(config.documents), config.n_buckets
     c_bucket = config.trained_context // config.bucket_width
     fixed = np.random.default_rng(7)

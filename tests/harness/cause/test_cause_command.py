@@ -234,12 +234,12 @@ def test_a_limit_past_the_documents_records_the_documents_that_ran(
     document, the folder records that count (the same settings as --limit <count>), and
     one note line says so."""
     import posgen.harness.cause.runner as runner
-    import posgen.harness.cause.score as score
+    import posgen.results.report.folder_reports as reports
     from posgen.tasks.offline import load_rows
 
     ran = []
     monkeypatch.setattr(runner, "run", lambda folder, *a: ran.append(folder.config.limit) or {})
-    monkeypatch.setattr(score, "write_report", lambda folder, *a: {"md": folder.root / "x.md"})
+    monkeypatch.setattr(reports, "regenerate_cause", lambda folder: {"md": folder.root / "x.md"})
     count = len(load_rows("posgen_prose.jsonl"))
     out = tmp_path / "c"
     assert run("--model", str(planted), "--out", str(out), "--limit", "100000") == 0

@@ -229,14 +229,14 @@ def test_a_limit_past_the_documents_records_the_documents_that_ran(
     """As ``posgen cause``: --limit above the posgen_prose documents runs them all, and
     the folder records how many; one note line says so."""
     import posgen.harness.layers.runner as runner
-    import posgen.harness.layers.score as score
+    import posgen.results.report.folder_reports as reports
     from posgen.tasks.offline import load_rows
 
     ran = []
     monkeypatch.setattr(
         runner, "run", lambda folder, *a, **k: ran.append(folder.config.limit) or {}
     )
-    monkeypatch.setattr(score, "write_report", lambda folder, *a: {"md": folder.root / "x.md"})
+    monkeypatch.setattr(reports, "regenerate_layers", lambda folder: {"md": folder.root / "x.md"})
     count = len(load_rows("posgen_prose.jsonl"))
     out = tmp_path / "l"
     assert run("--model", str(planted), "--out", str(out), "--limit", str(count + 1)) == 0

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from posgen.harness.layers.folder import LayersFolder
-from posgen.results.folder.layers_config import LayersConfig
+from posgen.results.folder.layers_config import LayersConfig, LayersFolder
 from posgen.results.folder.store import RunConflictError
 
 DATA = Path(__file__).parents[2] / "results" / "folder" / "data"
@@ -31,13 +30,13 @@ def test_a_layers_folder_from_before_reads_typed_and_resumes(name, tmp_path):
     folder = LayersFolder.open(old)
     assert isinstance(folder.config, LayersConfig)
     assert folder.config.to_dict() == stored["config"]
-    assert LayersFolder.create(old, folder.config).config == folder.config  # resumes
-    LayersFolder.create(tmp_path / "new", folder.config)
+    assert LayersFolder.start(old, folder.config).config == folder.config  # resumes
+    LayersFolder.start(tmp_path / "new", folder.config)
     assert json.loads((tmp_path / "new" / "layers.json").read_text()) == stored
 
 
 def test_a_layers_rerun_with_other_settings_names_them(tmp_path):
     config = LayersConfig.from_dict(_stored(LAYERS[0])["config"])
-    LayersFolder.create(tmp_path, config)
+    LayersFolder.start(tmp_path, config)
     with pytest.raises(RunConflictError, match=r"limit: 2 -> 3"):
-        LayersFolder.create(tmp_path, replace(config, limit=3))
+        LayersFolder.start(tmp_path, replace(config, limit=3))

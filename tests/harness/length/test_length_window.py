@@ -91,7 +91,7 @@ def _documents(model, kind: str, seeds: range) -> dict[str, list[int]]:
 def _run(path, folder, docs: dict[str, list[int]]) -> dict:
     from posgen.harness.length.runner import read_results, run_documents
     from posgen.harness.loading import model_entries
-    from posgen.results.folder.length_config import LengthConfig, prepare_length_folder
+    from posgen.results.folder.length_config import LengthConfig, LengthFolder
     from posgen.results.scores.length_window import read_windows, score_with_window
 
     (entry,) = model_entries([str(path)])
@@ -104,7 +104,7 @@ def _run(path, folder, docs: dict[str, list[int]]) -> dict:
         bucket_width=16,
         window_stride=C // 2,
     )
-    prepare_length_folder(folder, config)
+    LengthFolder.start(folder, config)
     run_documents(folder, config, entry, "cpu", docs, lambda line: None)
     return score_with_window(read_results(folder, config), config, read_windows(folder, list(docs)))
 

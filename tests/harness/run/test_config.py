@@ -141,9 +141,9 @@ def test_a_hub_model_is_recorded_and_loaded_at_its_commit(offline_cache) -> None
 
 @pytest.mark.parametrize("case", BEFORE["cases"], ids=["default", "quick-random-init"])
 def test_a_folder_written_before_the_typed_config_is_read_typed(case, tmp_path) -> None:
-    from posgen.results.folder.store import RunStore
+    from posgen.results.folder.run_store import RunStore
 
-    RunStore.create(tmp_path, case["config"])
+    RunStore.start(tmp_path, case["config"])
     config = RunStore.open(tmp_path).run_config
     assert config.to_dict() == case["config"]
     assert config.scoring.interval == "log-t"
@@ -154,24 +154,24 @@ def test_a_folder_written_before_the_typed_config_is_read_typed(case, tmp_path) 
 
 
 def test_an_ingested_config_round_trips_without_a_batch_size(tmp_path) -> None:
-    from posgen.results.folder.store import RunStore
+    from posgen.results.folder.run_store import RunStore
 
     d = {**BEFORE["cases"][0]["config"], "random_init_seed": None, "preset": "ingest"}
     d.pop("batch_size")
     d |= {"ingested_from": ["a/results.json"], "installed_lm_eval_version": "0.4.13"}
-    RunStore.create(tmp_path, d)
+    RunStore.start(tmp_path, d)
     config = RunStore.open(tmp_path).run_config
     assert config.batch_size is None and config.ingested_from == ("a/results.json",)
     assert config.to_dict() == d
 
 
 def test_an_unreadable_config_is_a_schema_error_naming_the_file(tmp_path) -> None:
+    from posgen.results.folder.run_store import RunStore
     from posgen.results.folder.schema import SchemaError
-    from posgen.results.folder.store import RunStore
 
     d = dict(BEFORE["cases"][0]["config"])
     d.pop("sweep")
-    RunStore.create(tmp_path, d)
+    RunStore.start(tmp_path, d)
     with pytest.raises(SchemaError, match=r"config\.json: not a readable run config"):
         _ = RunStore.open(tmp_path).run_config
 

@@ -11,8 +11,9 @@ import pytest
 
 from posgen import atomic
 from posgen.results.folder import store as store_mod
+from posgen.results.folder.run_store import RunStore
 from posgen.results.folder.schema import SCHEMA_VERSION, SchemaError, config_hash
-from posgen.results.folder.store import RunConflictError, RunStore, atomic_write_text
+from posgen.results.folder.store import RunConflictError, atomic_write_text
 
 CONFIG = {"models": ["embedded"], "rates": [0.0, 0.05], "seed": 1234}
 
@@ -23,7 +24,7 @@ def test_config_hash_is_canonical():
 
 
 def test_create_writes_a_versioned_config_and_reopens(tmp_path):
-    run = RunStore.create(tmp_path / "run", CONFIG)
+    run = RunStore.start(tmp_path / "run", CONFIG)
     data = json.loads((tmp_path / "run" / "config.json").read_text())
     assert data["schema_version"] == SCHEMA_VERSION
     assert data["config_hash"] == run.config_hash == config_hash(CONFIG)
@@ -31,7 +32,7 @@ def test_create_writes_a_versioned_config_and_reopens(tmp_path):
 
 
 def test_same_config_resumes_and_reuses_finished_cells(tmp_path):
-    run = RunStore.create(tmp_path, CONFIG)
+    run = RunStore.start(tmp_path, CONFIG)
     run.write_cell(
         "embedded",
         "prose__none",
@@ -39,7 +40,7 @@ def test_same_config_resumes_and_reuses_finished_cells(tmp_path):
         raw_results={"results": {}},
         samples={"t": [{"doc_id": 0}]},
     )
-    again = RunStore.create(tmp_path, dict(CONFIG))
+    again = RunStore.start(tmp_path, dict(CONFIG))
     assert again.has_cell("embedded", "prose__none")
     assert not again.has_cell("embedded", "prose__text_swap_0.05")
     (cell,) = again.read_cells()
@@ -50,38 +51,38 @@ def test_same_config_resumes_and_reuses_finished_cells(tmp_path):
 
 
 def test_a_different_config_is_refused_and_nothing_is_overwritten(tmp_path):
-    RunStore.create(tmp_path, CONFIG).write_cell("embedded", "prose__none", {"cell": {}})
+    RunStore.start(tmp_path, CONFIG).write_cell("embedded", "prose__none", {"cell": {}})
     before = (tmp_path / "config.json").read_bytes()
     with pytest.raises(RunConflictError, match=r"different config.*seed: 1234 -> 99"):
-        RunStore.create(tmp_path, {**CONFIG, "seed": 99})
+        RunStore.start(tmp_path, {**CONFIG, "seed": 99})
     assert (tmp_path / "config.json").read_bytes() == before
 
 
 def test_the_refusal_names_each_differing_setting_with_both_values(tmp_path):
     old = {"seed": 1, "models": [{"label": "m", "revision": "a"}], "sweep": {"text": [0, 0.5]}}
-    RunStore.create(tmp_path, old).write_cell("m", "c", {"cell": {}})
+    RunStore.start(tmp_path, old).write_cell("m", "c", {"cell": {}})
     new = {"seed": 1, "models": [{"label": "m", "revision": "b"}], "sweep": {"text": [0, 0.2]}}
     with pytest.raises(RunConflictError) as info:
-        RunStore.create(tmp_path, new)
+        RunStore.start(tmp_path, new)
     message = str(info.value)
     assert "models[0].revision: 'a' -> 'b'" in message
     assert "sweep.text: [0, 0.5] -> [0, 0.2]" in message and "seed" not in message
 
 
 def test_a_folder_whose_run_finished_nothing_takes_the_new_config(tmp_path):
-    RunStore.create(tmp_path, CONFIG)  # e.g. killed while its model loaded
-    run = RunStore.create(tmp_path, {**CONFIG, "seed": 99})
+    RunStore.start(tmp_path, CONFIG)  # e.g. killed while its model loaded
+    run = RunStore.start(tmp_path, {**CONFIG, "seed": 99})
     assert RunStore.open(tmp_path).config == run.config == {**CONFIG, "seed": 99}
 
 
 def test_a_non_empty_foreign_folder_is_refused(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(RunConflictError, match="not a posgen run folder"):
-        RunStore.create(tmp_path, CONFIG)
+        RunStore.start(tmp_path, CONFIG)
 
 
 def test_corrupt_or_foreign_version_config_is_a_clear_error(tmp_path):
-    RunStore.create(tmp_path, CONFIG)
+    RunStore.start(tmp_path, CONFIG)
     path = tmp_path / "config.json"
     data = json.loads(path.read_text())
     path.write_text(json.dumps({**data, "schema_version": SCHEMA_VERSION + 1}))
@@ -96,7 +97,7 @@ def test_corrupt_or_foreign_version_config_is_a_clear_error(tmp_path):
 
 
 def test_a_cell_of_another_config_or_a_torn_file_counts_as_unfinished(tmp_path):
-    run = RunStore.create(tmp_path, CONFIG)
+    run = RunStore.start(tmp_path, CONFIG)
     path = run.cell_path("m", "c")
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"schema_version": SCHEMA_VERSION, "config_hash": "x" * 64}))
@@ -120,7 +121,7 @@ def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path, monkeypat
 
 
 def test_a_cells_lm_eval_folder_is_written_whole_before_its_record(tmp_path):
-    run = RunStore.create(tmp_path, CONFIG)
+    run = RunStore.start(tmp_path, CONFIG)
 
     def fails(folder):
         (Path(folder) / "m" / "results_1.json").parent.mkdir()
@@ -147,7 +148,7 @@ def test_a_cells_lm_eval_folder_is_written_whole_before_its_record(tmp_path):
 
 
 def test_tables_round_trip(tmp_path):
-    run = RunStore.create(tmp_path, CONFIG)
+    run = RunStore.start(tmp_path, CONFIG)
     run.write_table("results.parquet", pd.DataFrame({"a": [1, 2]}))
     assert run.read_table("results.parquet")["a"].tolist() == [1, 2]
     with pytest.raises(SchemaError, match="not found"):

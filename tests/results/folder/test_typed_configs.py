@@ -15,11 +15,12 @@ from posgen.results.folder.config import RunConfig
 from posgen.results.folder.layers_config import LayersConfig
 from posgen.results.folder.length_config import (
     LengthConfig,
-    prepare_length_folder,
+    LengthFolder,
     read_length_config,
 )
+from posgen.results.folder.run_store import RunStore
 from posgen.results.folder.schema import config_hash
-from posgen.results.folder.store import RunConflictError, RunStore
+from posgen.results.folder.store import RunConflictError
 
 DATA = Path(__file__).parent / "data"
 RUNS = ["run_quick.config.json", "run_options.config.json"]
@@ -43,8 +44,8 @@ def test_a_run_folder_from_before_reads_typed_and_rewrites_the_same_file(name, t
     assert config.to_dict() == stored["config"]
     assert config_hash(config.to_dict()) == stored["config_hash"] == store.config_hash
     # written again from the typed object: the same file, so a rerun resumes
-    assert RunStore.create(old, config).config_hash == stored["config_hash"]
-    fresh = RunStore.create(tmp_path / "new", config)
+    assert RunStore.start(old, config).config_hash == stored["config_hash"]
+    fresh = RunStore.start(tmp_path / "new", config)
     assert json.loads((fresh.root / "config.json").read_text()) == stored
     assert fresh.run_config == config
 
@@ -61,18 +62,18 @@ def test_a_length_folder_from_before_reads_typed_with_its_hash_and_folder(name, 
     assert config_hash(config.to_dict()) == stored["config_sha256"]
     folders = json.loads((DATA / "default_folders.json").read_text())
     assert config.default_folder().name == folders[name]["default_folder"]
-    prepare_length_folder(old, config)  # the same config: resumes, nothing rewritten
+    LengthFolder.start(old, config)  # the same config: resumes, nothing rewritten
     assert (old / "config.json").read_text() == (DATA / name).read_text()
-    prepare_length_folder(tmp_path / "new", config)
+    LengthFolder.start(tmp_path / "new", config)
     assert json.loads((tmp_path / "new" / "config.json").read_text()) == stored
 
 
 def test_a_length_rerun_with_other_settings_names_them(tmp_path):
     config = LengthConfig.from_dict(_stored(LENGTHS[0])["config"])
-    prepare_length_folder(tmp_path, config)
+    LengthFolder.start(tmp_path, config)
     other = LengthConfig.from_dict({**config.to_dict(), "seed": 7, "threshold": 0.2})
     with pytest.raises(RunConflictError, match=r"seed: 1234 -> 7; threshold: 0\.1 -> 0\.2"):
-        prepare_length_folder(tmp_path, other)
+        LengthFolder.start(tmp_path, other)
 
 
 def test_a_length_config_without_a_model_entry_round_trips():
@@ -105,14 +106,14 @@ CAUSES = ["cause_default.cause.json", "cause_twin_controls.cause.json"]
 def test_a_cause_folder_from_before_reads_typed_and_resumes(name, tmp_path):
     """cause.json as written while posgen cause kept its settings as a dict: read typed to
     the same dict, and the folder accepts the typed config as its own (a rerun resumes)."""
-    from posgen.harness.cause.folder import CauseFolder
+    from posgen.results.folder.cause_config import CauseFolder
 
     stored = _stored(name)
     (tmp_path / "cause.json").write_text((DATA / name).read_text())
     folder = CauseFolder.open(tmp_path)
     assert isinstance(folder.config, CauseConfig)
     assert folder.config.to_dict() == stored["config"]
-    assert CauseFolder.create(tmp_path, folder.config).config == folder.config
+    assert CauseFolder.start(tmp_path, folder.config).config == folder.config
     assert json.loads((tmp_path / "cause.json").read_text()) == stored
 
 

@@ -125,18 +125,18 @@ def test_a_run_from_before_the_window_pass_scores_and_reports_as_before():
 def test_a_folder_from_before_the_window_pass_resumes_adding_it(tmp_path):
     from dataclasses import replace
 
-    from posgen.results.folder.length_config import prepare_length_folder, read_length_config
+    from posgen.results.folder.length_config import LengthFolder, read_length_config
     from posgen.results.folder.store import RunConflictError
 
     old = replace(CONFIG, window_stride=None)
     assert old.default_folder() == CONFIG.default_folder()  # the same folder by default
-    prepare_length_folder(tmp_path, old)
-    prepare_length_folder(tmp_path, CONFIG)  # resumes there and records the stride
+    LengthFolder.start(tmp_path, old)
+    LengthFolder.start(tmp_path, CONFIG)  # resumes there and records the stride
     assert read_length_config(tmp_path).window_stride == C // 2
     with pytest.raises(RunConflictError, match="window_stride"):
-        prepare_length_folder(tmp_path, replace(CONFIG, window_stride=C // 4))
+        LengthFolder.start(tmp_path, replace(CONFIG, window_stride=C // 4))
     with pytest.raises(RunConflictError, match="threshold"):
-        prepare_length_folder(tmp_path, replace(CONFIG, threshold=0.2))
+        LengthFolder.start(tmp_path, replace(CONFIG, threshold=0.2))
 
 
 def test_compare_shows_both_effective_lengths_and_a_dash_for_a_run_without_the_window(

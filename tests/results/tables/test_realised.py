@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
+from posgen.results.folder.run_store import RunStore
 from posgen.results.folder.schema import SchemaError
-from posgen.results.folder.store import RunStore
 from posgen.results.report.build import regenerate
 from posgen.results.tables import tidy
 from posgen.results.tables.realised import (

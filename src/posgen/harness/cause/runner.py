@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from posgen.harness.cause.folder import CauseFolder
 from posgen.harness.decomposition.alibi_change import alibi_window_rows
 from posgen.harness.decomposition.predicted_change import (
     distance_terms,
@@ -35,6 +34,7 @@ from posgen.harness.hf_posgen.logit_forms import LogitDonor
 from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
 from posgen.harness.layers.runner import load_entry_lm, prose_documents, score_cells
 from posgen.harness.position_family import position_family_of
+from posgen.results.folder.cause_config import CauseFolder
 from posgen.results.folder.store import atomic_write_parquet
 
 

@@ -136,9 +136,9 @@ def combine_command(
     its own run), draw the folders into ``--out`` (default ``./posgen-<command>/combined``)
     with ``combine(runs, out)``; bad input is one line and exit 2."""
     from posgen.harness.input_error import InputError
-    from posgen.harness.layers.combine import CombineError
     from posgen.results.folder.schema import SchemaError
     from posgen.results.folder.store import RunConflictError
+    from posgen.results.report.combine import CombineError
 
     parser = argparse.ArgumentParser()
     configure_parser(parser)

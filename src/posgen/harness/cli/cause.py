@@ -185,16 +185,16 @@ def _progress(line: str) -> None:
 
 
 def combine_main(args: argparse.Namespace) -> int:
-    from posgen.harness.cause.combine import combine
+    from posgen.results.report.combine import combine_cause
 
-    return combine_command(args, "cause", configure_parser, combine)
+    return combine_command(args, "cause", configure_parser, combine_cause)
 
 
 def main(args: argparse.Namespace) -> int:
     if args.combine is not None:
         return combine_main(args)
-    from posgen.harness.cause.score import LayersRunError, check_layers_run
     from posgen.harness.loading import require_compatible
+    from posgen.results.scores.cause_profile import LayersRunError, check_layers_run
 
     try:
         config = resolve(args)
@@ -207,23 +207,21 @@ def main(args: argparse.Namespace) -> int:
     note = limit_note(args.limit, config.limit)
     if note is not None:
         print(f"posgen cause: note: {note}", file=sys.stderr)
-    import contextlib
     import time
 
-    from posgen.harness.cause.folder import CauseFolder
     from posgen.harness.cause.runner import run
-    from posgen.harness.cause.score import write_report
-    from posgen.results.folder.lock import RunLock, RunLockedError
+    from posgen.results.folder.cause_config import CauseFolder
+    from posgen.results.folder.lock import RunLockedError
     from posgen.results.folder.store import RunConflictError, slug
+    from posgen.results.report.folder_reports import regenerate_cause
 
     out = args.out or Path("posgen-cause") / slug(config.model.label)
     start = time.perf_counter()
     try:
-        with contextlib.ExitStack() as stack:
-            folder = CauseFolder.create(out, config)
-            stack.enter_context(RunLock(out))
+        with CauseFolder.create(out, config, note=_progress) as folder:
+            folder.layers_run(args.layers_run)
             timings = run(folder, args.device, None if args.no_progress else _progress)
-            paths = write_report(folder, folder.layers_run(args.layers_run))
+            paths = regenerate_cause(folder)
     except (RunConflictError, RunLockedError, LayersRunError) as e:
         print(f"posgen cause: {e}", file=sys.stderr)
         return 2

@@ -13,8 +13,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from posgen.results.folder.run_store import RunStore
     from posgen.results.folder.schema import SchemaError
-    from posgen.results.folder.store import RunStore
 
     try:
         for run in (args.run_a, args.run_b):

@@ -30,6 +30,7 @@ def main(args: argparse.Namespace) -> int:
     from posgen.harness.input_error import InputError
     from posgen.harness.out_folder import check_out_folder
     from posgen.harness.run.options import check_include_paths
+    from posgen.results.folder.lock import RunLockedError
     from posgen.results.folder.schema import SchemaError
     from posgen.results.folder.store import RunConflictError
     from posgen.results.ingest.folders import ingest
@@ -52,7 +53,7 @@ def main(args: argparse.Namespace) -> int:
     }
     try:
         paths = ingest(args.dirs, args.out, scoring, include_path)
-    except (SchemaError, RunConflictError) as e:
+    except (SchemaError, RunConflictError, RunLockedError) as e:
         print(f"posgen ingest: {e}", file=sys.stderr)
         return 2
     from posgen.results.report.build import not_scored_notes

@@ -137,8 +137,8 @@ def _check_schemes_given(args: argparse.Namespace) -> None:
 
 def _check_length_run(folder: Path) -> None:
     """``--length-run``: a finished length folder with the plain model's drift."""
-    from posgen.harness.layers.score import read_drift
     from posgen.results.folder.schema import SchemaError
+    from posgen.results.scores.layers_profile import read_drift
 
     if not (folder / "length_scores.json").is_file():
         raise InputError(f"--length-run {folder}: no length_scores.json there")
@@ -156,9 +156,9 @@ def _model_config(entry):
 
 
 def combine_main(args: argparse.Namespace) -> int:
-    from posgen.harness.layers.combine import combine
+    from posgen.results.report.combine import combine_layers
 
-    return combine_command(args, "layers", configure_parser, combine)
+    return combine_command(args, "layers", configure_parser, combine_layers)
 
 
 def _progress(line: str) -> None:
@@ -179,23 +179,21 @@ def main(args: argparse.Namespace) -> int:
     note = limit_note(args.limit, config.limit)
     if note is not None:
         print(f"posgen layers: note: {note}", file=sys.stderr)
-    import contextlib
     import time
 
-    from posgen.harness.layers.folder import LayersFolder
     from posgen.harness.layers.runner import run
-    from posgen.harness.layers.score import write_report
-    from posgen.results.folder.lock import RunLock, RunLockedError
+    from posgen.results.folder.layers_config import LayersFolder
+    from posgen.results.folder.lock import RunLockedError
     from posgen.results.folder.store import RunConflictError, slug
+    from posgen.results.report.folder_reports import regenerate_layers
 
     out = args.out or Path("posgen-layers") / slug(config.model.label)
     start = time.perf_counter()
     try:
-        with contextlib.ExitStack() as stack:
-            folder = LayersFolder.create(out, config)
-            stack.enter_context(RunLock(out))
+        with LayersFolder.create(out, config, note=_progress) as folder:
+            folder.length_run(args.length_run)
             timings = run(folder, args.device, progress=None if args.no_progress else _progress)
-            paths = write_report(folder, args.length_run)
+            paths = regenerate_layers(folder)
     except (RunConflictError, RunLockedError) as e:
         print(f"posgen layers: {e}", file=sys.stderr)
         return 2

@@ -12,8 +12,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from posgen.results.folder.run_store import RunStore
     from posgen.results.folder.schema import SchemaError
-    from posgen.results.folder.store import RunStore
 
     status = 0
     for run in args.runs:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import shutil
 import sys
 from pathlib import Path
 
@@ -163,11 +162,7 @@ def main(args: argparse.Namespace) -> int:
         for note in notes:
             print(f"posgen run: note: {note}", file=sys.stderr)
     try:
-        with contextlib.ExitStack() as stack:
-            fresh = launch.share(_lock(stack, out) if launch.is_main else None)
-            if isinstance(fresh, str):  # rank 0 could not take the folder: all ranks stop
-                raise RunConflictError(fresh)
-            paths = _run_locked(args, config, out, bool(fresh), launch, length)
+        paths = _run_in_folder(args, config, out, launch, length)
     except (RunConflictError, RunLockedError, InputError) as e:
         if launch.is_main:
             print(f"posgen run: {e}", file=sys.stderr)
@@ -183,56 +178,42 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lock(stack: contextlib.ExitStack, out: Path) -> bool | str:
-    """Rank 0: check and lock the run folder; True if this run created it, or the refusal."""
-    from posgen.results.folder.lock import RunLock, RunLockedError
-    from posgen.results.folder.store import RunConflictError, check_run_folder
+def _run_in_folder(args: argparse.Namespace, config, out: Path, launch, length: list):
+    """The run in its folder (:meth:`RunStore.create`: rank 0 checks ``--out``, takes the
+    lock and starts or resumes the run; a refusal stops every rank), then the length runs
+    and the scores and report once (rank 0; the other ranks get None)."""
+    from posgen.results.folder.lock import RunLockedError
+    from posgen.results.folder.run_store import RunStore
+    from posgen.results.folder.store import RunConflictError
 
-    try:
-        check_run_folder(out)  # before the lock file is put into someone else's folder
-        lock = stack.enter_context(RunLock(out))  # refused at once if another run writes
-    except (RunConflictError, RunLockedError) as e:
-        return str(e)
-    if lock.removed:
-        print(
-            f"posgen run: removed {len(lock.removed)} temporary file(s) left by an interrupted run",
-            file=sys.stderr,
-        )
-    return lock.created
-
-
-def _run_locked(
-    args: argparse.Namespace, config, out: Path, fresh: bool, launch, length: list
-) -> dict | None:
-    """The run, with the folder's lock held: the sweep, the length runs, then the scores
-    and report once (rank 0; the other ranks get None). A folder this run created is
-    removed again if the run fails before anything finished (no half-made run folder is
-    left)."""
-    from posgen.harness.run.sweep import run_sweep
-    from posgen.results.folder.store import RunConflictError, RunStore
-    from posgen.results.report.build import regenerate
-
-    store = None
-    try:
-        error = None
-        if launch.is_main:
-            try:
-                store = RunStore.create(out, config)
-            except RunConflictError as e:
-                error = str(e)
-        error = launch.share(error)
+    if not launch.is_main:
+        error = launch.share(None)
         if error is not None:
             raise RunConflictError(error)
-        store = store or RunStore.open(out)
-        run_sweep(store, device=args.device, progress=not args.no_progress, launch=launch)
-        if not launch.is_main:
-            return None
-        _run_length(length)
-        return regenerate(store.root)
-    except BaseException:
-        if launch.is_main and fresh and (store is None or not store.has_results()):
-            shutil.rmtree(out, ignore_errors=True)
-        raise
+        return _sweep(args, RunStore.open(out), launch)
+    with contextlib.ExitStack() as stack:
+        try:
+            store = stack.enter_context(RunStore.create(out, config, note=_note))
+        except (RunConflictError, RunLockedError) as e:
+            launch.share(str(e))
+            raise
+        launch.share(None)
+        return _sweep(args, store, launch, length)
+
+
+def _sweep(args: argparse.Namespace, store, launch, length: list | None = None):
+    from posgen.harness.run.sweep import run_sweep
+    from posgen.results.report.build import regenerate
+
+    run_sweep(store, device=args.device, progress=not args.no_progress, launch=launch)
+    if not launch.is_main:
+        return None
+    _run_length(length or [])
+    return regenerate(store.root)
+
+
+def _note(message: str) -> None:
+    print(f"posgen run: {message}", file=sys.stderr)
 
 
 def _length_jobs(args: argparse.Namespace, config, out: Path) -> list:

@@ -30,10 +30,9 @@ from typing import Any, TextIO
 from posgen.harness.decomposition.pipeline import decompose_model
 from posgen.harness.hf_posgen.model import HFPosgenLM
 from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
-from posgen.harness.layers.folder import LayersFolder
 from posgen.harness.loading import hflm_kwargs, load_model
 from posgen.results.folder.config import ModelEntry
-from posgen.results.folder.layers_config import LayersConfig
+from posgen.results.folder.layers_config import LayersConfig, LayersFolder
 from posgen.results.folder.store import atomic_write_parquet
 from posgen.tasks.offline import load_rows
 

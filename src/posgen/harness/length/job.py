@@ -153,44 +153,23 @@ def select_documents(job: LengthJob, log: Callable[[str], None]) -> tuple[Length
 def run_job(
     job: LengthJob, progress: Callable[[str], None], note: Callable[[str], None]
 ) -> LengthOutcome:
-    """The whole run: documents, folder, records, scores, report (each file once).
-    ``progress`` gets a line per (scheme, document) computed, ``note`` what the user
-    should know (documents skipped)."""
-    from posgen.atomic import atomic_write_bytes, atomic_write_text
-    from posgen.harness.length.runner import read_results, run_documents
-    from posgen.results.folder.length_config import prepare_length_folder
-    from posgen.results.folder.store import atomic_write_json
-    from posgen.results.report.length import curves_png, markdown
-    from posgen.results.scores.length import json_ready
-    from posgen.results.scores.length_window import read_windows, score_with_window
+    """The whole run: documents, folder (:meth:`LengthFolder.create`: ``--out`` checked,
+    locked, resumed or refused), records, then scores and report
+    (:func:`~posgen.results.report.folder_reports.regenerate_length`). ``progress`` gets a
+    line per (scheme, document) computed, ``note`` what the user should know (documents
+    skipped, temporary files of a killed run removed)."""
+    from posgen.harness.length.runner import run_documents
+    from posgen.results.folder.length_config import LengthFolder
+    from posgen.results.report.folder_reports import regenerate_length
 
     config, token_ids = select_documents(job, note)
-    folder = job.out or config.default_folder()
-    prepare_length_folder(folder, config)
-    try:
-        run_documents(folder, config, job.entry, job.device, token_ids, progress)
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
-    windows = read_windows(folder, list(config.documents)) if config.window_stride else None
-    scores = score_with_window(read_results(folder, config), config, windows)
-    if config.decompose:
-        _add_decomposition(folder, config, scores)
-    atomic_write_json(folder / "length_scores.json", json_ready(scores))
-    atomic_write_bytes(folder / "length_curves.png", curves_png(scores))
-    text = markdown(scores)
-    atomic_write_text(folder / "length.md", text)
-    return LengthOutcome(folder, text)
-
-
-def _add_decomposition(folder: Path, config: LengthConfig, scores: dict) -> None:
-    """``scores["decomposition"]`` from the folder's decomposition records, and its figure."""
-    from posgen.atomic import atomic_write_bytes
-    from posgen.results.report.length_decompose import decomposition_png
-    from posgen.results.scores.length_decompose import decomposition_scores, read_decompositions
-
-    records = read_decompositions(folder, list(config.schemes), list(config.documents))
-    scores["decomposition"] = decomposition_scores(records, scores["drift"])
-    atomic_write_bytes(folder / "length_decomposition.png", decomposition_png(scores))
+    with LengthFolder.create(job.out or config.default_folder(), config, note=note) as folder:
+        try:
+            run_documents(folder.root, config, job.entry, job.device, token_ids, progress)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+        paths = regenerate_length(folder)
+    return LengthOutcome(folder.root, paths["md"].read_text(encoding="utf-8"))
 
 
 def jobs_for_run(

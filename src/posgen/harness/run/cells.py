@@ -25,7 +25,8 @@ from posgen.harness.run.plan import shared_task_manager
 from posgen.harness.run.realised_rows import RowRecorder
 from posgen.lm_eval_plugin import register_all
 from posgen.results.folder.config import Cell, ModelEntry, RunConfig
-from posgen.results.folder.store import RunStore, atomic_write_parquet, slug
+from posgen.results.folder.run_store import RunStore
+from posgen.results.folder.store import atomic_write_parquet, slug
 from posgen.results.tables.metric_list import Aggregations
 from posgen.results.tables.tidy import cell_record
 

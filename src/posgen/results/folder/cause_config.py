@@ -1,7 +1,7 @@
 """The typed configuration of a ``posgen cause`` run folder (its ``cause.json``).
 
 ``posgen cause`` builds a :class:`CauseConfig` (:func:`posgen.harness.cli.cause.resolve`);
-the folder (:mod:`posgen.harness.cause.folder`), the runner and the scores take it typed.
+its folder (:class:`CauseFolder`), the runner and the scores take it typed.
 ``to_dict()`` gives exactly the dict of earlier releases, so an earlier folder resumes.
 Its cells: :meth:`CauseConfig.cells`.
 """
@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from posgen.results.folder.config import ModelEntry
+from posgen.results.folder.protocol import CommandFolder
 
 
 @dataclass(frozen=True)
@@ -75,3 +77,40 @@ class CauseConfig:
 def cell_name(form: str, layer: int | None) -> str:
     """``<form>-all`` (every layer) or ``<form>-layer-NNN``."""
     return f"{form}-all" if layer is None else f"{form}-layer-{layer:03d}"
+
+
+class CauseFolder(CommandFolder):
+    """The folder of one ``posgen cause`` run (:mod:`posgen.results.folder.protocol`).
+
+    Layout::
+
+        cause.json                 settings (kind, schema, config)
+        cells/<cell>.json          per-document log-likelihoods of one cell (plain, a form
+                                   of logits in every layer or in one layer)
+        prediction.parquet         the predicted and measured logit change per (document,
+                                   window, scheme, layer, head)
+        layers_run.json            the --layers-run folder last given (a rerun without
+                                   --layers-run relates to it again)
+        cause_nll.csv, cause_prediction.csv, cause_relation.csv, cause_scores.json,
+        cause.md, cause.png        the scores and the report (re-made on every run)
+    """
+
+    settings = "cause.json"
+    kind = "posgen-cause"
+    schema = 1
+    command = "cause"
+
+    config: CauseConfig
+
+    @staticmethod
+    def read_config(data: dict[str, Any]) -> CauseConfig:
+        return CauseConfig.from_dict(data)
+
+    @property
+    def prediction_path(self) -> Path:
+        return self.root / "prediction.parquet"
+
+    def layers_run(self, given: Path | None = None) -> Path | None:
+        """The ``--layers-run`` folder to relate to: ``given`` (then remembered), else the
+        one an earlier run of this folder remembered, else None."""
+        return self.link("layers_run", given)

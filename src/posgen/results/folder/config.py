@@ -1,7 +1,7 @@
 """The typed configuration of a run folder: models, sweep, cells, scoring.
 
 One shape for every reader and writer: :mod:`posgen.harness.run.plan` builds it for
-``posgen run``, :mod:`posgen.results.ingest` for an ingested run; ``RunStore.create``
+``posgen run``, :mod:`posgen.results.ingest` for an ingested run; ``RunStore.start``
 stores it and the sweep, report, scores and gate read it back (``RunStore.run_config``,
 :meth:`RunConfig.from_dict`); its cells are :func:`posgen.results.folder.plan.plan_cells`.
 ``posgen length`` and ``posgen layers`` have theirs beside it

@@ -1,8 +1,7 @@
 """The typed configuration of a ``posgen layers`` run folder (its ``layers.json``).
 
 ``posgen layers`` builds a :class:`LayersConfig` (:func:`posgen.harness.cli.layers.resolve`);
-the folder (:mod:`posgen.harness.layers.folder`), the runner and the report assembly take
-it typed. ``to_dict()`` gives exactly the dict of earlier releases (``heads`` only with
+its folder (:class:`LayersFolder`), the runner and the report assembly take it typed. ``to_dict()`` gives exactly the dict of earlier releases (``heads`` only with
 ``--heads``), so an earlier folder resumes. Its cells: :meth:`LayersConfig.cells`.
 """
 
@@ -10,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from posgen.results.folder.config import Decompose, ModelEntry
+from posgen.results.folder.protocol import CommandFolder
 
 
 @dataclass(frozen=True)
@@ -95,3 +96,37 @@ def cell_name(layer: int | None, head: int | None = None) -> str:
     if layer is None:
         return "all"
     return f"layer-{layer:03d}" if head is None else f"layer-{layer:03d}-head-{head:02d}"
+
+
+class LayersFolder(CommandFolder):
+    """The folder of one ``posgen layers`` run (:mod:`posgen.results.folder.protocol`).
+
+    Layout::
+
+        layers.json                   settings (kind, schema, config)
+        cells/<cell>.json             per-document log-likelihoods of one cell
+        decomposition.parquet         the decomposition's per-(doc, layer, head) table
+        length_run.json               the --length-run folder last given (a rerun without
+                                      --length-run relates to it again)
+        layer_profile.csv, layer_relation.csv, layers_scores.json, layers.md, layers.png
+    """
+
+    settings = "layers.json"
+    kind = "posgen-layers"
+    schema = 1
+    command = "layers"
+
+    config: LayersConfig
+
+    @staticmethod
+    def read_config(data: dict[str, Any]) -> LayersConfig:
+        return LayersConfig.from_dict(data)
+
+    @property
+    def decomposition_path(self) -> Path:
+        return self.root / "decomposition.parquet"
+
+    def length_run(self, given: Path | None = None) -> Path | None:
+        """The ``--length-run`` folder to relate to: ``given`` (then remembered), else the
+        one an earlier run of this folder remembered, else None."""
+        return self.link("length_run", given)

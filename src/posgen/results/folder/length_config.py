@@ -27,6 +27,7 @@ import numpy as np
 
 from posgen.perturbations.length import LengthPerturbation, parse_length
 from posgen.results.folder.config import ModelEntry
+from posgen.results.folder.protocol import CommandFolder
 from posgen.results.folder.schema import SchemaError, config_hash
 from posgen.results.folder.store import (
     RunConflictError,
@@ -164,40 +165,76 @@ def reference_buckets(width: int, n_buckets: int, trained_context: int) -> np.nd
 
 def read_length_config(folder: Path | str) -> LengthConfig:
     """The config of a length run folder; an unreadable one is a :class:`SchemaError`."""
-    path = Path(folder) / CONFIG_FILE
-    data = read_json(path, "length run config")
-    try:
-        return LengthConfig.from_dict(data["config"])
-    except (KeyError, TypeError, ValueError) as e:
-        raise SchemaError(f"{path}: not a readable length run config ({e!s:.200})") from None
+    return LengthFolder.open(folder).config
 
 
-def prepare_length_folder(folder: Path, config: LengthConfig) -> None:
-    """Write ``config.json``, or check that the folder holds this very config (a rerun
-    adding ``decompose``, or the window pass, to a run without it resumes there and
-    records it; another window stride is refused: its window records would not match)."""
-    record = {"schema": LENGTH_SCHEMA, "config": config.to_dict()}
-    record["config_sha256"] = config_hash(record["config"])
-    path = Path(folder) / CONFIG_FILE
-    if path.exists():
-        old = read_json(path, "length run config")
-        if old.get("config_sha256") == record["config_sha256"]:
-            return
-        old_config = dict(old.get("config") or {})
-        had_decompose = bool(old_config.pop("decompose", False))
-        old_stride = old_config.pop("window_stride", None)
-        if config_hash(old_config) != config_hash(config.scored_dict()) or old_stride not in (
-            None,
-            config.window_stride,
-        ):
-            raise RunConflictError(
-                f"{folder} holds a length run with another config "
-                f"({describe_diff(old.get('config') or {}, config.to_dict())}); choose "
-                "another --out"
-            )
-        if had_decompose:
-            raise RunConflictError(
-                f"{folder} holds a length run with --decompose; rerun with --decompose "
-                f"(it resumes) or choose another --out"
-            )
-    atomic_write_json(path, record)  # new, or the same run with --decompose added
+class LengthFolder(CommandFolder):
+    """The folder of one ``posgen length`` run (:mod:`posgen.results.folder.protocol`);
+    its layout: :mod:`posgen.harness.length.runner`. Its cells are named by their path
+    without ``.json`` (``docs/<scheme>/<document>``, ``window/<document>``)."""
+
+    settings = CONFIG_FILE
+    command = "length"
+
+    config: LengthConfig
+
+    @classmethod
+    def is_own(cls, root: Path) -> bool:
+        return (Path(root) / CONFIG_FILE).is_file()
+
+    @classmethod
+    def open(cls, root: Path | str) -> LengthFolder:
+        path = Path(root) / CONFIG_FILE
+        data = read_json(path, "length run config")
+        if "schema" not in data or "config_sha256" not in data:
+            raise RunConflictError(f"{path} is not a posgen length run's config")
+        try:
+            return cls(Path(root), LengthConfig.from_dict(data["config"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise SchemaError(f"{path}: not a readable length run config ({e!s:.200})") from None
+
+    @classmethod
+    def start(cls, root: Path | str, config: LengthConfig) -> LengthFolder:
+        """Write ``config.json``, or check that the folder holds this very config (a rerun
+        adding ``decompose``, or the window pass, to a run without it resumes there and
+        records it; another window stride is refused: its window records would not
+        match)."""
+        root = Path(root)
+        record = {"schema": LENGTH_SCHEMA, "config": config.to_dict()}
+        record["config_sha256"] = config_hash(record["config"])
+        if cls.is_own(root):
+            old = read_json(root / CONFIG_FILE, "length run config")
+            if old.get("config_sha256") == record["config_sha256"]:
+                return cls(root, config)
+            _check_resumable(root, old, config)
+        else:
+            cls.check_not_foreign(root)
+        atomic_write_json(root / CONFIG_FILE, record)  # new, or with --decompose added
+        return cls(root, config)
+
+    def cell_path(self, cell: str) -> Path:
+        return self.root / f"{cell}.json"
+
+    def has_results(self) -> bool:
+        return any((self.root / "docs").rglob("*.json"))
+
+
+def _check_resumable(root: Path, old: dict[str, Any], config: LengthConfig) -> None:
+    """Refuse another config; a folder made with ``decompose`` run without it."""
+    old_config = dict(old.get("config") or {})
+    had_decompose = bool(old_config.pop("decompose", False))
+    old_stride = old_config.pop("window_stride", None)
+    if config_hash(old_config) != config_hash(config.scored_dict()) or old_stride not in (
+        None,
+        config.window_stride,
+    ):
+        raise RunConflictError(
+            f"{root} holds a length run with another config "
+            f"({describe_diff(old.get('config') or {}, config.to_dict())}); choose "
+            "another --out"
+        )
+    if had_decompose:
+        raise RunConflictError(
+            f"{root} holds a length run with --decompose; rerun with --decompose "
+            f"(it resumes) or choose another --out"
+        )

@@ -24,8 +24,8 @@ from posgen import __version__
 from posgen.perturbations.seeding import DEFAULT_SEED
 from posgen.results.folder.config import Decompose, ModelEntry, RunConfig, Scoring, SweepAxis
 from posgen.results.folder.labels import short_labels
+from posgen.results.folder.run_store import RunStore
 from posgen.results.folder.schema import SCHEMA_VERSION, SchemaError, rate_label
-from posgen.results.folder.store import RunStore
 from posgen.results.ingest.lm_eval_output import (
     EvaluatedTask,
     evaluated_tasks,
@@ -275,21 +275,24 @@ def ingest(
     recorded in the config so that reports and checks of the run read them too.
 
     Raises :class:`SchemaError` (bad or inconsistent lm-eval output, nothing written) or
-    :class:`posgen.results.folder.store.RunConflictError` (``out`` holds another run)."""
+    :class:`posgen.results.folder.store.RunConflictError` (``out`` holds another run, or
+    cannot be written) or :class:`~posgen.results.folder.lock.RunLockedError` (another
+    process writes it)."""
 
     items = collect(dirs)
     recs = records(items, include_path)
-    store = RunStore.create(out, ingest_config(items, scoring, include_path))
-    names = list(dict.fromkeys(rec["model"] for rec, _ in recs))
-    short = dict(zip(names, short_labels(names), strict=True))
-    for rec, ev in recs:
-        raw = {k: ev.results.get(k) for k in RAW_KEYS}
-        rec = {**rec, "model": short[rec["model"]]}  # the full path stays in model_path
-        store.write_cell(
-            rec["model"],
-            rec["cell_id"],
-            rec,
-            raw_results=raw,
-            samples={ev.lm_eval_task: ev.samples},
-        )
-    return regenerate(store.root)
+    config = ingest_config(items, scoring, include_path)
+    with RunStore.create(out, config) as store:  # --out checked, the folder locked
+        names = list(dict.fromkeys(rec["model"] for rec, _ in recs))
+        short = dict(zip(names, short_labels(names), strict=True))
+        for rec, ev in recs:
+            raw = {k: ev.results.get(k) for k in RAW_KEYS}
+            rec = {**rec, "model": short[rec["model"]]}  # the full path stays in model_path
+            store.write_cell(
+                rec["model"],
+                rec["cell_id"],
+                rec,
+                raw_results=raw,
+                samples={ev.lm_eval_task: ev.samples},
+            )
+        return regenerate(store.root)

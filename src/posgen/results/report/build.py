@@ -58,7 +58,7 @@ def regenerate(run_dir: Path | str) -> dict[str, Path]:
 def not_scored_notes(run_dir: Path | str) -> list[str]:
     """``<model> / <task> / <metric> not scored: <reason>`` for every metric of a reported
     run posgen could not score (read from its scores.json), for the commands to print."""
-    from posgen.results.folder.store import RunStore
+    from posgen.results.folder.run_store import RunStore
 
     rows = RunStore.open(run_dir).read_json("scores.json").get("unscorable", [])
     return [f"{r['model']} / {r['task']} / {r['metric']} not scored: {r['reason']}" for r in rows]

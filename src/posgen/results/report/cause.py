@@ -1,6 +1,6 @@
 """The report of ``posgen cause``: "Does the additive form explain the tolerance?".
 
-A profile is the plain data :func:`posgen.harness.cause.score.build_profile` gives: the
+A profile is the plain data :func:`posgen.results.scores.cause_profile.build_profile` gives: the
 NLL cells against the plain model, the predicted change pooled per scheme and per
 (scheme, layer), the relation to a ``posgen layers`` profile. The answer is read off three
 stated checks (:func:`checks`), each with its numbers, and says "no" where they fail.

@@ -12,8 +12,9 @@ from posgen.perturbations import PerturbationError
 from posgen.results.folder.config import RunConfig, Scoring
 from posgen.results.folder.metrics import MetricSpec
 from posgen.results.folder.plan import plan_cells
+from posgen.results.folder.run_store import RunStore
 from posgen.results.folder.schema import SchemaError
-from posgen.results.folder.store import RunStore, check_cell_record, read_parquet
+from posgen.results.folder.store import check_cell_record, read_parquet
 from posgen.results.scores.association import cross_model
 from posgen.results.scores.corpus import corpus_table
 from posgen.results.scores.metric_units import primary

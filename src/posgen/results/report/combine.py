@@ -1,4 +1,7 @@
-"""``posgen layers --combine RUN [RUN ...]``: one report over finished layers folders.
+"""``posgen layers --combine`` and ``posgen cause --combine``: one report over finished
+folders of the command.
+
+``posgen layers --combine RUN [RUN ...]``: one report over finished layers folders.
 
 Each folder's ``layers_scores.json`` (written by its own ``posgen layers`` run) is read
 back as it is; nothing is recomputed and no model loads. The output folder gets
@@ -7,6 +10,16 @@ own relation test and verdict: the folders are not pooled) and ``layers_scores.j
 profiles, in the order given), and ``combined.json`` naming its sources. A rerun into the
 same output folder re-draws it; any other non-empty folder, or one of the inputs, is
 refused.
+
+``posgen cause --combine RUN [RUN ...]``: one report over finished cause folders.
+
+Each folder's ``cause_scores.json`` is read back as written by its own run; nothing is
+recomputed and no model loads. The output folder gets ``cause.png`` (a row of panels per
+folder), ``cause.md`` (a section per folder with its own answer, then the cross-model
+correlations of the predicted change and the prediction's share against the all-layer
+sensitivity of each folder's ``--layers-run``: descriptive only at n ≤ 4 models,
+random-init twins listed and not counted), ``cause_scores.json`` and ``combined.json``
+naming its sources. Refusals as ``posgen layers --combine``.
 """
 
 from __future__ import annotations
@@ -15,22 +28,28 @@ from pathlib import Path
 from typing import Any
 
 from posgen.atomic import atomic_write_bytes, atomic_write_text
-from posgen.harness.layers.folder import SETTINGS
-from posgen.harness.layers.score import json_safe, read_scores
-from posgen.harness.out_folder import check_out_folder
+from posgen.results.folder.cause_config import CauseFolder
+from posgen.results.folder.layers_config import LayersFolder
+from posgen.results.folder.protocol import check_writable
 from posgen.results.folder.store import RunConflictError, atomic_write_json
+from posgen.results.report.cause import cause_figure, cross_model_section
+from posgen.results.report.cause import render_markdown as cause_markdown
+from posgen.results.report.layers import profile_figure, render_markdown
+from posgen.results.scores.cause import cross_model_rows
+from posgen.results.scores.layers_profile import json_safe, read_scores
 
 MARK = "combined.json"
 KIND = "posgen-layers-combined"
+CAUSE_KIND = "posgen-cause-combined"
 
 
 class CombineError(ValueError):
     """Bad ``--combine`` input: the message says what to do."""
 
 
-def read_profiles(runs: list[Path]) -> list[dict[str, Any]]:
+def read_layers_profiles(runs: list[Path]) -> list[dict[str, Any]]:
     """The profile of every folder, labelled so no two panels share a title."""
-    profiles = read_finished(runs, SETTINGS, "layers_scores.json", "posgen layers")
+    profiles = read_finished(runs, LayersFolder.settings, "layers_scores.json", "posgen layers")
     titles = [(p["model"], p["scheme"]) for p in profiles]
     for prof, run, title in zip(profiles, runs, titles, strict=True):
         if titles.count(title) > 1:  # same model and scheme: tell the panels apart
@@ -86,7 +105,7 @@ def check_out(
     (``what``, marked by its file ``mark``)."""
     if out.resolve() in {Path(r).resolve() for r in runs}:
         raise CombineError(f"--out {out} is one of the --combine folders; choose another --out")
-    check_out_folder(out)  # not a file, and writable
+    check_writable(out)  # not a file, and writable
     foreign = out.is_dir() and not (out / mark).is_file()
     if foreign and any(not p.name.startswith(".") for p in out.iterdir()):
         raise RunConflictError(
@@ -94,11 +113,10 @@ def check_out(
         )
 
 
-def combine(runs: list[Path], out: Path) -> dict[str, Path]:
-    from posgen.results.report.layers import profile_figure, render_markdown
-
+def combine_layers(runs: list[Path], out: Path) -> dict[str, Path]:
+    """``posgen layers --combine``."""
     check_out(out, runs)
-    profiles = read_profiles(runs)
+    profiles = read_layers_profiles(runs)
     return write_combined(
         out,
         runs,
@@ -108,3 +126,21 @@ def combine(runs: list[Path], out: Path) -> dict[str, Path]:
         render_markdown(profiles),
         {"profiles": profiles},
     )
+
+
+def read_cause_profiles(runs: list[Path]) -> list[dict[str, Any]]:
+    """The profile of every folder, in the order given."""
+    profiles = read_finished(runs, CauseFolder.settings, "cause_scores.json", "posgen cause")
+    for prof in profiles:  # JSON null reads back as NaN: no layers run is None
+        prof["layers_run"] = prof["layers_run"] if isinstance(prof["layers_run"], dict) else None
+    return profiles
+
+
+def combine_cause(runs: list[Path], out: Path) -> dict[str, Path]:
+    """``posgen cause --combine``."""
+    check_out(out, runs, MARK, "combined cause report")
+    profiles = read_cause_profiles(runs)
+    cross = cross_model_rows(profiles)
+    md = cause_markdown(profiles, cross=cross_model_section(cross))
+    scores = {"profiles": profiles, "cross_model": cross}
+    return write_combined(out, runs, "cause", CAUSE_KIND, cause_figure(profiles), md, scores)

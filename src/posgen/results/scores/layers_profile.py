@@ -1,4 +1,6 @@
-"""Scores and report of a ``posgen layers`` folder (re-made from its files on every run)."""
+"""The profile of a ``posgen layers`` folder: per layer (or head) the degradation of its
+cells against the plain one, beside the fit and drift covariates; what its report draws
+(:func:`posgen.results.report.folder_reports.regenerate_layers`)."""
 
 from __future__ import annotations
 
@@ -8,11 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from posgen.atomic import atomic_write, atomic_write_bytes, atomic_write_text
-from posgen.harness.layers.folder import LayersFolder
-from posgen.results.folder.layers_config import cell_name
-from posgen.results.folder.store import atomic_write_json, read_json
-from posgen.results.report.layers import profile_figure, render_markdown
+from posgen.results.folder.layers_config import LayersFolder, cell_name
+from posgen.results.folder.store import read_json
 from posgen.results.scores.layers import additivity, degradation_row, relation
 
 
@@ -86,29 +85,6 @@ def build_profile(folder: LayersFolder, length_run: Path | None = None) -> dict[
     }
 
 
-def write_report(folder: LayersFolder, length_run: Path | None = None) -> dict[str, Path]:
-    """layer_profile.csv, layer_relation.csv, layers_scores.json, layers.png, layers.md."""
-    import pandas as pd
-
-    prof = build_profile(folder, length_run)
-    root = folder.root
-    paths = {
-        "profile": root / "layer_profile.csv",
-        "relation": root / "layer_relation.csv",
-        "scores": root / "layers_scores.json",
-        "png": root / "layers.png",
-        "md": root / "layers.md",
-    }
-    table = pd.DataFrame([*prof["layers"], {**prof["all"], "layer": "all"}])
-    atomic_write(paths["profile"], lambda p: table.to_csv(p, index=False))
-    rel = pd.DataFrame(prof["relation"])
-    atomic_write(paths["relation"], lambda p: rel.to_csv(p, index=False))
-    atomic_write_json(paths["scores"], json_safe(prof))
-    atomic_write_bytes(paths["png"], profile_figure([prof]))
-    atomic_write_text(paths["md"], render_markdown([prof]))
-    return paths
-
-
 def json_safe(obj: Any) -> Any:
     """The profile as ``layers_scores.json`` holds it: non-finite floats as ``null``."""
     if isinstance(obj, dict):
@@ -124,7 +100,7 @@ def json_safe(obj: Any) -> Any:
 
 def read_scores(path: Path) -> dict[str, Any]:
     """A ``layers_scores.json`` read back as the profile it was written from (``null`` to
-    NaN): what :func:`write_report` drew, ready to draw again."""
+    NaN): what the report drew, ready to draw again."""
 
     def nan(obj: Any) -> Any:
         if isinstance(obj, dict):

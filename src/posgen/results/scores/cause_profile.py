@@ -1,5 +1,6 @@
-"""Scores and report of a ``posgen cause`` folder (re-made from its files on every run),
-with the relation to a ``posgen layers`` folder's sensitivity profile."""
+"""The profile of a ``posgen cause`` folder: the NLL of each replaced-logits cell, the
+predicted logit change, and the relation to a ``posgen layers`` folder's sensitivity
+profile; what its report draws (:func:`posgen.results.report.folder_reports.regenerate_cause`)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from posgen.atomic import atomic_write, atomic_write_bytes, atomic_write_text
-from posgen.harness.cause.folder import CauseFolder
-from posgen.harness.layers.folder import LayersFolder
-from posgen.harness.layers.score import json_safe, read_scores
-from posgen.results.folder.cause_config import CauseConfig
-from posgen.results.folder.store import RunConflictError, atomic_write_json
-from posgen.results.report.cause import cause_figure, render_markdown
+from posgen.results.folder.cause_config import CauseConfig, CauseFolder
+from posgen.results.folder.layers_config import LayersFolder
+from posgen.results.folder.store import RunConflictError
 from posgen.results.scores.cause import layer_relation, nll_row, pooled_prediction
+from posgen.results.scores.layers_profile import read_scores
 
 
 class LayersRunError(ValueError):
@@ -115,31 +113,3 @@ def build_profile(folder: CauseFolder, layers_run: Path | None = None) -> dict[s
             "all_layers": layers["all"],
         }
     return profile
-
-
-def write_report(folder: CauseFolder, layers_run: Path | None = None) -> dict[str, Path]:
-    """cause_nll.csv, cause_prediction.csv, cause_relation.csv (with a layers run),
-    cause_scores.json, cause.png, cause.md."""
-    import pandas as pd
-
-    prof = build_profile(folder, layers_run)
-    root = folder.root
-    paths = {
-        "nll": root / "cause_nll.csv",
-        "prediction": root / "cause_prediction.csv",
-        "scores": root / "cause_scores.json",
-        "png": root / "cause.png",
-        "md": root / "cause.md",
-    }
-    nll = pd.DataFrame(prof["nll"])
-    atomic_write(paths["nll"], lambda p: nll.to_csv(p, index=False))
-    pred = pd.DataFrame([*prof["prediction_layers"], *prof["prediction"]])
-    atomic_write(paths["prediction"], lambda p: pred.to_csv(p, index=False))
-    if prof["relation"]:
-        paths["relation"] = root / "cause_relation.csv"
-        rel = pd.DataFrame(prof["relation"])
-        atomic_write(paths["relation"], lambda p: rel.to_csv(p, index=False))
-    atomic_write_json(paths["scores"], json_safe(prof))
-    atomic_write_bytes(paths["png"], cause_figure([prof]))
-    atomic_write_text(paths["md"], render_markdown([prof]))
-    return paths
