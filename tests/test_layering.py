@@ -43,6 +43,7 @@ HARNESS_RANKS = {
     "out_folder": 5,
     "length": 6,
     "layers": 6,
+    "decompose": 7,  # posgen decompose: runs under posgen length's forward
     "cause": 7,  # posgen cause: its cells are posgen layers' scoring
     "cli": 8,
 }

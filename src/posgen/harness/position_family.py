@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from posgen.perturbations.base import PerturbationError
+from posgen.results.tables.decomposition import MEANINGS
 
 if TYPE_CHECKING:
     import torch
@@ -39,14 +40,6 @@ if TYPE_CHECKING:
 KINDS = ("rotary", "absolute", "alibi", "none")
 
 #: what the decomposition's distance term a[i−j] is, per kind
-MEANINGS = {
-    "rotary": "what the model's rotations make of the offset i−j (learned through RoPE)",
-    "absolute": "whatever the model learned of i−j through its position table (no built-in "
-    "term: the positions enter once, added to the token embeddings)",
-    "alibi": "the known linear bias −m_h·(i−j) plus whatever q·k learned (the fit of the "
-    "content part q·k alone shows the latter)",
-    "none": "only what the causal mask lets the model infer (no position signal)",
-}
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from posgen.harness.decomposition.experiments import (
 )
 from posgen.harness.decomposition.pipeline import decompose_model, head_logit_maps
 from posgen.harness.decomposition.probe import probe_token_windows
-from posgen.harness.decomposition.tables import layer_means, summarize
+from posgen.results.tables.decomposition import layer_means, summarize
 from tiny_models import build_model, build_tokenizer
 
 
@@ -131,7 +131,7 @@ def test_cli_writes_table_summary_and_plots(tiny_model_dir, tmp_path, capsys):
     assert len(pd.read_csv(out / "summary.csv")) == 2
     for name in ("heatmap_r_trained_n24.png", "heatmap_r_random_init_n24.png", "head_map.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert not list(out.glob(".*"))  # no temporary files left
+    assert [p.name for p in out.glob(".*")] == [".posgen.lock"]  # no temporary files left
     assert "r_3axis_mean" in capsys.readouterr().out
 
 
@@ -171,7 +171,7 @@ def test_cli_modules_import_light():
 
     code = (
         "import sys, posgen.harness.decomposition.pipeline, posgen.harness.decomposition.experiments, "
-        "posgen.harness.decomposition.plots; "
+        "posgen.results.report.decomposition_plots; "
         "print(sorted(m for m in ('torch', 'transformers', 'pandas', 'matplotlib') "
         "if m in sys.modules))"
     )

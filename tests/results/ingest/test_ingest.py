@@ -228,3 +228,35 @@ def test_settings_are_read_from_the_model_args_too(outputs, settings, tmp_path, 
     edit_results(plain, lambda d: d["config"]["model_args"].update(length="none"))
     out = tmp_path / "ingested"
     assert cli(["ingest", str(outputs["text"]), str(plain), "--out", str(out)]) == 0
+
+
+def test_an_interrupted_ingest_resumes_and_other_settings_are_refused(
+    outputs, tmp_path, capsys, monkeypatch
+):
+    """Killed after its first cell, the rerun into the same folder finishes it (the same
+    settings); other settings (a threshold) are refused and the folder stays as it was."""
+    from posgen.results.folder.run_store import RunStore
+
+    out = tmp_path / "ingested"
+    argv = ["ingest", str(outputs["text"]), str(outputs["position"]), "--out", str(out)]
+    write = RunStore.write_cell
+
+    def killed_after_one(self, *a, **kw):
+        if any((self.root / "cells").rglob("*.json")):
+            raise KeyboardInterrupt
+        return write(self, *a, **kw)
+
+    monkeypatch.setattr(RunStore, "write_cell", killed_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        cli(argv)
+    assert len(list((out / "cells").rglob("*.json"))) == 1
+    monkeypatch.setattr(RunStore, "write_cell", write)
+    assert cli(argv) == 0, capsys.readouterr().err
+    cells = sorted((out / "cells").rglob("*.json"))
+    assert len(cells) == 3 and (out / "report.md").is_file()
+    config = (out / "config.json").read_bytes()
+    capsys.readouterr()
+    assert cli([*argv, "--threshold", "0.2"]) == 2
+    err = capsys.readouterr().err
+    assert "different config" in err and "threshold_ppl: 0.1 -> 0.2" in err
+    assert (out / "config.json").read_bytes() == config

@@ -5,24 +5,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from posgen.harness import loading  # loading.load_config, looked up at call time
 from posgen.harness.decomposition.pipeline import (  # light: torch loads inside
     DEFAULT_DOCS,
     DEFAULT_TOKENS,
-    decompose_model,
-    load_model,
-    median_head_map,
-    random_init_twin,
-)
-from posgen.harness.decomposition.plots import write_plots
-from posgen.harness.decomposition.tables import (
-    layer_means,
-    past_context_table,
-    summarize,
-    write_outputs,
 )
 from posgen.harness.input_error import InputError
 from posgen.harness.loading import (
@@ -87,30 +75,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out",
         type=Path,
-        default=Path("posgen-runs/decompose"),
-        help="output folder (default posgen-runs/decompose)",
+        default=None,
+        help="output folder (default posgen-runs/decompose/<model>); a rerun with the same "
+        "settings resumes, other settings are refused",
     )
     add_loading_arguments(parser)
-
-
-def _experiments(args: argparse.Namespace, entry, device: str) -> None:
-    from posgen.harness.decomposition.experiments import write_experiments
-
-    model, tokenizer = load_model(entry, device=device)
-    twin = None
-    if args.random_init:
-        twin = random_init_twin(model.config, seed=args.seed, name=entry.path).to(device)
-    summaries = write_experiments(
-        args.out,
-        model,
-        tokenizer,
-        tokens=args.tokens,
-        docs=min(args.docs, 2),
-        label=args.model,
-        twin=twin,
-    )
-    for name, frame in summaries.items():
-        print(f"{name}:\n{frame.to_string(index=False)}")
 
 
 def _parse_length(text: str, context: int | None):
@@ -152,21 +121,6 @@ def _resolve_length(args: argparse.Namespace, entry, context: int | None):
         if reason is not None:
             raise InputError(f"--length {scheme.to_string()}: {reason}")
     return scheme
-
-
-def _length_forward(length):
-    """``posgen length``'s forward for ``length`` as a ``forward_context(model, ids)``."""
-    if length is None:
-        return None
-
-    def forward_context(model, ids: list[int]):
-        import torch
-
-        from posgen.harness.length.apply import length_forward
-
-        return length_forward(model, torch.tensor([ids]), length)
-
-    return forward_context
 
 
 def _context(args: argparse.Namespace, entry) -> int | None:
@@ -246,7 +200,8 @@ def check_arguments(args: argparse.Namespace):
     if args.length is not None:
         _parse_length(args.length, None)
     check_probe_size(args.docs, args.tokens)
-    check_out_folder(args.out)
+    if args.out is not None:
+        check_out_folder(args.out)
     device = check_device(args.device)
     (entry,) = model_entries([args.model], LoadOptions.from_args(args))
     _require_family(entry, args)
@@ -277,43 +232,61 @@ def _require_family(entry, args: argparse.Namespace) -> None:
             )
 
 
-def main(args: argparse.Namespace) -> int:
-    import pandas as pd
+def resolve(args: argparse.Namespace):
+    """The run's :class:`~posgen.results.folder.decompose_config.DecomposeConfig` and the
+    device, every check done before any weights load (the model's config and tokenizer
+    are read). Raises :class:`~posgen.harness.input_error.InputError`."""
+    from posgen.results.folder.decompose_config import DecomposeConfig
 
-    from posgen.harness.position_family import MEANINGS
+    entry, device, context, length = check_arguments(args)
+    check_probe_windows(entry, args.docs, args.tokens)
+    loading.require_compatible([entry])  # posgen.compat, before any weights load
+    config = DecomposeConfig(
+        model=entry,
+        random_init=args.random_init,
+        docs=args.docs,
+        tokens=args.tokens,
+        seed=args.seed,
+        trained_context=context,
+        length=None if length is None else length.to_string(),
+        experiments=args.experiments,
+    )
+    return config, device or default_device()
+
+
+def main(args: argparse.Namespace) -> int:
+    from posgen.harness.decompose.runner import run
+    from posgen.results.folder.decompose_config import DecomposeFolder
+    from posgen.results.folder.lock import RunLockedError
+    from posgen.results.folder.store import RunConflictError, slug
+    from posgen.results.report.folder_reports import decompose_text, regenerate_decompose
+
+    def note(line: str) -> None:
+        print(f"posgen decompose: {line}", file=sys.stderr)
 
     try:
-        entry, device, context, length = check_arguments(args)
-        check_probe_windows(entry, args.docs, args.tokens)
-        loading.require_compatible([entry])  # posgen.compat, before any weights load
+        config, device = resolve(args)
     except InputError as e:
         print(f"posgen decompose: {e}", file=sys.stderr)
         return 2
-    device = device or default_device()
-    kw = dict(docs=args.docs, tokens=args.tokens, seed=args.seed, device=device)
-    kw.update(length=length, context=context, forward_context=_length_forward(length))
-    tables = [decompose_model(entry, **kw)]
-    if args.random_init:  # the twin keeps the trained model's label
-        tables.append(decompose_model(replace(entry, random_init=True), random_init=True, **kw))
-    table = pd.concat(tables, ignore_index=True)
-    summary = summarize(table)
-    per_layer = layer_means(table)
-    write_outputs(args.out, table, summary, per_layer)
-    head_map = median_head_map(
-        table, model=entry, device=device, length=length, forward_context=kw["forward_context"]
-    )
-    write_plots(args.out, table, head_map)
-    if args.experiments:
-        _experiments(args, entry, device)
-    with pd.option_context("display.width", 200, "display.max_columns", 40):
-        print(summary.drop(columns=["distance_term"], errors="ignore").T.to_string(header=False))
-        for family in dict.fromkeys(summary.get("position_family", [])):
-            print(f"a[i−j] of {family} positions: {MEANINGS[family]}")
-        if getattr(length, "uses_attention", False):  # Λ: what was fitted
-            masks = ", ".join(sorted(table["fit_mask"].unique()))
-            print(f"fitted under {length.to_string()}: {masks} (Lambda's global keys not fitted)")
-        if context is not None:
-            print(f"per layer, trained context C = {context} (past C: query rows i >= C):")
-            print(past_context_table(per_layer).to_string(index=False, float_format="%.4f"))
-    print(f"posgen decompose: wrote {args.out}")
+    out = args.out or Path("posgen-runs") / "decompose" / slug(config.model.label)
+    try:
+        with DecomposeFolder.create(out, config, note=note) as folder:
+            run(folder, device, note)
+            regenerate_decompose(folder)
+    except (RunConflictError, RunLockedError) as e:
+        print(f"posgen decompose: {e}", file=sys.stderr)
+        return 2
+    if config.experiments:
+        for name, rows in folder.read_cell("experiments").items():
+            print(f"{name}:\n{pd_table(rows)}")
+    print(decompose_text(folder))
+    print(f"posgen decompose: wrote {out}")
     return 0
+
+
+def pd_table(rows: list[dict]) -> str:
+    """Records as pandas prints a frame (no index)."""
+    import pandas as pd
+
+    return pd.DataFrame(rows).to_string(index=False)

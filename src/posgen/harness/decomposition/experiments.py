@@ -248,7 +248,7 @@ def write_experiments(
     import pandas as pd
 
     from posgen.atomic import atomic_write
-    from posgen.harness.decomposition.plots import plot_lines
+    from posgen.results.report.decomposition_plots import plot_lines
 
     out = Path(out)
     models = [(label, model)] + ([(f"{label} random-init", twin)] if twin is not None else [])

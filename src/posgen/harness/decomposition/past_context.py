@@ -27,12 +27,7 @@ distances lie in [C/2, C); the r figures cover the band entries of each row rang
 
 from __future__ import annotations
 
-COLUMNS = (
-    "r_3axis_before_context",
-    "r_3axis_past_context",
-    "a_trend_rms_before",
-    "a_trend_rms_past",
-)
+from posgen.results.tables.decomposition import PAST_COLUMNS as COLUMNS
 
 
 def past_context_figures(fits, shift, before, past, layout, context: int) -> dict:

@@ -12,16 +12,16 @@ Top-level imports stay light: torch and transformers load inside the functions.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    import numpy as np
     import pandas as pd
     from transformers import PreTrainedModel
 
 from posgen.harness.decomposition.probe import probe_token_windows
 from posgen.harness.loading import random_init_twin
 from posgen.results.folder.config import ModelEntry
+from posgen.results.report.decomposition_plots import HeadMap
 
 DEFAULT_DOCS = 8
 
@@ -258,14 +258,6 @@ def head_logit_maps(
     fits = fit_heads(kept["logits"], layout)
     actual = torch.where(layout.mask, kept["logits"][0].double(), float("nan"))
     return actual.cpu().numpy(), fitted_map(fits, 0, layout).cpu().numpy()
-
-
-class HeadMap(NamedTuple):
-    """One head's captured logits beside its fit ([n, n] float64, NaN = unfitted)."""
-
-    actual: np.ndarray
-    fitted: np.ndarray
-    title: str
 
 
 def median_head_map(

@@ -13,12 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from posgen.atomic import atomic_write, atomic_write_bytes, atomic_write_text
+from posgen.perturbations.length import parse_length
 from posgen.results.folder.cause_config import CauseFolder
+from posgen.results.folder.decompose_config import DecomposeFolder
 from posgen.results.folder.layers_config import LayersFolder
 from posgen.results.folder.length_config import LengthFolder
 from posgen.results.folder.store import atomic_write_json
 from posgen.results.report.cause import cause_figure
 from posgen.results.report.cause import render_markdown as cause_markdown
+from posgen.results.report.decomposition_plots import HeadMap, write_plots
 from posgen.results.report.layers import profile_figure, render_markdown
 from posgen.results.report.length import curves_png
 from posgen.results.report.length import markdown as length_markdown
@@ -29,6 +32,13 @@ from posgen.results.scores.layers_profile import json_safe
 from posgen.results.scores.length import json_ready, read_records
 from posgen.results.scores.length_decompose import decomposition_scores, read_decompositions
 from posgen.results.scores.length_window import read_windows, score_with_window
+from posgen.results.tables.decomposition import (
+    MEANINGS,
+    layer_means,
+    past_context_table,
+    summarize,
+    write_outputs,
+)
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -95,3 +105,46 @@ def regenerate_length(folder: LengthFolder) -> dict[str, Path]:
     atomic_write_bytes(paths["png"], curves_png(scores))
     atomic_write_text(paths["md"], length_markdown(scores))
     return paths
+
+
+def _decompose_table(folder: DecomposeFolder):
+    import pandas as pd
+
+    return pd.concat([folder.read_table(c) for c in folder.config.cells()], ignore_index=True)
+
+
+def regenerate_decompose(folder: DecomposeFolder) -> dict[str, Path]:
+    """heads.parquet, summary.csv/.parquet, layers.csv, heatmap_r_*.png and head_map.png
+    from the folder's fits and head map."""
+    table = _decompose_table(folder)
+    write_outputs(folder.root, table, summarize(table), layer_means(table))
+    head = folder.read_head_map()
+    plots = write_plots(folder.root, table, None if head is None else HeadMap(*head))
+    names = ("heads.parquet", "summary.csv", "summary.parquet", "layers.csv")
+    return {**{name: folder.root / name for name in names}, "plots": plots}
+
+
+def decompose_text(folder: DecomposeFolder) -> str:
+    """What ``posgen decompose`` prints: the summary, what a[i−j] means for each family,
+    what a Λ scheme fitted, the per-layer figures before and past C."""
+    import pandas as pd
+
+    table, cfg = _decompose_table(folder), folder.config
+    summary = summarize(table)
+    lines = []
+    with pd.option_context("display.width", 200, "display.max_columns", 40):
+        lines.append(
+            summary.drop(columns=["distance_term"], errors="ignore").T.to_string(header=False)
+        )
+        for family in dict.fromkeys(summary.get("position_family", [])):
+            lines.append(f"a[i−j] of {family} positions: {MEANINGS[family]}")
+        if cfg.length is not None and parse_length(cfg.length).uses_attention:  # Λ: the fit
+            masks = ", ".join(sorted(table["fit_mask"].unique()))
+            lines.append(f"fitted under {cfg.length}: {masks} (Lambda's global keys not fitted)")
+        if cfg.trained_context is not None:
+            lines.append(
+                f"per layer, trained context C = {cfg.trained_context} (past C: query rows i >= C):"
+            )
+            per_layer = past_context_table(layer_means(table))
+            lines.append(per_layer.to_string(index=False, float_format="%.4f"))
+    return "\n".join(lines)

@@ -9,8 +9,23 @@ if TYPE_CHECKING:
     import pandas as pd
 
 from posgen.atomic import atomic_write
-from posgen.harness.decomposition.past_context import COLUMNS as PAST_COLUMNS
-from posgen.harness.position_family import MEANINGS
+
+# what a[i−j] means for each position family (:mod:`posgen.harness.position_family`)
+MEANINGS = {
+    "rotary": "what the model's rotations make of the offset i−j (learned through RoPE)",
+    "absolute": "whatever the model learned of i−j through its position table (no built-in "
+    "term: the positions enter once, added to the token embeddings)",
+    "alibi": "the known linear bias −m_h·(i−j) plus whatever q·k learned (the fit of the "
+    "content part q·k alone shows the latter)",
+    "none": "only what the causal mask lets the model infer (no position signal)",
+}
+# the past-context figures of a head (:mod:`posgen.harness.decomposition.past_context`)
+PAST_COLUMNS = (
+    "r_3axis_before_context",
+    "r_3axis_past_context",
+    "a_trend_rms_before",
+    "a_trend_rms_past",
+)
 
 R_HIGH = 0.9  # summary: share of heads with r above this
 

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-    from posgen.harness.decomposition.pipeline import HeadMap
+
+class HeadMap(NamedTuple):
+    """One head's captured logits beside its fit ([n, n] float64, NaN = unfitted)."""
+
+    actual: np.ndarray
+    fitted: np.ndarray
+    title: str
 
 
 def _save(fig, path: Path) -> None:

@@ -1,0 +1,1 @@
+"""``posgen decompose``: the attention-logit decomposition of one model (and its twin)."""

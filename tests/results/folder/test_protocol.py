@@ -1,0 +1,181 @@
+"""The one folder protocol, on the folder of every command that writes one (run and
+ingest, length, decompose, layers, cause): an interrupted run keeps what finished and a
+rerun resumes there; other settings are refused and nothing is overwritten; a second
+writer is refused at once; a run that fails before any cell finished leaves no folder; a
+foreign folder or an unwritable ``--out`` is refused before anything is put into it."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from posgen.results.folder.cause_config import CauseConfig, CauseFolder
+from posgen.results.folder.config import ModelEntry, RunConfig
+from posgen.results.folder.decompose_config import DecomposeConfig, DecomposeFolder
+from posgen.results.folder.layers_config import LayersConfig, LayersFolder
+from posgen.results.folder.length_config import LengthConfig, LengthFolder
+from posgen.results.folder.lock import LOCK_FILE, RunLockedError
+from posgen.results.folder.protocol import CommandFolder, OutFolderError
+from posgen.results.folder.run_store import RunStore
+from posgen.results.folder.store import RunConflictError
+
+DATA = Path(__file__).parent / "data"
+ENTRY = ModelEntry(label="tiny", path="/models/tiny", embedded=False, revision=None)
+
+
+def _stored(name: str) -> dict:
+    return json.loads((DATA / name).read_text())["config"]
+
+
+def _write_one(folder) -> Path:
+    """One finished cell, as each command writes it."""
+    if isinstance(folder, RunStore):
+        return folder.write_cell("tiny", "prose__none", {"cell": {}})
+    if isinstance(folder, DecomposeFolder):
+        import pandas as pd
+
+        folder.write_table("trained", pd.DataFrame({"r_3axis": [0.5]}))
+        return folder.cell_path("trained")
+    if isinstance(folder, LengthFolder):
+        path = folder.root / "docs" / "none" / "doc-0.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+        return path
+    folder.write_cell("plain", {"loglikelihood": [-1.0]})
+    return folder.cell_path("plain")
+
+
+def _has_one(folder) -> bool:
+    if isinstance(folder, RunStore):
+        return folder.has_cell("tiny", "prose__none")
+    if isinstance(folder, DecomposeFolder):
+        return folder.has_cell("trained")
+    if isinstance(folder, LengthFolder):
+        return folder.has_results()
+    return folder.has_cell("plain")
+
+
+def _typed(folder):
+    """The folder's settings, typed (a run folder keeps the dict it hashes beside them)."""
+    return folder.run_config if isinstance(folder, RunStore) else folder.config
+
+
+def _configs():
+    """Per command: its folder class, a config and another config (one setting changed)."""
+    run = RunConfig.from_dict(_stored("run_quick.config.json"))
+    length = LengthConfig.from_dict(_stored("length_plain.config.json"))
+    layers = LayersConfig.from_dict(_stored("layers_default.layers.json"))
+    cause = CauseConfig.from_dict(_stored("cause_default.cause.json"))
+    decompose = DecomposeConfig(ENTRY, random_init=True, docs=1, tokens=24, seed=0)
+    return {
+        "run": (RunStore, run, replace(run, seed=run.seed + 1)),
+        "length": (LengthFolder, length, replace(length, seed=length.seed + 1)),
+        "decompose": (DecomposeFolder, decompose, replace(decompose, tokens=32)),
+        "layers": (LayersFolder, layers, replace(layers, seed=layers.seed + 1)),
+        "cause": (CauseFolder, cause, replace(cause, seed=cause.seed + 1)),
+    }
+
+
+CASES = _configs()
+
+
+@pytest.mark.parametrize("command", CASES)
+def test_an_interrupted_run_resumes_and_other_settings_are_refused(command, tmp_path):
+    cls, config, other = CASES[command]
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt), cls.create(out, config) as folder:
+        finished = _write_one(folder)
+        raise KeyboardInterrupt  # killed after its first cell
+    stamp = finished.stat().st_mtime_ns
+    with cls.create(out, config) as folder:  # the same settings: resumes there
+        assert _has_one(folder) and _typed(folder) == config
+    assert finished.stat().st_mtime_ns == stamp
+    settings = (out / cls.settings).read_bytes()
+    with (
+        pytest.raises(RunConflictError, match=r"other settings|different config|another config"),
+        cls.create(out, other),
+    ):
+        pass
+    assert (out / cls.settings).read_bytes() == settings and finished.is_file()
+
+
+def _hold(out: str, cls_name: str, started, release) -> None:
+    cls, config, _ = CASES[cls_name]
+    with cls.create(out, config):
+        started.set()
+        release.wait(30)
+
+
+@pytest.mark.parametrize("command", CASES)
+def test_a_second_writer_is_refused_at_once(command, tmp_path):
+    cls, config, _ = CASES[command]
+    out = tmp_path / "out"
+    ctx = multiprocessing.get_context("fork")
+    started, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold, args=(str(out), command, started, release))
+    holder.start()
+    try:
+        assert started.wait(30)
+        with (
+            pytest.raises(RunLockedError, match="being written by another posgen run"),
+            cls.create(out, config),
+        ):
+            pass
+    finally:
+        release.set()
+        holder.join(30)
+    assert holder.exitcode == 0
+
+
+@pytest.mark.parametrize("command", CASES)
+def test_a_first_run_that_finishes_nothing_leaves_no_folder(command, tmp_path):
+    cls, config, _ = CASES[command]
+    out = tmp_path / "new" / "out"
+    with pytest.raises(RuntimeError, match="model failed to load"), cls.create(out, config):
+        raise RuntimeError("model failed to load")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("command", CASES)
+def test_a_foreign_folder_is_refused_before_anything_goes_in(command, tmp_path):
+    cls, config, _ = CASES[command]
+    (tmp_path / "notes.txt").write_text("mine")
+    with (
+        pytest.raises(RunConflictError, match="not empty and is not a posgen"),
+        cls.create(tmp_path, config),
+    ):
+        pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+    assert not (tmp_path / LOCK_FILE).exists()
+
+
+@pytest.mark.parametrize("command", CASES)
+def test_an_out_that_is_a_file_is_refused(command, tmp_path):
+    cls, config, _ = CASES[command]
+    (tmp_path / "f").write_text("x")
+    for out in (tmp_path / "f", tmp_path / "f" / "below"):
+        with pytest.raises(OutFolderError, match="choose another --out"), cls.create(out, config):
+            pass
+
+
+def test_an_earlier_decompose_output_without_settings_is_refused(tmp_path):
+    """posgen decompose kept no settings before the protocol: its folder cannot resume."""
+    (tmp_path / "heads.parquet").write_bytes(b"PAR1")
+    with (
+        pytest.raises(RunConflictError, match="earlier posgen decompose"),
+        DecomposeFolder.create(tmp_path, CASES["decompose"][1]),
+    ):
+        pass
+
+
+def test_every_command_folder_follows_the_protocol():
+    """Every folder class is a CommandFolder, so every command gets the same create."""
+    assert all(issubclass(cls, CommandFolder) for cls, _, _ in CASES.values())
+    settings = [cls.settings for cls, _, _ in CASES.values()]
+    kinds = {cls.command for cls, _, _ in CASES.values()}
+    assert kinds == {"run", "length", "decompose", "layers", "cause"}
+    assert len(settings) == 5
