@@ -27,6 +27,7 @@ from posgen.results.tables.realised import (
     doc_examples,
     document_items,
     generation_examples,
+    per_document,
     summary,
     text_items,
 )
@@ -208,13 +209,7 @@ def _pair_rows(
     base_choice = dict(zip(base_slot["keys"], base_slot.get("choice", no_choice), strict=True))
     choices = slot.get("choice", [-1] * len(slot["keys"]))
     _same_documents(where, base, slot["keys"])
-    realised = c["realised"]
-    per_doc = {
-        i["key"]: i
-        for i in (
-            realised["items"] if realised["unit"] == "document" else realised.get("documents", [])
-        )
-    }
+    per_doc = per_document(c["realised"])
     sign = spec.ratio_sign()
     rows = []
     for key, num, den, choice in zip(slot["keys"], slot["num"], slot["den"], choices, strict=True):
@@ -297,11 +292,7 @@ def cell_record(
     Refuses a task none of whose metrics posgen can score.
     """
     name = cell["lm_eval_task"]
-    if name not in results or name not in samples:
-        raise SchemaError(
-            f"lm-eval returned no results or samples for {name!r} "
-            f"(got {sorted(results)}); was log_samples on?"
-        )
+    _require_logged(name, results, samples)
     split = cell.get("split") or "test"
     config = (configs or {}).get(name)
     specs = metric_specs(results[name], samples[name], config, (higher_is_better or {}).get(name))
@@ -315,9 +306,7 @@ def cell_record(
         )
     record = realised_record(cell["kind"], name, samples[name], split, model_side)
     if _generative(config, samples[name]):
-        groups = by_filter(samples[name])
-        first = next(iter(groups.values()))
-        record["examples"]["generations"] = generation_examples(groups, doc_keys(first, split))
+        record["examples"]["generations"] = _generations(samples[name], split)
     return {
         "cell": dict(cell),
         "model_info": dict(model_info),
@@ -327,6 +316,22 @@ def cell_record(
         "docs": docs,
         **record,
     }
+
+
+def _require_logged(name: str, results: Mapping[str, Any], samples: Mapping[str, list]) -> None:
+    """Refuses an lm-eval task with no results or no logged samples."""
+    if name not in results or name not in samples:
+        raise SchemaError(
+            f"lm-eval returned no results or samples for {name!r} "
+            f"(got {sorted(results)}); was log_samples on?"
+        )
+
+
+def _generations(samples: list[Mapping[str, Any]], split: str) -> dict[str, dict[str, Any]]:
+    """A generative task's examples: what the model was asked and answered, per filter."""
+    groups = by_filter(samples)
+    first = next(iter(groups.values()))
+    return generation_examples(groups, doc_keys(first, split))
 
 
 def corpus_functions(
