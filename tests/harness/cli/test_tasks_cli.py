@@ -120,3 +120,33 @@ def test_fields_says_how_each_task_s_fields_were_decided(tmp_path, monkeypatch, 
         main(["tasks", "fields", "mine", "--include-path", str(tmp_path / "absent")])
     assert exit_info.value.code == 2 and len(seen) == 2  # refused before any index
     assert "no such folder" in capsys.readouterr().err
+
+
+def test_write_leaves_the_whole_file_and_nothing_beside_it(tmp_path, monkeypatch, capsys) -> None:
+    """The YAML goes through posgen.atomic: the file holds the whole config (its last key
+    included) and no temporary file is left in the output folder."""
+    import yaml
+
+    import posgen.tasks.lm_eval_tasks as lm_eval_tasks
+
+    tasks, out = tmp_path / "tasks", tmp_path / "out"
+    tasks.mkdir()
+    (tasks / "mine.yaml").write_text(
+        "task: mine\ndataset_path: json\ntest_split: test\noutput_type: generate_until\n"
+        'doc_to_text: "Story: {{story}}\\nAnswer:"\ndoc_to_target: "{{answer}}"\n'
+    )
+
+    def only_included(include_path=None, metadata=None):  # no lm-eval index: seconds
+        return lm_eval_tasks.PosgenTaskManager(include_path=include_path, include_defaults=False)
+
+    monkeypatch.setattr(lm_eval_tasks, "task_manager", only_included)
+    argv = ["tasks", "write", "mine", "--rate", "0.5", "--include-path", str(tasks)]
+    assert main([*argv, "--output-dir", str(out)]) == 0
+    (path,) = out.iterdir()
+    assert path.name == "perm_swap_50pct_mine.yaml"
+    text = path.read_text()
+    assert text.endswith("\n")
+    cfg = yaml.load(text, Loader=yaml.BaseLoader)  # the !function tag kept as text
+    assert cfg["include"] == str((tasks / "mine.yaml").resolve())
+    assert cfg["task"] == "perm_swap_50pct_mine"
+    assert cfg["posgen_perturbation"]["fields"] == [{"name": "story"}]

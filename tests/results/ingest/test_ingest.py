@@ -81,6 +81,9 @@ def test_ingest_reproduces_posgen_run(outputs, capsys):
         "position": {"schemes": ["swap"], "values": [0.0, 0.5]},
     }
     assert "Suite: ingested" in (ingested / "report.md").read_text()
+    # the same thresholds and bootstrap as posgen run's: both from Scoring's defaults
+    run_cfg = json.loads((outputs["run"] / "config.json").read_text())["config"]
+    assert cfg["scoring"] == run_cfg["scoring"]
 
 
 def copy(src: Path, dst: Path) -> Path:

@@ -131,7 +131,7 @@ def test_compare_lines_pair_runs_by_model_and_scheme(tmp_path):
 
 
 def _write_length_tables(run) -> None:
-    from posgen.results.tables.tidy import length_tables
+    from posgen.results.tables.length import length_tables
 
     for name, table in length_tables(run).items():
         table.to_parquet(run / f"{name}.parquet", index=False)
@@ -144,7 +144,7 @@ def test_length_tables_hold_effective_lengths_and_curves_and_compare_reads_them(
 
     from posgen.results.folder.schema import SchemaError
     from posgen.results.report.length import compare_lines, run_blocks
-    from posgen.results.tables.tidy import length_tables
+    from posgen.results.tables.length import length_tables
 
     records = [_record("none", d, [4, 3, 2, 2, 2, 2, 2, 2]) for d in "abc"]
     records += [_record("scale:2", d, [4, 3, 2, 2, 3, 3, 3, 3]) for d in "abc"]

@@ -147,7 +147,7 @@ def test_compare_shows_both_effective_lengths_and_a_dash_for_a_run_without_the_w
     import json
 
     from posgen.results.report.length import compare_lines
-    from posgen.results.tables.tidy import length_tables
+    from posgen.results.tables.length import length_tables
 
     h = _hardness(0)
     h_hard = h.copy()

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from posgen.results.report.build import excluded_blocks
+from posgen.results.report.run_notes import excluded_blocks
 from posgen.results.tables import tidy
 from synthetic_run import plant_text_realised, prose_output
 

@@ -44,13 +44,10 @@ def main(args: argparse.Namespace) -> int:
     except InputError as e:
         print(f"posgen ingest: {e}", file=sys.stderr)
         return 2
-    scoring = {
-        "threshold_ppl": args.threshold,
-        "threshold_acc": args.threshold_acc,
-        "iters": 2000,
-        "seed": 0,
-        "confidence": 0.95,
-    }
+    from posgen.results.folder.config import Scoring
+
+    # the thresholds given; the bootstrap's iterations, seed and confidence: Scoring's own
+    scoring = Scoring(threshold_ppl=args.threshold, threshold_acc=args.threshold_acc).to_dict()
     try:
         paths = ingest(args.dirs, args.out, scoring, include_path)
     except (SchemaError, RunConflictError, RunLockedError) as e:

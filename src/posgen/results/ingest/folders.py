@@ -185,25 +185,6 @@ def ingest_config(
     """The run config of an ingested run: what the cells say, and where they came from."""
     cells = [c for _, c, _ in items]
     tasks = sorted({c["task"] for c in cells})
-    sweep: dict[str, tuple[set[str], set[float]]] = {}
-    for c in cells:
-        if c["kind"] != "none":
-            schemes, values = sweep.setdefault(c["kind"], (set(), {0.0}))
-            schemes.add(c["scheme"])
-            values.add(c["rate"])
-    models: dict[str, ModelEntry] = {}
-    names = list(dict.fromkeys(label for label, _, _ in items))
-    short = dict(zip(names, short_labels(names), strict=True))
-    for label, _, ev in items:
-        if short[label] not in models:
-            rev = ev.config.get("model_sha") or ev.config.get("model_revision")
-            models[short[label]] = ModelEntry(
-                label=short[label],
-                path=label,
-                embedded=label == "embedded",
-                revision=str(rev),
-                dtype=model_dtype(ev),
-            )
     # documents per task: lm-eval logs one sample per document and filter
     limits = {
         t: max(len({s.get("doc_id") for s in ev.samples}) for _, c, ev in items if c["task"] == t)
@@ -222,18 +203,50 @@ def ingest_config(
         preset="ingest",
         seed=cells[0]["seed"],
         random_init_seed=None,
-        models=tuple(models.values()),
+        models=_ingested_models(items),
         batch_size=None,
-        sweep={
-            kind: SweepAxis(tuple(sorted(schemes)), tuple(sorted(values)))
-            for kind, (schemes, values) in sweep.items()
-        },
+        sweep=_sweep_axes(cells),
         decompose=Decompose(docs=0, tokens=0),
         scoring=Scoring(**scoring),
         ingested_from=tuple(sorted({str(ev.results_file) for _, _, ev in items})),
         installed_lm_eval_version=importlib.metadata.version("lm_eval"),
         include_path=include_path,
     )
+
+
+def _sweep_axes(cells: list[dict[str, Any]]) -> dict[str, SweepAxis]:
+    """Each perturbed kind's schemes and values (0 among them), in the cells' order of kinds."""
+    sweep: dict[str, tuple[set[str], set[float]]] = {}
+    for c in cells:
+        if c["kind"] != "none":
+            schemes, values = sweep.setdefault(c["kind"], (set(), {0.0}))
+            schemes.add(c["scheme"])
+            values.add(c["rate"])
+    return {
+        kind: SweepAxis(tuple(sorted(schemes)), tuple(sorted(values)))
+        for kind, (schemes, values) in sweep.items()
+    }
+
+
+def _ingested_models(
+    items: list[tuple[str, dict[str, Any], EvaluatedTask]],
+) -> tuple[ModelEntry, ...]:
+    """One entry per model, in the order they first appear, labelled by its short label;
+    its revision and dtype from its first output."""
+    models: dict[str, ModelEntry] = {}
+    names = list(dict.fromkeys(label for label, _, _ in items))
+    short = dict(zip(names, short_labels(names), strict=True))
+    for label, _, ev in items:
+        if short[label] not in models:
+            rev = ev.config.get("model_sha") or ev.config.get("model_revision")
+            models[short[label]] = ModelEntry(
+                label=short[label],
+                path=label,
+                embedded=label == "embedded",
+                revision=str(rev),
+                dtype=model_dtype(ev),
+            )
+    return tuple(models.values())
 
 
 # lm-eval's prompt settings as its results file records them, under RunConfig's names

@@ -49,30 +49,34 @@ def checks(prof: Mapping[str, Any]) -> list[dict[str, Any]]:
        sensitivity (levels and changes both p ≤ ``ALPHA`` in the mirror-shift test, ρ > 0);
        not tested where either test is not estimable (too few layers).
     """
-    out = []
+    return [_carries(prof), _predicts(prof), _tracks(prof)]
+
+
+def _carries(prof: Mapping[str, Any]) -> dict[str, Any]:
+    """Check 1: the fit in every layer against each single term in every layer."""
     cells = _all_layers(prof)
     fit, singles = cells.get("additive"), [cells.get(f) for f in ("distance", "key")]
     if fit is None or any(s is None for s in singles):
-        out.append(
-            {
-                "name": "carries",
-                "holds": None,
-                "text": "not run (needs additive, distance and key in every layer)",
-            }
-        )
-    else:
-        holds = all(fit["ci_hi"] < s["ci_lo"] for s in singles)
-        out.append(
-            {
-                "name": "carries",
-                "holds": holds,
-                "text": (
-                    f"every layer replaced by its fit: D = {_fmt(fit['degradation'])} "
-                    f"[{_fmt(fit['ci_lo'])}, {_fmt(fit['ci_hi'])}]; distance term alone "
-                    f"{_fmt(singles[0]['degradation'])}, key term alone {_fmt(singles[1]['degradation'])}"
-                ),
-            }
-        )
+        return {
+            "name": "carries",
+            "holds": None,
+            "text": "not run (needs additive, distance and key in every layer)",
+        }
+    holds = all(fit["ci_hi"] < s["ci_lo"] for s in singles)
+    return {
+        "name": "carries",
+        "holds": holds,
+        "text": (
+            f"every layer replaced by its fit: D = {_fmt(fit['degradation'])} "
+            f"[{_fmt(fit['ci_lo'])}, {_fmt(fit['ci_hi'])}]; distance term alone "
+            f"{_fmt(singles[0]['degradation'])}, key term alone {_fmt(singles[1]['degradation'])}"
+        ),
+    }
+
+
+def _predicts(prof: Mapping[str, Any]) -> dict[str, Any]:
+    """Check 2: the share of the logit change and of the attention rows' change the form
+    explains, under every scheme."""
     worst = [
         (p["scheme"], p["share"], p["kl_explained"])
         for p in prof["prediction"]
@@ -83,32 +87,30 @@ def checks(prof: Mapping[str, Any]) -> list[dict[str, Any]]:
         f"{_fmt(p['kl_explained'])}, coverage {_fmt(p['coverage'])}"
         for p in prof["prediction"]
     )
-    out.append(
-        {
-            "name": "predicts",
-            "holds": not worst if prof["prediction"] else None,
-            "text": text or "no scheme moved a position",
-        }
-    )
+    return {
+        "name": "predicts",
+        "holds": not worst if prof["prediction"] else None,
+        "text": text or "no scheme moved a position",
+    }
+
+
+def _tracks(prof: Mapping[str, Any]) -> dict[str, Any]:
+    """Check 3: the predicted change against ``posgen layers``' sensitivity across layers."""
     rel = next((r for r in prof["relation"] if r["covariate"] == "predicted_change"), None)
     if rel is None:
-        out.append({"name": "tracks", "holds": None, "text": "no --layers-run given"})
-    else:
-        tested = all(_finite(rel[k]) for k in ("rho", "p", "rho_changes", "p_changes"))
-        holds = bool(rel["rho"] > 0 and rel["p"] <= ALPHA and rel["p_changes"] <= ALPHA)
-        out.append(
-            {
-                "name": "tracks",
-                "holds": holds if tested else None,
-                "text": (
-                    f"ρ = {_fmt(rel['rho'], 2)} (mirror-shift p = {_fmt(rel['p'])}; changes ρ = "
-                    f"{_fmt(rel['rho_changes'], 2)}, p = {_fmt(rel['p_changes'])}) over "
-                    f"{rel['n_layers']} layers"
-                    + ("" if tested else "; a test is not estimable at this many layers")
-                ),
-            }
-        )
-    return out
+        return {"name": "tracks", "holds": None, "text": "no --layers-run given"}
+    tested = all(_finite(rel[k]) for k in ("rho", "p", "rho_changes", "p_changes"))
+    holds = bool(rel["rho"] > 0 and rel["p"] <= ALPHA and rel["p_changes"] <= ALPHA)
+    return {
+        "name": "tracks",
+        "holds": holds if tested else None,
+        "text": (
+            f"ρ = {_fmt(rel['rho'], 2)} (mirror-shift p = {_fmt(rel['p'])}; changes ρ = "
+            f"{_fmt(rel['rho_changes'], 2)}, p = {_fmt(rel['p_changes'])}) over "
+            f"{rel['n_layers']} layers"
+            + ("" if tested else "; a test is not estimable at this many layers")
+        ),
+    }
 
 
 def answer(prof: Mapping[str, Any]) -> str:
@@ -208,54 +210,73 @@ ALIBI_PREDICTION = (
 def render_markdown(
     profiles: Sequence[Mapping[str, Any]], figure: str = "cause.png", cross: str = ""
 ) -> str:
+    """The report in Markdown: per model its answer and the sections it is read from, then
+    the cross-model section ``cross`` (if any)."""
     parts = ["# Does the additive form explain the tolerance?", "", f"![cause]({figure})", ""]
     for prof in profiles:
         parts += [f"## {prof['model']}", "", *answer_section(prof), ""]
-        parts += [
-            "### What survives the additive form",
-            "",
-            f"{prof['documents']} posgen_prose documents; D = PPL / PPL(plain) − 1 with "
-            "log-t intervals over documents. `distance` is a[i−j] + b[i] and `key` is "
-            "b[i] + c[j]: b[i] is constant along a softmax row, so after the softmax they "
-            "are a[i−j] and c[j] alone. `foreign` takes a[·] from another sequence's fit "
-            "(the probe text); `shuffled` adds the fit's own residual, permuted within "
-            "each row.",
-            "",
-            nll_table(prof),
-            "",
-            "One layer at a time:",
-            "",
-            layer_nll_table(prof),
-            "",
-            "### The predicted change",
-            "",
-            "ΔŴ[i, j] = a[π(i) − π(j)] − a[i − j] from the plain logits' fit against the "
-            "measured change of the layer's logits when only its positions move (the "
-            "sweep's draws on each window). Pooled over heads and documents."
-            + (ALIBI_PREDICTION if prof.get("positions") == "alibi" else ""),
-            "",
-            prediction_table(prof["prediction"]),
-            "",
-            prediction_table(prof["prediction_layers"], by_layer=True),
-            "",
-        ]
-        if prof["relation"]:
-            run = prof["layers_run"]
-            parts += [
-                "### Against the sensitivity profile",
-                "",
-                f"`posgen layers` folder {run['path']} ({run['scheme']}): per-layer "
-                "sensitivity against the predicted change under that scheme, beside the "
-                "measured change, the prediction's r, fit r and distance share.",
-                "",
-                relation_table(prof),
-                "",
-                verdict(prof),
-                "",
-            ]
+        parts += survival_section(prof) + prediction_section(prof) + relation_section(prof)
     if cross:
         parts += [cross, ""]
     return "\n".join(parts)
+
+
+def survival_section(prof: Mapping[str, Any]) -> list[str]:
+    """What survives the additive form: D with each form in every layer, then one layer
+    at a time."""
+    return [
+        "### What survives the additive form",
+        "",
+        f"{prof['documents']} posgen_prose documents; D = PPL / PPL(plain) − 1 with "
+        "log-t intervals over documents. `distance` is a[i−j] + b[i] and `key` is "
+        "b[i] + c[j]: b[i] is constant along a softmax row, so after the softmax they "
+        "are a[i−j] and c[j] alone. `foreign` takes a[·] from another sequence's fit "
+        "(the probe text); `shuffled` adds the fit's own residual, permuted within "
+        "each row.",
+        "",
+        nll_table(prof),
+        "",
+        "One layer at a time:",
+        "",
+        layer_nll_table(prof),
+        "",
+    ]
+
+
+def prediction_section(prof: Mapping[str, Any]) -> list[str]:
+    """The predicted change against the measured one, pooled and per layer."""
+    return [
+        "### The predicted change",
+        "",
+        "ΔŴ[i, j] = a[π(i) − π(j)] − a[i − j] from the plain logits' fit against the "
+        "measured change of the layer's logits when only its positions move (the "
+        "sweep's draws on each window). Pooled over heads and documents."
+        + (ALIBI_PREDICTION if prof.get("positions") == "alibi" else ""),
+        "",
+        prediction_table(prof["prediction"]),
+        "",
+        prediction_table(prof["prediction_layers"], by_layer=True),
+        "",
+    ]
+
+
+def relation_section(prof: Mapping[str, Any]) -> list[str]:
+    """The relation to a ``posgen layers`` profile (nothing without one)."""
+    if not prof["relation"]:
+        return []
+    run = prof["layers_run"]
+    return [
+        "### Against the sensitivity profile",
+        "",
+        f"`posgen layers` folder {run['path']} ({run['scheme']}): per-layer "
+        "sensitivity against the predicted change under that scheme, beside the "
+        "measured change, the prediction's r, fit r and distance share.",
+        "",
+        relation_table(prof),
+        "",
+        verdict(prof),
+        "",
+    ]
 
 
 def cause_figure(profiles: Sequence[Mapping[str, Any]]) -> bytes:

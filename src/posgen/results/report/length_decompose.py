@@ -99,14 +99,10 @@ def decomposition_figure(scores: Mapping[str, Any]) -> Any:
 
     names = schemes(scores)
     all_rows = scores["decomposition"]["layers"]
-
-    def col(name: str, rows: list[Mapping[str, Any]]) -> np.ndarray:
-        return np.array([math.nan if r[name] is None else r[name] for r in rows], float)
-
-    drift_lim = _limits(col("drift", all_rows))
+    drift_lim = _limits(_column("drift", all_rows))
     r_lim = _limits(
         np.concatenate(
-            [col("r_3axis_past_context", all_rows), col("r_3axis_before_context", all_rows)]
+            [_column("r_3axis_past_context", all_rows), _column("r_3axis_before_context", all_rows)]
         )
     )
     fig = Figure(figsize=(4.2 * len(names), 4.1))
@@ -114,24 +110,8 @@ def decomposition_figure(scores: Mapping[str, Any]) -> Any:
     labels: list[str] = []
     for k, scheme in enumerate(names):
         rows = [r for r in all_rows if r["scheme"] == scheme]
-        layer = col("layer", rows)
         ax = fig.add_subplot(1, len(names), k + 1)
-        ax.axhline(0.0, color="0.8", linewidth=0.8)
-        ax.plot(layer, col("drift", rows), color="C3", marker="o", label="drift")
-        ax.set_xlabel("layer")
-        ax.set_ylabel("drift", color="C3")
-        right = ax.twinx()
-        right.plot(
-            layer, col("r_3axis_past_context", rows), color="C0", marker="s", label="r past C"
-        )
-        right.plot(
-            layer,
-            col("r_3axis_before_context", rows),
-            color="C0",
-            linestyle=":",
-            label="r before C",
-        )
-        right.set_ylabel("r of the fit", color="C0")
+        right = _plot_layers(ax, rows)
         if drift_lim is not None:
             ax.set_ylim(*drift_lim)
         if r_lim is not None:
@@ -147,6 +127,34 @@ def decomposition_figure(scores: Mapping[str, Any]) -> Any:
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     return fig
+
+
+def _column(name: str, rows: list[Mapping[str, Any]]) -> np.ndarray:
+    """One field of the layer rows as floats (None as NaN)."""
+    return np.array([math.nan if r[name] is None else r[name] for r in rows], float)
+
+
+def _plot_layers(ax: Any, rows: list[Mapping[str, Any]]) -> Any:
+    """One scheme's panel: drift per layer on ``ax``, the fit's r past and before C on a
+    twin axis on the right (returned)."""
+    layer = _column("layer", rows)
+    ax.axhline(0.0, color="0.8", linewidth=0.8)
+    ax.plot(layer, _column("drift", rows), color="C3", marker="o", label="drift")
+    ax.set_xlabel("layer")
+    ax.set_ylabel("drift", color="C3")
+    right = ax.twinx()
+    right.plot(
+        layer, _column("r_3axis_past_context", rows), color="C0", marker="s", label="r past C"
+    )
+    right.plot(
+        layer,
+        _column("r_3axis_before_context", rows),
+        color="C0",
+        linestyle=":",
+        label="r before C",
+    )
+    right.set_ylabel("r of the fit", color="C0")
+    return right
 
 
 def decomposition_png(scores: Mapping[str, Any]) -> bytes:

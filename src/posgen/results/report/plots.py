@@ -72,24 +72,7 @@ def degradation_curves(degr, tol, model: str, panels: Sequence[tuple[str, Any]])
         for col, kinds in enumerate((("text", "position"), ("feature",))):
             ax = axes[row][col]
             curves = g[g["kind"].isin(kinds)].groupby(["kind", "scheme"])
-            for (kind, scheme), h in curves:
-                h = h.sort_values("rate")
-                x = np.concatenate([[0.0], h["rate"]])
-                color, marker = KIND_STYLE[kind]
-                ax.plot(
-                    x,
-                    np.concatenate([[0.0], h["degradation"]]),
-                    marker=marker,
-                    color=color,
-                    label=f"{kind} {scheme}",
-                )
-                ax.fill_between(
-                    x,
-                    np.concatenate([[0.0], h["ci_lo"]]),
-                    np.concatenate([[0.0], h["ci_hi"]]),
-                    color=color,
-                    alpha=0.2,
-                )
+            _draw_curves(ax, curves)
             ax.axhline(0.0, color="grey", lw=0.6)
             if len(t) and np.isfinite(t["threshold"].iloc[0]):
                 ax.axhline(t["threshold"].iloc[0], color="black", lw=0.8, ls=":", label="threshold")
@@ -106,6 +89,29 @@ def degradation_curves(degr, tol, model: str, panels: Sequence[tuple[str, Any]])
     fig.suptitle(f"Degradation with 95% CI: {model}", fontsize=11)
     fig.tight_layout()
     return _png(fig)
+
+
+def _draw_curves(ax, curves) -> None:
+    """Each (kind, scheme) group of ``curves``: its degradation against the rate, from
+    (0, 0), and its 95% CI as a band."""
+    for (kind, scheme), h in curves:
+        h = h.sort_values("rate")
+        x = np.concatenate([[0.0], h["rate"]])
+        color, marker = KIND_STYLE[kind]
+        ax.plot(
+            x,
+            np.concatenate([[0.0], h["degradation"]]),
+            marker=marker,
+            color=color,
+            label=f"{kind} {scheme}",
+        )
+        ax.fill_between(
+            x,
+            np.concatenate([[0.0], h["ci_lo"]]),
+            np.concatenate([[0.0], h["ci_hi"]]),
+            color=color,
+            alpha=0.2,
+        )
 
 
 def _ylabel(g, spec) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from posgen.results.folder.metrics import MetricSpec
 from posgen.results.report.plots import KIND_STYLE, new_figure, png_bytes
 from posgen.results.scores.metric_units import axis_text
 
@@ -47,50 +48,62 @@ def common_axis(results, degr, model: str, metrics: Mapping[str, Any]) -> bytes:
             & (joined["metric"] == spec.metric)
             & (joined["filter"] == spec.filter)
         ]
-        absent = []
-        for (kind, scheme), h in g.groupby(["kind", "scheme"]):
-            h = h.sort_values("rate")
-            x = h["realised_mean_displacement"].to_numpy(dtype=float)
-            if not np.isfinite(x).any():
-                absent.append(f"{kind} {scheme}")
-                continue
-            color, marker = KIND_STYLE.get(kind, ("black", "o"))
-            y = h["degradation"].to_numpy(dtype=float)
-            err = np.abs(np.vstack([y - h["ci_lo"].to_numpy(), h["ci_hi"].to_numpy() - y]))
-            ax.errorbar(
-                np.concatenate([[0.0], x]),
-                np.concatenate([[0.0], y]),
-                yerr=np.hstack([[[0.0], [0.0]], err]),
-                marker=marker,
-                color=color,
-                capsize=2,
-                label=f"{kind} {scheme}",
-            )
-        ax.axhline(0.0, color="grey", lw=0.6)
-        ax.set_xscale("symlog", linthresh=0.1)
-        ax.margins(x=0.08, y=0.1)
-        ax.set_xlabel(
-            "realised mean |Δposition| per item\n(text: words; position, feature: tokens)"
-        )
-        unit = str(g["unit"].iloc[0]) if len(g) else "metric"
-        ax.set_ylabel(axis_text(unit, spec.label, bool(spec.higher_is_better)))
-        ax.set_title(f"{task}", fontsize=10)
-        if absent:
-            ax.text(
-                0.02,
-                0.97,
-                "no position displacement, not placed: " + ", ".join(absent),
-                transform=ax.transAxes,
-                fontsize=7,
-                va="top",
-            )
-        if ax.lines:
-            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, 0.9))
-        else:
-            ax.text(0.5, 0.5, "nothing measured", ha="center", va="center", transform=ax.transAxes)
+        absent = _realised_curves(ax, g)
+        _dress_panel(ax, task, spec, g, absent)
     fig.suptitle(f"Degradation on a common realised axis (95% CI): {model}", fontsize=11)
     fig.tight_layout()
     return png_bytes(fig)
+
+
+def _realised_curves(ax, g) -> list[str]:
+    """A line per (kind, scheme) of one panel's rows ``g``, from (0, 0): degradation with
+    its 95% CI against the realised mean |Δposition|; returns the (kind, scheme) that
+    moved no position (not placed)."""
+    absent = []
+    for (kind, scheme), h in g.groupby(["kind", "scheme"]):
+        h = h.sort_values("rate")
+        x = h["realised_mean_displacement"].to_numpy(dtype=float)
+        if not np.isfinite(x).any():
+            absent.append(f"{kind} {scheme}")
+            continue
+        color, marker = KIND_STYLE.get(kind, ("black", "o"))
+        y = h["degradation"].to_numpy(dtype=float)
+        err = np.abs(np.vstack([y - h["ci_lo"].to_numpy(), h["ci_hi"].to_numpy() - y]))
+        ax.errorbar(
+            np.concatenate([[0.0], x]),
+            np.concatenate([[0.0], y]),
+            yerr=np.hstack([[[0.0], [0.0]], err]),
+            marker=marker,
+            color=color,
+            capsize=2,
+            label=f"{kind} {scheme}",
+        )
+    return absent
+
+
+def _dress_panel(ax, task: str, spec: MetricSpec, g, absent: list[str]) -> None:
+    """One panel's axes, labels, title, legend and notes (what was not placed, or that
+    nothing was measured)."""
+    ax.axhline(0.0, color="grey", lw=0.6)
+    ax.set_xscale("symlog", linthresh=0.1)
+    ax.margins(x=0.08, y=0.1)
+    ax.set_xlabel("realised mean |Δposition| per item\n(text: words; position, feature: tokens)")
+    unit = str(g["unit"].iloc[0]) if len(g) else "metric"
+    ax.set_ylabel(axis_text(unit, spec.label, bool(spec.higher_is_better)))
+    ax.set_title(f"{task}", fontsize=10)
+    if absent:
+        ax.text(
+            0.02,
+            0.97,
+            "no position displacement, not placed: " + ", ".join(absent),
+            transform=ax.transAxes,
+            fontsize=7,
+            va="top",
+        )
+    if ax.lines:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, 0.9))
+    else:
+        ax.text(0.5, 0.5, "nothing measured", ha="center", va="center", transform=ax.transAxes)
 
 
 def common_axis_blocks(models: list[str], scores: Mapping[str, Any], metrics) -> list[tuple]:

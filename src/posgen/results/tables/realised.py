@@ -75,6 +75,23 @@ def document_items(
     Raises SchemaError when a row names no document or one that was not logged, or when
     rows were recorded but a logged document has none.
     """
+    out_rows, of_doc = _trace_rows(rows, key_of, task)
+    if not out_rows:
+        return out_rows, []
+    missing = sorted(set(key_of.values()) - set(of_doc))
+    if missing:
+        raise SchemaError(
+            f"{task!r}: documents {missing[:5]} were logged but no model row was recorded "
+            "for them; their realised amount is unknown"
+        )
+    return out_rows, [_document_item(key, of_doc[key]) for key in sorted(of_doc)]
+
+
+def _trace_rows(
+    rows: Iterable[Mapping[str, Any]], key_of: Mapping[tuple[str, int], str], task: str
+) -> tuple[list[dict[str, Any]], dict[str, list[Mapping[str, Any]]]]:
+    """Each row with ``docs`` as sorted pairing keys, and each document's rows in row
+    order; refuses a row that names no document or one that was not logged."""
     of_doc: dict[str, list[Mapping[str, Any]]] = {}
     out_rows = []
     for row in rows:
@@ -95,24 +112,26 @@ def document_items(
         out_rows.append({**row, "docs": sorted(keys)})
         for key in keys:
             of_doc.setdefault(key, []).append(row)
-    if not out_rows:
-        return out_rows, []
-    missing = sorted(set(key_of.values()) - set(of_doc))
-    if missing:
-        raise SchemaError(
-            f"{task!r}: documents {missing[:5]} were logged but no model row was recorded "
-            "for them; their realised amount is unknown"
-        )
-    docs = []
-    for key in sorted(of_doc):
-        weights = [float(r["n"]) for r in of_doc[key]]
-        total = sum(weights)
-        item: dict[str, Any] = {"key": key, "n": int(total), "rows": len(weights)}
-        for k in STATS:
-            values = [w * float(r[k]) for w, r in zip(weights, of_doc[key], strict=True)]
-            item[k] = sum(values) / total if total else math.nan
-        docs.append(item)
-    return out_rows, docs
+    return out_rows, of_doc
+
+
+def _document_item(key: str, rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """One document's item from its rows: ``n`` = Σ_r n_r, each statistic the
+    token-weighted mean Σ_r n_r·s_r / Σ_r n_r, ``rows`` = their number."""
+    weights = [float(r["n"]) for r in rows]
+    total = sum(weights)
+    item: dict[str, Any] = {"key": key, "n": int(total), "rows": len(weights)}
+    for k in STATS:
+        values = [w * float(r[k]) for w, r in zip(weights, rows, strict=True)]
+        item[k] = sum(values) / total if total else math.nan
+    return item
+
+
+def per_document(realised: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """A record's realised item of each document, by pairing key: a text cell's ``items``,
+    a model-side cell's ``documents`` (empty where none were recorded)."""
+    items = realised["items"] if realised["unit"] == "document" else realised.get("documents", [])
+    return {i["key"]: i for i in items}
 
 
 def summary(realised: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -15,27 +15,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from posgen.results.folder.metrics import MetricSpec
-from posgen.results.folder.schema import (
-    LENGTH_CURVE_COLUMNS,
-    LENGTH_EFFECTIVE_COLUMNS,
-    LENGTH_EXCESS_COLUMNS,
-    PERDOC_COLUMNS,
-    RESULT_COLUMNS,
-    SchemaError,
-    frame,
-)
-from posgen.results.folder.store import read_json
+from posgen.results.folder.schema import PERDOC_COLUMNS, RESULT_COLUMNS, SchemaError, frame
 from posgen.results.tables.documents import by_filter, cell_metrics, doc_keys, extract_docs
+from posgen.results.tables.length import length_tables as length_tables  # re-exported
 from posgen.results.tables.metric_list import Aggregations, metric_specs
 from posgen.results.tables.realised import (
     STATS,
     doc_examples,
     document_items,
     generation_examples,
+    per_document,
     summary,
     text_items,
 )
@@ -217,13 +209,7 @@ def _pair_rows(
     base_choice = dict(zip(base_slot["keys"], base_slot.get("choice", no_choice), strict=True))
     choices = slot.get("choice", [-1] * len(slot["keys"]))
     _same_documents(where, base, slot["keys"])
-    realised = c["realised"]
-    per_doc = {
-        i["key"]: i
-        for i in (
-            realised["items"] if realised["unit"] == "document" else realised.get("documents", [])
-        )
-    }
+    per_doc = per_document(c["realised"])
     sign = spec.ratio_sign()
     rows = []
     for key, num, den, choice in zip(slot["keys"], slot["num"], slot["den"], choices, strict=True):
@@ -306,11 +292,7 @@ def cell_record(
     Refuses a task none of whose metrics posgen can score.
     """
     name = cell["lm_eval_task"]
-    if name not in results or name not in samples:
-        raise SchemaError(
-            f"lm-eval returned no results or samples for {name!r} "
-            f"(got {sorted(results)}); was log_samples on?"
-        )
+    _require_logged(name, results, samples)
     split = cell.get("split") or "test"
     config = (configs or {}).get(name)
     specs = metric_specs(results[name], samples[name], config, (higher_is_better or {}).get(name))
@@ -324,9 +306,7 @@ def cell_record(
         )
     record = realised_record(cell["kind"], name, samples[name], split, model_side)
     if _generative(config, samples[name]):
-        groups = by_filter(samples[name])
-        first = next(iter(groups.values()))
-        record["examples"]["generations"] = generation_examples(groups, doc_keys(first, split))
+        record["examples"]["generations"] = _generations(samples[name], split)
     return {
         "cell": dict(cell),
         "model_info": dict(model_info),
@@ -336,6 +316,22 @@ def cell_record(
         "docs": docs,
         **record,
     }
+
+
+def _require_logged(name: str, results: Mapping[str, Any], samples: Mapping[str, list]) -> None:
+    """Refuses an lm-eval task with no results or no logged samples."""
+    if name not in results or name not in samples:
+        raise SchemaError(
+            f"lm-eval returned no results or samples for {name!r} "
+            f"(got {sorted(results)}); was log_samples on?"
+        )
+
+
+def _generations(samples: list[Mapping[str, Any]], split: str) -> dict[str, dict[str, Any]]:
+    """A generative task's examples: what the model was asked and answered, per filter."""
+    groups = by_filter(samples)
+    first = next(iter(groups.values()))
+    return generation_examples(groups, doc_keys(first, split))
 
 
 def corpus_functions(
@@ -388,53 +384,3 @@ def realised_record(
         realised = {**model_side["realised"], "items": rows, "documents": documents}
         examples["rows"] = list(model_side.get("rows", []))
     return {"realised": dict(realised), "examples": examples}
-
-
-def length_tables(run_root: Any) -> dict[str, Any]:
-    """The tidy length tables of ``posgen run --length`` (``length_effective`` and
-    ``length_curves``, schema.LENGTH_*_COLUMNS) from every ``RUN/length/<model>/
-    length_scores.json``; empty dict when the run has no length folder."""
-    effective, curves, excess = [], [], []
-    for path in sorted(Path(run_root).glob("length/*/length_scores.json")):
-        scores = read_json(path, "length scores")
-        model, config = path.parent.name, scores["config"]
-        for scheme, eff in scores["effective"].items():
-            effective.append(
-                {
-                    "model": model,
-                    "scheme": scheme,
-                    "trained_context": int(config["trained_context"]),
-                    "max_length": int(config["max_length"]),
-                    **{k: eff[k] for k in LENGTH_EFFECTIVE_COLUMNS if k in eff},
-                }
-            )
-        curves += [{"model": model, **row} for row in scores["curves"]]
-        excess += _excess_rows(model, scores)
-    if not effective:
-        return {}
-    tables = {
-        "length_effective": frame(effective, LENGTH_EFFECTIVE_COLUMNS),
-        "length_curves": frame(curves, LENGTH_CURVE_COLUMNS),
-    }
-    if excess:
-        tables["length_excess"] = frame(excess, LENGTH_EXCESS_COLUMNS)
-    return tables
-
-
-def _excess_rows(model: str, scores: dict[str, Any]) -> list[dict[str, Any]]:
-    """``length_excess`` rows of one model's scores (none for a run without the window)."""
-    rows = []
-    for row in scores.get("excess") or []:
-        eff = scores["effective_window"][row["scheme"]]
-        rows.append(
-            {
-                "model": model,
-                "window_stride": int(scores["window_stride"]),
-                **row,
-                "window_effective_length": int(eff["effective_length"]),
-                "window_censored": bool(eff["censored"]),
-                "window_effective_low": eff["ci_low"],
-                "window_effective_high": eff["ci_high"],
-            }
-        )
-    return rows
