@@ -98,7 +98,7 @@ def test_regenerating_gives_identical_scores(two_models):
 
 def test_report_of_a_missing_run_exits_2(tmp_path, capsys):
     assert cli(["report", str(tmp_path / "nope")]) == 2
-    assert "run folder not found" in capsys.readouterr().err
+    assert "folder not found" in capsys.readouterr().err
 
 
 def test_compare_prints_differences(two_models, tmp_path, capsys):

@@ -244,14 +244,17 @@ def _model_config(entry):
 
 def main(args: argparse.Namespace) -> int:
     from posgen.harness.length.job import run_job
+    from posgen.results.folder.lock import RunLockedError
     from posgen.results.folder.store import RunConflictError
 
     def note(message: str) -> None:
         print(f"posgen length: {message}", file=sys.stderr)
 
     try:
+        # resolve, then create (locked), run and regenerate the folder: run_job, as for
+        # posgen run --length
         outcome = run_job(resolve(args), progress=print, note=note)
-    except (InputError, RunConflictError) as e:
+    except (InputError, RunConflictError, RunLockedError) as e:
         print(f"posgen length: {e}", file=sys.stderr)
         return 2
     print(outcome.markdown)

@@ -18,7 +18,10 @@ from posgen.results.folder.cause_config import CauseFolder
 from posgen.results.folder.decompose_config import DecomposeFolder
 from posgen.results.folder.layers_config import LayersFolder
 from posgen.results.folder.length_config import LengthFolder
-from posgen.results.folder.store import atomic_write_json
+from posgen.results.folder.run_store import RunStore
+from posgen.results.folder.schema import SchemaError
+from posgen.results.folder.store import atomic_write_json, read_json
+from posgen.results.report.build import regenerate as regenerate_run
 from posgen.results.report.cause import cause_figure
 from posgen.results.report.cause import render_markdown as cause_markdown
 from posgen.results.report.decomposition_plots import HeadMap, write_plots
@@ -120,8 +123,8 @@ def regenerate_decompose(folder: DecomposeFolder) -> dict[str, Path]:
     write_outputs(folder.root, table, summarize(table), layer_means(table))
     head = folder.read_head_map()
     plots = write_plots(folder.root, table, None if head is None else HeadMap(*head))
-    names = ("heads.parquet", "summary.csv", "summary.parquet", "layers.csv")
-    return {**{name: folder.root / name for name in names}, "plots": plots}
+    names = {"heads": "heads.parquet", "summary": "summary.csv", "layers": "layers.csv"}
+    return {**{key: folder.root / name for key, name in names.items()}, "plots": plots}
 
 
 def decompose_text(folder: DecomposeFolder) -> str:
@@ -148,3 +151,39 @@ def decompose_text(folder: DecomposeFolder) -> str:
             per_layer = past_context_table(layer_means(table))
             lines.append(per_layer.to_string(index=False, float_format="%.4f"))
     return "\n".join(lines)
+
+
+FOLDERS = (CauseFolder, LayersFolder, DecomposeFolder)  # each known by its settings file
+
+
+def open_folder(root: Path | str):
+    """The folder at ``root`` as its command's folder class (a run folder and a length
+    folder both keep a ``config.json``: told apart by its fields). A folder of no command
+    is a :class:`SchemaError`."""
+    root = Path(root)
+    for cls in FOLDERS:
+        if cls.is_own(root):
+            return cls.open(root)
+    if (root / "config.json").is_file():
+        data = read_json(root / "config.json", "posgen folder settings")
+        return LengthFolder.open(root) if "config_sha256" in data else RunStore.open(root)
+    raise SchemaError(
+        f"{root} is not a posgen folder (no config.json, "
+        + ", ".join(cls.settings for cls in FOLDERS)
+        + ")"
+    )
+
+
+def regenerate(root: Path | str) -> dict[str, Path]:
+    """Every derived file of the posgen folder at ``root``, re-made from the folder alone
+    (whichever command wrote it); returns their paths (``md`` among them)."""
+    folder = open_folder(root)
+    if isinstance(folder, RunStore):
+        return regenerate_run(folder.root)
+    writer = {
+        CauseFolder: regenerate_cause,
+        LayersFolder: regenerate_layers,
+        DecomposeFolder: regenerate_decompose,
+        LengthFolder: regenerate_length,
+    }[type(folder)]
+    return writer(folder)
