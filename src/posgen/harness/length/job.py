@@ -17,12 +17,24 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from posgen.harness.hf_posgen.length_attention import config_refusal
 from posgen.harness.input_error import InputError
-from posgen.harness.length.documents import Document
+from posgen.harness.length.documents import (
+    Document,
+    builtin_documents,
+    describe_shortfall,
+    records,
+    select,
+)
+from posgen.harness.length.nll import head_refusal
+from posgen.harness.length.runner import run_documents
+from posgen.harness.loading import load_config, load_tokenizer
 from posgen.perturbations import PerturbationError
 from posgen.perturbations.length import parse_length_list
 from posgen.results.folder.config import ModelEntry
-from posgen.results.folder.length_config import LengthConfig
+from posgen.results.folder.length_config import LengthConfig, LengthFolder
+from posgen.results.folder.store import slug
+from posgen.results.report.folder_reports import regenerate_length
 
 QUICK_DOCUMENTS = 2
 QUICK_SCHEMES = "none;lambda:4,C;infllm;scale:2"
@@ -111,8 +123,6 @@ def check_model(config: LengthConfig, model_config: Any) -> None:
     """Refuse, from the model's config alone, what the run could not compute: logits that
     are not ``lm_head(hidden)`` (final soft-capping, logit scales), a Λ or InfLLM scheme
     the model's attention does not allow, ``decompose`` without tokens past C."""
-    from posgen.harness.hf_posgen.length_attention import config_refusal
-    from posgen.harness.length.nll import head_refusal
 
     reason = head_refusal(model_config)
     if reason is not None:
@@ -130,8 +140,6 @@ def check_model(config: LengthConfig, model_config: Any) -> None:
 
 def select_documents(job: LengthJob, log: Callable[[str], None]) -> tuple[LengthConfig, dict]:
     """The run's documents (tokenized, cut to max length) and the config naming them."""
-    from posgen.harness.length.documents import describe_shortfall, records, select
-    from posgen.harness.loading import load_tokenizer
 
     config = job.config
     tokenizer = load_tokenizer(job.entry)
@@ -158,9 +166,6 @@ def run_job(
     (:func:`~posgen.results.report.folder_reports.regenerate_length`). ``progress`` gets a
     line per (scheme, document) computed, ``note`` what the user should know (documents
     skipped, temporary files of a killed run removed)."""
-    from posgen.harness.length.runner import run_documents
-    from posgen.results.folder.length_config import LengthFolder
-    from posgen.results.report.folder_reports import regenerate_length
 
     config, token_ids = select_documents(job, note)
     with LengthFolder.create(job.out or config.default_folder(), config, note=note) as folder:
@@ -180,9 +185,6 @@ def jobs_for_run(
     remote code, attention implementation, device map) on ``device``, on the built-in
     documents (``quick``: 2 documents, schemes ``none;lambda:4,C;scale:2``; else all five
     with ``schemes``). Reads each model's config (no weights) and checks it."""
-    from posgen.harness.length.documents import builtin_documents
-    from posgen.harness.loading import load_config
-    from posgen.results.folder.store import slug
 
     quick = schemes == "quick"
     jobs = []

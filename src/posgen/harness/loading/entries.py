@@ -16,7 +16,10 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from posgen.harness.embedded import gguf_path, is_embedded_alias
+from posgen.harness.loading.hub import HubModelError, resolve_commit
 from posgen.harness.loading.options import HUB_ID, LoadError, LoadOptions
+from posgen.harness.position_family import family_of_folder
 from posgen.results.folder.config import ModelEntry
 from posgen.results.folder.labels import short_labels
 
@@ -52,7 +55,6 @@ def model_entries(
 
 
 def _entry(name: str, label: str, revision: str | None) -> ModelEntry:
-    from posgen.harness.embedded import gguf_path, is_embedded_alias
 
     if is_embedded_alias(name):
         if revision:
@@ -87,7 +89,6 @@ def position_kind(path: str) -> str:
     (:mod:`posgen.harness.position_family`): ``rotary`` (also for a hub id, whose config is
     read when it loads), ``absolute``, ``alibi``, ``none``, or ``unadapted`` for an ALiBi
     attention posgen cannot give per-row positions (MPT, Falcon-ALiBi)."""
-    from posgen.harness.position_family import family_of_folder
 
     family = family_of_folder(path)
     if family is None:
@@ -154,7 +155,6 @@ def _fingerprint(path: Path) -> str:
 
 def _hub_commit(name: str, revision: str | None) -> str:
     """A hub id's resolved commit (the hub, else the local cache)."""
-    from posgen.harness.loading.hub import HubModelError, resolve_commit
 
     try:
         return resolve_commit(name, revision)

@@ -29,6 +29,9 @@ from typing import Any
 
 from posgen.results.gate.baseline_file import GateInputError, check_docs, check_typed
 from posgen.results.gate.margins import SCALES, gate_scale
+from posgen.results.scores.metric_units import primary
+from posgen.results.tables.documents import aggregate
+from posgen.results.tables.tidy import specs_of
 
 KIND = SCHEME = "none"
 RATE = 0.0
@@ -48,10 +51,6 @@ def base_section(cells: Iterable[Mapping[str, Any]], model: str) -> list[dict[st
     primary metric (a task whose primary metric cannot be gated is left out: the
     perturbed cells' ``not_gated`` says why)."""
     import numpy as np
-
-    from posgen.results.scores.metric_units import primary
-    from posgen.results.tables.documents import aggregate
-    from posgen.results.tables.tidy import specs_of
 
     bases = {
         c["cell"]["task"]: c for c in cells if c["model"] == model and c["cell"]["kind"] == KIND

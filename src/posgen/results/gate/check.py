@@ -67,7 +67,9 @@ from posgen.results.gate.margins import (
 from posgen.results.gate.pairing import pairing_record, validate_pairing
 from posgen.results.gate.perturbed import cell_summaries, gate_cells
 from posgen.results.gate.power import documents_needed, noncentrality, spread_known
+from posgen.results.scores.run import json_records, load_scores, read_run
 from posgen.results.stats.paired_test import holm, holm_factors, weighted_paired_t
+from posgen.results.tables.tidy import perdoc_rows, task_metrics
 
 __all__ = ["BASELINE_KIND", "BASELINE_VERSION", "KEY", "GateInputError", "Margins"]
 STATISTICS = ("mean", "worst")
@@ -84,8 +86,6 @@ def check_options(alpha: float, statistic: str) -> None:
 def gate_payload(run_dir: Path, model: str | None = None) -> dict[str, Any]:
     """What ``posgen check`` reads from a candidate run: the model, its pairing record and
     per-document values (perturbed, unperturbed and length cells), nothing scored."""
-    from posgen.results.scores.run import read_run
-    from posgen.results.tables.tidy import perdoc_rows
 
     store, cells = read_run(run_dir)
     model = pick_model(store, sorted({c["model"] for c in cells}), model)
@@ -94,7 +94,6 @@ def gate_payload(run_dir: Path, model: str | None = None) -> dict[str, Any]:
 
 
 def _payload(store, cells: list[dict[str, Any]], perdoc, model: str) -> dict[str, Any]:
-    from posgen.results.tables.tidy import task_metrics
 
     mine = [c for c in cells if c["model"] == model]
     gated, not_gated = gate_cells(perdoc[perdoc["model"] == model], task_metrics(mine))
@@ -117,7 +116,6 @@ def _payload(store, cells: list[dict[str, Any]], perdoc, model: str) -> dict[str
 def baseline_payload(run_dir: Path, model: str | None = None) -> dict[str, Any]:
     """The baseline of one model of a run: :func:`gate_payload` plus each cell's scored
     degradation and interval and the model's tolerance (shown, not tested)."""
-    from posgen.results.scores.run import json_records, load_scores
 
     store, scores = load_scores(run_dir)
     model = pick_model(store, sorted(set(scores["degradation"]["model"])), model)

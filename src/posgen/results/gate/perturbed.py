@@ -22,8 +22,11 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from posgen.results.folder.metrics import split_key
 from posgen.results.gate.baseline_file import KEY
 from posgen.results.gate.margins import gate_scale
+from posgen.results.scores.metric_units import primary
+from posgen.results.scores.scoring import collapse_seeds
 
 
 def gate_cells(
@@ -34,8 +37,6 @@ def gate_cells(
     (:func:`posgen.results.tables.tidy.task_metrics`): per perturbed cell its
     per-document ``g``, ``g_worst`` and ``w`` (see the module doc), documents sorted by
     key; and ``{"task", "metric", "reason"}`` per task whose primary metric is not gated."""
-    from posgen.results.scores.metric_units import primary
-    from posgen.results.scores.scoring import collapse_seeds
 
     out, not_gated = [], []
     for task in sorted(specs):
@@ -81,7 +82,6 @@ def gate_cells(
 def cell_summaries(cells: list[dict[str, Any]], scores: dict[str, Any], model: str) -> None:
     """Add each cell's degradation, its interval and n from the run's scores (shown,
     not tested: ``posgen check`` reads the documents)."""
-    from posgen.results.folder.metrics import split_key
 
     degr = scores["degradation"]
     degr = degr[degr["model"] == model]

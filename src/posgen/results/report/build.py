@@ -14,6 +14,7 @@ from typing import Any
 
 from posgen.atomic import atomic_write_bytes, atomic_write_text
 from posgen.results.folder.config import RunConfig
+from posgen.results.folder.run_store import RunStore
 from posgen.results.report import plots
 from posgen.results.report.examples import examples_section
 from posgen.results.report.length import run_blocks as length_run_blocks
@@ -68,7 +69,6 @@ def regenerate(run_dir: Path | str) -> dict[str, Path]:
 def not_scored_notes(run_dir: Path | str) -> list[str]:
     """``<model> / <task> / <metric> not scored: <reason>`` for every metric of a reported
     run posgen could not score (read from its scores.json), for the commands to print."""
-    from posgen.results.folder.run_store import RunStore
 
     rows = RunStore.open(run_dir).read_json("scores.json").get("unscorable", [])
     return [f"{r['model']} / {r['task']} / {r['metric']} not scored: {r['reason']}" for r in rows]

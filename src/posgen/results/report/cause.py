@@ -16,6 +16,7 @@ import numpy as np
 
 from posgen.results.report.layers import relation_table, verdict
 from posgen.results.report.plots import new_figure, png_bytes
+from posgen.results.scores.association import RULE
 
 PREDICTS = 0.5  # share of ‖ΔW‖² and of the attention-row change the form must explain
 ALPHA = 0.05
@@ -356,7 +357,6 @@ def _change_panel(ax, prof: Mapping[str, Any]) -> None:
 def cross_model_section(rows: Sequence[Mapping[str, Any]]) -> str:
     """Markdown: the cross-model correlations of
     :func:`posgen.results.scores.cause.cross_model_rows`, read by their stated rule."""
-    from posgen.results.scores.association import RULE
 
     lines = ["## Across models", "", f"Rule: {RULE} p is two-sided.", ""]
     lines += [

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from posgen.results.scores.association import cross_model
 from posgen.results.scores.layers import degradation_row, relation
 
 SUMS = ("changed", "sum_pred", "sum_meas", "sum_pred2", "sum_meas2", "sum_cross")
@@ -124,7 +125,6 @@ def cross_model_rows(profiles: Sequence[Mapping[str, Any]]) -> list[dict[str, An
     prediction's share under the layers run's scheme against the all-layer sensitivity
     ``log(1 + D_all)`` of that run (:func:`posgen.results.scores.association.cross_model`:
     exact permutation p, descriptive only at n ≤ 4; random-init twins listed, not counted)."""
-    from posgen.results.scores.association import cross_model
 
     per_model: dict[str, dict[str, float]] = {}
     twins = set()
