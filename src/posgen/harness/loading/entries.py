@@ -86,13 +86,14 @@ def position_kind(path: str) -> str:
     """Where a local model's positions enter, from its config.json
     (:mod:`posgen.harness.position_family`): ``rotary`` (also for a hub id, whose config is
     read when it loads), ``absolute``, ``alibi``, ``none``, or ``unadapted`` for an ALiBi
-    attention posgen cannot give per-row positions (MPT, Falcon-ALiBi)."""
+    attention whose logits posgen does not capture (MPT, Falcon-ALiBi: hf-posgen moves
+    their positions, but no decomposition or ``logits=`` runs on them)."""
     from posgen.harness.position_family import family_of_folder
 
     family = family_of_folder(path)
     if family is None:
         return "rotary"
-    return "unadapted" if family.refusal else family.kind
+    return "unadapted" if family.refusal or family.logits_refusal else family.kind
 
 
 def require_rope(entry: ModelEntry, command: str) -> None:
