@@ -67,8 +67,8 @@ class PositionFamily:
       ``falcon``; ``block_suffix`` the blocks' class suffix, ``attention`` the blocks'
       attention attribute.
     - ``refusal``: why position schemes are refused on this family ('' if they run).
-    - ``logits_refusal``: why what needs the attention's logits (``logits=``, the
-      decomposition) is refused on this family ('' if it runs).
+    - ``logits_refusal``: why ``logits=`` and the commands that fit the attention's
+      logits (decompose, cause, the run's fit) are refused on this family ('' if they run).
     """
 
     kind: str
@@ -119,13 +119,6 @@ def register_position_family(family: PositionFamily) -> PositionFamily:
     return family
 
 
-def _no_logits(name: str, where: str) -> str:
-    return (
-        f"{name}'s attention logits are not captured ({where}): logits= and the "
-        "decomposition run on BLOOM's ALiBi, whose logits are one baddbmm"
-    )
-
-
 for _family in (
     PositionFamily("absolute", "gpt2", ("gpt2",), embedding="wpe"),
     PositionFamily(
@@ -143,7 +136,11 @@ for _family in (
         ("mpt",),
         bias_form="mpt",
         attention="attn",
-        logits_refusal=_no_logits("MPT", "it adds its bias to q·kᵀ in its own code"),
+        logits_refusal=(
+            "logits= replaces the logits where BLOOM's attention forms them, read through its "
+            "additive mask; MPT's attention (a boolean mask, one bias for the batch) is not "
+            "adapted to it, nor are the commands that fit its logits"
+        ),
     ),
     PositionFamily(
         "alibi",
@@ -151,7 +148,10 @@ for _family in (
         ("falcon-alibi",),
         bias_form="falcon",
         block_suffix="DecoderLayer",
-        logits_refusal=_no_logits("Falcon", "its sdpa attention never forms them"),
+        logits_refusal=(
+            "Falcon's attention logits are not captured: its sdpa attention never forms "
+            "them (its eager attention adds the bias twice)"
+        ),
     ),
 ):
     register_position_family(_family)

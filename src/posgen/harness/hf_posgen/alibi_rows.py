@@ -151,14 +151,15 @@ class RowBias(torch.Tensor):
 
     def __getitem__(self, key) -> torch.Tensor:
         """The model's slice, still adding per row."""
-        return _row_bias(self.as_subclass(torch.Tensor)[key], self._posgen_add)
+        return row_bias(self.as_subclass(torch.Tensor)[key], self._posgen_add)
 
     def __radd__(self, scores: torch.Tensor) -> torch.Tensor:
         """``scores + position_bias`` in MPT's attention: the rows' bias added."""
         return self._posgen_add(scores, self.as_subclass(torch.Tensor))
 
 
-def _row_bias(bias: torch.Tensor, add: Callable[..., torch.Tensor]) -> torch.Tensor:
+def row_bias(bias: torch.Tensor, add: Callable[..., torch.Tensor]) -> torch.Tensor:
+    """``bias`` as a :class:`RowBias` whose addition to the scores is ``add(scores, own)``."""
     wrapped = bias.as_subclass(RowBias)
     wrapped._posgen_add = add
     return wrapped
@@ -191,6 +192,6 @@ def _mpt(model, family, source, keep) -> Replace:
                     "posgen is tested with transformers 5.24's MPT attention"
                 )
 
-        return {**kwargs, "position_bias": _row_bias(bias, add)}, done
+        return {**kwargs, "position_bias": row_bias(bias, add)}, done
 
     return replace
