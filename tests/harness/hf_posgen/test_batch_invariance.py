@@ -85,7 +85,7 @@ FAMILY_CASES: dict[str, tuple[str, Case]] = {
     "falcon_layer_heads": (
         "falcon_alibi",
         Case(
-            {"positions": "shift:37", "features": "rope_noise:0.5", "layers": "0", "heads": "1;3"}
+            {"positions": "swap:0.5", "features": "rope_noise:0.5", "layers": "0", "heads": "1;3"}
         ),
     ),
 }
