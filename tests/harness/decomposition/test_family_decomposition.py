@@ -75,6 +75,20 @@ def test_mpt_captured_logits_are_its_own_with_and_without_the_bias():
         torch.testing.assert_close(bias[0, :, 0], slopes[:, None] * (torch.arange(16.0) - 15))
 
 
+def test_mpt_capture_after_a_kv_cache_is_refused():
+    """q and k come from the forward's own tokens: a forward after a cache (its keys
+    longer than its queries) cannot be recorded as one, and says so."""
+    model = build_model("mpt")
+    ids = torch.randint(3, 384, (1, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        first = model(ids[:, :10], use_cache=True)
+        with (
+            pytest.raises(RuntimeError, match="without a KV cache"),
+            capture_alibi_attention(model, lambda cap: None),
+        ):
+            model(ids[:, 10:], cache=first.past_key_values, use_cache=True)
+
+
 def test_falcon_alibi_capture_is_refused_in_one_line():
     model = build_model("falcon_alibi")
     with (
