@@ -2,7 +2,9 @@
 
 One builder per architecture family posgen claims (RoPE: Llama, Qwen2, Qwen3, Mistral,
 Gemma2, Gemma3, Phi3, GPT-NeoX with partial rotary) plus the other position families:
-learned absolute (GPT-2, OPT), ALiBi (BLOOM, MPT) and none (SmolLM3 with every layer NoPE). Weights are seeded and float32; everything is built locally.
+learned absolute (GPT-2, OPT), ALiBi (BLOOM, MPT, Falcon with ``alibi=True``) and none
+(SmolLM3 with every layer NoPE). Weights are seeded and float32; everything is built
+locally.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ ALL_ARCHS = (*ROPE_ARCHS, "gpt2")
 # the other position families (posgen.harness.position_family): learned absolute, ALiBi,
 # and "smollm3_nope" (SmolLM3 with every layer NoPE: no position encoding at all); beside
 # them "bloom_qk", a BLOOM whose q·k matters beside its bias (CONFIGS)
-FAMILY_ARCHS = ("gpt2", "opt", "bloom", "mpt", "smollm3_nope")
+FAMILY_ARCHS = ("gpt2", "opt", "bloom", "mpt", "falcon_alibi", "smollm3_nope")
 
 _COMMON = dict(
     vocab_size=VOCAB,
@@ -98,10 +100,21 @@ CONFIGS: dict[str, dict] = {
     "mpt": dict(
         vocab_size=VOCAB, d_model=64, n_heads=4, n_layers=2, expansion_ratio=2, max_seq_len=2048
     ),
+    # Falcon's ALiBi path (Falcon-RW's): multi-query attention, attention and MLP in
+    # parallel, the bias folded into the causal mask
+    "falcon_alibi": dict(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        alibi=True,
+        bos_token_id=1,
+        eos_token_id=2,
+    ),
     "smollm3_nope": dict(_COMMON, no_rope_layers=[0, 0]),
 }
 # CONFIGS key -> config.model_type where they differ
-MODEL_TYPES = {"smollm3_nope": "smollm3", "bloom_qk": "bloom"}
+MODEL_TYPES = {"smollm3_nope": "smollm3", "bloom_qk": "bloom", "falcon_alibi": "falcon"}
 
 
 def training_text() -> list[str]:
@@ -128,11 +141,15 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-def build_model(arch: str = "llama", seed: int = 0) -> torch.nn.Module:
-    """A 2-layer random-weight model of ``arch`` in float32, in eval mode."""
+def build_model(
+    arch: str = "llama", seed: int = 0, attention: str | None = None
+) -> torch.nn.Module:
+    """A 2-layer random-weight model of ``arch`` in float32, in eval mode (``attention``:
+    its attention implementation, None for transformers' default)."""
     cfg = AutoConfig.for_model(MODEL_TYPES.get(arch, arch), **CONFIGS[arch])
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    chosen = {} if attention is None else {"attn_implementation": attention}
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, **chosen)
     return model.eval()
 
 

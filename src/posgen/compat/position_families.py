@@ -3,8 +3,13 @@
 
 posgen moves learned absolute positions by replacing, within a block, the ``forward`` of
 the model's position embedding (:func:`posgen.compat.forward_replaced`), and ALiBi
-positions by a forward pre-hook on each decoder block that swaps the bias keyword it is
-handed; it reads the slopes from the model file's own ``build_alibi_tensor``. The ALiBi
+positions by a forward pre-hook on each decoder block that swaps what it is handed
+(:mod:`posgen.harness.hf_posgen.alibi_rows`): BLOOM's ``alibi=``; MPT's ``position_bias=``,
+wrapped so that its attention's ``scores + position_bias`` adds each row's bias (a call
+that never adds it is refused at run time); Falcon's ``alibi=`` and the mask it folds it
+into (checked at every call to be ``masked_fill(alibi / √(D/H), ...)`` of the handed
+bias); it reads BLOOM's and Falcon's slopes from the model file's own
+``build_alibi_tensor``, MPT's from the bias the model hands its blocks. The ALiBi
 decomposition and ``logits=`` wrap the bias each attention module is handed, whose
 ``baddbmm`` is that module's logits (a call that computes none through it is refused at
 run time: :func:`posgen.harness.hf_posgen.alibi_bias.alibi_bias_calls`). Each entry
@@ -36,6 +41,30 @@ POSITION_FAMILY_INTERNALS: dict[str, tuple[tuple[str, ...], str]] = {
     # mask as attention_mask= (logits= reads each row's attended entries from it)
     "transformers.models.bloom.modeling_bloom:BloomAttention.forward": (
         ("self", "hidden_states", "residual", "alibi", "attention_mask"),
+        "",
+    ),
+    # MPT: every block is handed the batch's one bias as position_bias= and its boolean
+    # mask as attention_mask=; its attention adds the (wrapped) bias to its scores
+    "transformers.models.mpt.modeling_mpt:MptBlock.forward": (
+        ("self", "hidden_states", "position_bias", "attention_mask"),
+        "",
+    ),
+    "transformers.models.mpt.modeling_mpt:MptAttention.forward": (
+        ("self", "hidden_states", "position_bias"),
+        "attention_mask",
+    ),
+    # Falcon (alibi=True): the slopes from its own function; each decoder layer takes the
+    # bias as alibi= and the mask that folds it as attention_mask=
+    "transformers.models.falcon.modeling_falcon:build_alibi_tensor": (
+        ("attention_mask", "num_heads", "dtype"),
+        "",
+    ),
+    "transformers.models.falcon.modeling_falcon:FalconDecoderLayer.forward": (
+        ("self", "hidden_states", "alibi", "attention_mask"),
+        "",
+    ),
+    "transformers.models.falcon.modeling_falcon:FalconAttention.forward": (
+        ("self", "hidden_states", "alibi", "attention_mask"),
         "",
     ),
 }

@@ -10,8 +10,10 @@ A decoder-only transformer gets its order signal in one of four ways (transforme
   ``nn.Embedding``s the model hands its ``position_ids``);
 - ``alibi``: a bias ``−m_h·(i−j)`` added to every layer's attention logits (BLOOM builds
   it from the mask's cumulative sum as ``m_h·j``, softmax being blind to the row constant
-  ``−m_h·i``, and hands it to each decoder block as ``alibi=``); MPT and Falcon-ALiBi
-  are recognised but their bias cannot carry per-row positions here (see ``refusal``);
+  ``−m_h·i``, and hands it to each decoder block as ``alibi=``; MPT hands every block one
+  ``[H, 1, L]`` bias ``m_h·(j − L + 1)`` for the whole batch as ``position_bias=``;
+  Falcon with ``alibi=True`` builds BLOOM's bias and folds it, divided by √d, into the
+  causal mask it hands every block beside ``alibi=``);
 - ``none``: no position signal at all, the causal mask being the only order signal.
   transformers represents such a model as SmolLM3 with ``no_rope_layers`` all 0 (every
   layer NoPE): its rotary module still runs but no layer applies it, so a rotary hook
@@ -50,9 +52,16 @@ class PositionFamily:
       qualified name ends with it), ``ids_argument`` the name its forward takes the
       position ids under (``input``, ``nn.Embedding``'s first argument, or
       ``position_ids``) and ``offset`` the table rows before position 0 (OPT: 2).
-    - ``bias_argument``: the ALiBi family's keyword of the decoder block that carries the
-      bias ``[B·H, 1, K]`` (BLOOM: ``alibi``), ``block_suffix`` the blocks' class suffix.
+    - ``bias_argument``: the ALiBi family whose attention computes its logits as
+      ``bias.baddbmm(q, kᵀ)`` (BLOOM): the keyword of the decoder block that carries the
+      bias ``[B·H, 1, K]`` (``alibi``); the decomposition and ``logits=`` wrap it there.
+    - ``bias_form``: how an ALiBi block is handed its bias, which the position hooks
+      replace (:mod:`posgen.harness.hf_posgen.alibi_rows`): ``bloom``, ``mpt`` or
+      ``falcon``; ``block_suffix`` the blocks' class suffix, ``attention`` the blocks'
+      attention attribute.
     - ``refusal``: why position schemes are refused on this family ('' if they run).
+    - ``logits_refusal``: why ``logits=`` and the commands that fit the attention's
+      logits (decompose, cause, the run's fit) are refused on this family ('' if they run).
     """
 
     kind: str
@@ -62,8 +71,11 @@ class PositionFamily:
     ids_argument: str = "input"
     offset: int = 0
     bias_argument: str = ""
+    bias_form: str = ""
     block_suffix: str = "Block"
+    attention: str = "self_attention"
     refusal: str = ""
+    logits_refusal: str = ""
 
     @property
     def meaning(self) -> str:
@@ -80,7 +92,7 @@ class PositionFamily:
     def blocks(self, model: torch.nn.Module) -> list[torch.nn.Module]:
         """The decoder blocks, in layer order (ALiBi: each takes the bias)."""
         found = [m for m in model.modules() if type(m).__name__.endswith(self.block_suffix)]
-        return sorted(found, key=lambda m: int(m.self_attention.layer_idx))
+        return sorted(found, key=lambda m: int(getattr(m, self.attention).layer_idx))
 
 
 ROTARY = PositionFamily("rotary", "rotary", ())
@@ -100,10 +112,6 @@ def register_position_family(family: PositionFamily) -> PositionFamily:
     return family
 
 
-_ONE_BIAS = (
-    "adds one ALiBi bias shared by the whole batch ([H, 1, K]), which cannot carry "
-    "per-row positions"
-)
 for _family in (
     PositionFamily("absolute", "gpt2", ("gpt2",), embedding="wpe"),
     PositionFamily(
@@ -114,10 +122,29 @@ for _family in (
         ids_argument="position_ids",
         offset=2,
     ),
-    PositionFamily("alibi", "bloom", ("bloom",), bias_argument="alibi"),
-    PositionFamily("alibi", "mpt", ("mpt",), refusal=f"MPT's attention {_ONE_BIAS}"),
+    PositionFamily("alibi", "bloom", ("bloom",), bias_argument="alibi", bias_form="bloom"),
     PositionFamily(
-        "alibi", "falcon", ("falcon-alibi",), refusal="Falcon's ALiBi path is not adapted yet"
+        "alibi",
+        "mpt",
+        ("mpt",),
+        bias_form="mpt",
+        attention="attn",
+        logits_refusal=(
+            "logits= replaces the logits where BLOOM's attention forms them, read through its "
+            "additive mask; MPT's attention (a boolean mask, one bias for the batch) is not "
+            "adapted to it, nor are the commands that fit its logits"
+        ),
+    ),
+    PositionFamily(
+        "alibi",
+        "falcon",
+        ("falcon-alibi",),
+        bias_form="falcon",
+        block_suffix="DecoderLayer",
+        logits_refusal=(
+            "Falcon's attention logits are not captured: its sdpa attention never forms "
+            "them (its eager attention adds the bias twice)"
+        ),
     ),
 ):
     register_position_family(_family)
@@ -187,15 +214,17 @@ def check_schemes(model: torch.nn.Module, p: Any, what: str) -> PositionFamily:
 
 def _refusals(family: PositionFamily, p: Any) -> list[tuple[bool, str]]:
     """(refused?, why) of each thing a non-rotary family may not take. ``logits=`` runs on
-    both families that get here: through the attention functions on learned absolute
-    positions, through BLOOM's own bias on ALiBi
-    (:mod:`posgen.harness.hf_posgen.alibi_logit_replacement`); an ALiBi model with a
-    ``refusal`` (MPT, Falcon) is refused everything before."""
+    learned absolute positions (through the attention functions) and on BLOOM (through
+    its own bias, :mod:`posgen.harness.hf_posgen.alibi_logit_replacement`); an ALiBi
+    model with a ``logits_refusal`` (MPT, Falcon) takes positions, features, ``layers=``
+    and ``heads=`` but not ``logits=``."""
     qk = p.features is not None and getattr(p.features, "where", "") == "qk"
     absolute = family.kind == "absolute"
     moved = p.positions is not None or p.features is not None
     features = p.features.to_string() if qk else ""
+    logits = p.logits.to_string() if p.logits is not None else ""
     return [
+        (bool(logits and family.logits_refusal), f"logits={logits}: {family.logits_refusal}"),
         (
             absolute and moved and p.layers is not None,
             "layers=: this {arch!r} model's learned absolute positions enter once, before "

@@ -49,6 +49,56 @@ def test_alibi_captured_logits_are_the_models_own_with_and_without_the_bias():
         torch.testing.assert_close(bias[0, :, 0], slopes[:, None] * torch.arange(16.0))
 
 
+def test_mpt_captured_logits_are_its_own_with_and_without_the_bias():
+    """MPT's logits recorded where its attention adds its batch bias: their masked softmax
+    is its own attention weights bit for bit, q·k (its Wqkv split as it splits it) plus
+    the bias is them, and the bias is MPT's m_h·(j − n + 1), slopes 2^(−2h) for 4 heads."""
+    model = build_model("mpt")
+    ids = torch.randint(3, 384, (2, 16), generator=torch.Generator().manual_seed(0))
+    seen = {}
+
+    def consumer(cap) -> None:
+        seen[cap.layer] = (cap.logits.clone(), cap.part(include_bias=False).logits.clone())
+        seen[cap.layer] += (cap.bias.clone(),)
+
+    with torch.no_grad():
+        ref = model(ids, use_cache=False, output_attentions=True)
+        with capture_alibi_attention(model, consumer):
+            out = model(ids, use_cache=False)
+    assert torch.equal(out.logits, ref.logits) and sorted(seen) == [0, 1]
+    causal = torch.ones(16, 16, dtype=torch.bool).tril()
+    slopes = 2.0 ** (-2.0 * torch.arange(1, 5))
+    for layer, (full, qk, bias) in seen.items():
+        probs = torch.softmax(full.masked_fill(~causal, float("-inf")), dim=-1)
+        assert torch.equal(probs, ref.attentions[layer])
+        torch.testing.assert_close(full, qk + bias, rtol=0, atol=1e-6)
+        torch.testing.assert_close(bias[0, :, 0], slopes[:, None] * (torch.arange(16.0) - 15))
+
+
+def test_mpt_capture_after_a_kv_cache_is_refused():
+    """q and k come from the forward's own tokens: a forward after a cache (its keys
+    longer than its queries) cannot be recorded as one, and says so."""
+    model = build_model("mpt")
+    ids = torch.randint(3, 384, (1, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        first = model(ids[:, :10], use_cache=True)
+        with (
+            pytest.raises(RuntimeError, match="without a KV cache"),
+            capture_alibi_attention(model, lambda cap: None),
+        ):
+            model(ids[:, 10:], cache=first.past_key_values, use_cache=True)
+
+
+def test_falcon_alibi_capture_is_refused_in_one_line():
+    model = build_model("falcon_alibi")
+    with (
+        pytest.raises(RuntimeError, match="its sdpa attention never forms them") as refused,
+        capture_alibi_attention(model, lambda cap: None),
+    ):
+        pass
+    assert "\n" not in str(refused.value)
+
+
 def test_alibi_planted_truth_the_bias_alone_is_exactly_additive(tok):
     """q·k = 0 (query and key weights and biases zeroed): the full logits are the bias
     m_h·j alone, fitted exactly (r = 1); the content part is zero."""

@@ -7,7 +7,8 @@ where the argument generates (else its refusal). :data:`CASES` must cover exactl
 arguments hf-posgen declares (:func:`~posgen.harness.hf_posgen.model.model_arguments`): an
 argument added without its case fails :func:`test_every_model_argument_has_a_case`.
 :data:`FAMILY_CASES` runs the same check on the tiny models of other position families
-where an argument takes a path of its own there (``logits=`` on BLOOM)."""
+where an argument takes a path of its own there (``logits=`` on BLOOM; positions and
+features on MPT's batch bias added per row and on Falcon's bias folded into its mask)."""
 
 from __future__ import annotations
 
@@ -72,6 +73,20 @@ FAMILY_CASES: dict[str, tuple[str, Case]] = {
     "bloom_logit_heads": (
         "bloom_qk",
         Case({"logits": "distance", "layers": "1", "heads": "0;2"}, LOGIT_REFUSAL),
+    ),
+    "mpt_swap": ("mpt", Case({"positions": "swap:0.3"})),
+    "mpt_layer_heads": (
+        "mpt",
+        Case(
+            {"positions": "swap:0.3", "features": "rope_noise:0.5", "layers": "1", "heads": "0;2"}
+        ),
+    ),
+    "falcon_swap": ("falcon_alibi", Case({"positions": "swap:0.3"})),
+    "falcon_layer_heads": (
+        "falcon_alibi",
+        Case(
+            {"positions": "swap:0.5", "features": "rope_noise:0.5", "layers": "0", "heads": "1;3"}
+        ),
     ),
 }
 
@@ -179,9 +194,17 @@ def test_the_arguments_change_the_answers(llama):
         assert max(abs(a - b) for a, b in zip(moved, plain, strict=True)) > 2 * NATS, name
 
 
-def test_the_family_cases_change_the_answers(tiny_model_dir):
-    bloom = str(tiny_model_dir("bloom_qk"))
-    plain = _scores(_model(bloom, {}), 8)
-    for name in ("bloom_additive", "bloom_logit_heads"):
-        moved = _scores(_model(bloom, FAMILY_CASES[name][1].args), 8)
+@pytest.mark.parametrize(
+    ("arch", "names"),
+    [
+        ("bloom_qk", ("bloom_additive", "bloom_logit_heads")),
+        ("mpt", ("mpt_swap", "mpt_layer_heads")),
+        ("falcon_alibi", ("falcon_swap", "falcon_layer_heads")),
+    ],
+)
+def test_the_family_cases_change_the_answers(tiny_model_dir, arch, names):
+    path = str(tiny_model_dir(arch))
+    plain = _scores(_model(path, {}), 8)
+    for name in names:
+        moved = _scores(_model(path, FAMILY_CASES[name][1].args), 8)
         assert max(abs(a - b) for a, b in zip(moved, plain, strict=True)) > 2 * NATS, name

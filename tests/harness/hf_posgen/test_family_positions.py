@@ -20,7 +20,8 @@ from posgen.harness.position_family import position_family_of
 from posgen.perturbations import PerturbationError
 from tiny_models import build_model
 
-MOVABLE = ("gpt2", "opt", "bloom")
+MOVABLE = ("gpt2", "opt", "bloom", "mpt", "falcon_alibi")
+ALIBI = ("bloom", "mpt", "falcon_alibi")
 
 
 @pytest.fixture(scope="module", params=MOVABLE)
@@ -83,10 +84,13 @@ def test_a_fractional_position_reads_between_table_rows():
         interpolated_lookup(look, torch.tensor([[0, 6]]), 6)
 
 
-def test_alibi_hook_is_exact_and_translation_blind():
-    """BLOOM's own positions through the hook give its own logits bit for bit; a shift
-    of every position adds a per-query constant that softmax ignores; a swap does not."""
-    model = build_model("bloom")
+@pytest.mark.parametrize("name", ALIBI)
+def test_alibi_hook_is_exact_and_translation_blind(name):
+    """An ALiBi model's own positions through the hook give its own logits bit for bit; a
+    shift of every position adds a per-query constant that softmax ignores; a swap does
+    not, in its row alone; every layer chosen is the global path; one layer chosen moves
+    that layer's bias alone (the hidden states below it are bit for bit the model's)."""
+    model = build_model(name)
     family = position_family_of(model)
     ids = torch.randint(3, 384, (2, 20))
     plain = model(ids).logits
@@ -99,14 +103,13 @@ def test_alibi_hook_is_exact_and_translation_blind():
     with torch.no_grad(), family_positions(model, swapped):
         moved = model(ids).logits
     assert not torch.allclose(moved[0], plain[0]) and torch.equal(moved[1], plain[1])
-    # every layer chosen = the global path; one layer: only that layer's bias moves
     with torch.no_grad(), family_positions(model, swapped, layers=(0, 1)):
         assert torch.equal(model(ids).logits, moved)
     hidden: list[torch.Tensor] = []
-    handle = model.transformer.h[0].register_forward_hook(lambda m, a, o: hidden.append(o[0]))
+    handle = family.blocks(model)[0].register_forward_hook(lambda m, a, o: hidden.append(o[0]))
     with torch.no_grad():
         model(ids)
-        with alibi_positions(model, family, lambda bias, width: swapped, layers=(1,)):
+        with alibi_positions(model, family, lambda natural, width: swapped, layers=(1,)):
             late = model(ids).logits
     handle.remove()
     assert torch.equal(hidden[0], hidden[1])  # layer 0 keeps the model's own bias
@@ -124,8 +127,9 @@ def test_generation_is_the_loglikelihood_greedy_decode(lm, spec, s):
     assert all(greedy for _, greedy in lm._loglikelihood_tokens(reqs, disable_tqdm=True))
 
 
-def test_alibi_takes_layers_and_heads(tiny_model_dir):
-    lm = HFPosgenLM(pretrained=str(tiny_model_dir("bloom")), device="cpu", batch_size=4)
+@pytest.mark.parametrize("name", ALIBI)
+def test_alibi_takes_layers_and_heads(tiny_model_dir, name):
+    lm = HFPosgenLM(pretrained=str(tiny_model_dir(name)), device="cpu", batch_size=4)
     everywhere = rolling(lm)
     lm.set_perturbation("swap:0.3", None, 5)
     swapped = rolling(lm)
@@ -152,8 +156,9 @@ REFUSED = [
     ("gpt2", {"positions": "swap:0.1", "layers": "1"}, "positions enter once, before the first"),
     ("opt", {"features": "rope_noise:1", "layers": "0"}, "drop layers="),
     ("gpt2", {"features": "qk_noise:0.1"}, "use features=rope_noise"),
-    ("mpt", {"positions": "swap:0.1"}, "one ALiBi bias shared by the whole batch"),
-    ("mpt", {"logits": "additive"}, "one ALiBi bias shared by the whole batch"),
+    ("mpt", {"logits": "additive"}, r"logits=additive: .* MPT's attention \(a boolean mask"),
+    ("falcon_alibi", {"logits": "key", "layers": "1"}, "its sdpa attention never forms them"),
+    ("mpt", {"features": "qk_noise:0.1"}, "use features=rope_noise"),
     ("smollm3_nope", {"positions": "swap:0.1"}, "has no position encoding"),
     ("smollm3_nope", {"features": "rope_noise:1"}, "the causal mask is its only order signal"),
 ]

@@ -249,7 +249,7 @@ def test_a_run_that_fails_to_load_leaves_no_folder(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("arch", "note"),
     [
-        ("mpt", "has an ALiBi attention posgen cannot give per-row positions (BLOOM's it can)"),
+        ("mpt", "has an ALiBi attention whose logits posgen run does not fit (BLOOM's it does)"),
         ("smollm3_nope", "has no position encoding (the causal mask is its only order signal)"),
     ],
 )

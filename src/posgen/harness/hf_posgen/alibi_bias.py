@@ -1,5 +1,5 @@
-"""The bias an ALiBi attention module (BLOOM) is handed, wrapped: its ``baddbmm`` is the
-module's logits.
+"""The bias an ALiBi attention module (BLOOM, MPT) is handed, wrapped: where the module
+adds it to q·kᵀ is the module's logits.
 
 BLOOM does not run its attention through transformers' ``AttentionInterface``: each
 ``BloomAttention`` computes its logits as ``alibi.baddbmm(batch1=q, batch2=kᵀ, beta=β,
@@ -10,16 +10,26 @@ call on the plain tensor and hands its inputs and output to a callback, which ma
 other logits for the model to go on with. The decomposition's capture records
 (:mod:`posgen.harness.decomposition.alibi_capture`); ``logits=`` replaces
 (:mod:`.alibi_logit_replacement`). Nothing of attention is re-implemented.
+
+MPT's attention computes ``scores = q·kᵀ·scale`` ``[B, H, n, K]`` and then
+``scores + position_bias`` (its one batch bias ``[H, 1, K]``, sliced): it is handed its
+bias as a :class:`~.alibi_rows.RowBias` whose addition is the model's own, recorded with
+the same arguments as BLOOM's (``bias`` broadcast to ``[B·H, 1, K]``, β = 1, α = its
+scale). q and k are its ``Wqkv`` output split as its attention splits it, checked at
+every call to give its scores bit for bit (a forward with a KV cache, or a release that
+splits otherwise, is refused). Falcon's sdpa attention never forms its logits: refused.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
+from typing import Any
 
 import torch
 
-from posgen.harness.position_family import position_family_of
+from posgen.harness.hf_posgen.alibi_rows import row_bias
+from posgen.harness.position_family import PositionFamily, position_family_of
 
 
 class _WrappedBias(torch.Tensor):
@@ -49,20 +59,32 @@ def _wrapped(bias: torch.Tensor, record: Callable[..., torch.Tensor | None]) -> 
 OnCall = Callable[[int, torch.nn.Module, dict], Callable[..., torch.Tensor | None]]
 
 
+#: the keyword each form's attention module takes its bias under
+BIAS_KEYWORDS = {"bloom": "alibi", "mpt": "position_bias"}
+#: where each keyword's bias forms the logits
+_WHERE = {"alibi": "alibi.baddbmm(q, kᵀ)", "position_bias": "scores + position_bias"}
+
+
+def _keyword(family: PositionFamily) -> str:
+    if family.bias_form not in BIAS_KEYWORDS:
+        raise RuntimeError(family.logits_refusal or f"{family.name}: no ALiBi logits to capture")
+    return BIAS_KEYWORDS[family.bias_form]
+
+
 @contextmanager
 def alibi_bias_calls(
     model: torch.nn.Module, on_call: OnCall, layers: Sequence[int] | None = None
 ) -> Iterator[None]:
     """Within the block, the attention module of each layer in ``layers`` (None: every
-    layer) of the ALiBi ``model`` is handed its bias wrapped: its ``baddbmm`` (the
+    layer) of the ALiBi ``model`` is handed its bias wrapped: where it adds the bias (the
     model's own logits) calls ``on_call``'s function. A call of the module that computes
-    no logits through it is refused (a transformers release whose BLOOM attention no
-    longer calls ``alibi.baddbmm`` would otherwise pass unseen)."""
+    no logits through it is refused (a transformers release whose attention no longer
+    calls ``alibi.baddbmm``, or adds MPT's bias elsewhere, would otherwise pass unseen)."""
     family = position_family_of(model)
-    name = family.bias_argument
+    name = _keyword(family)
     called: list[bool] = []
 
-    def hooks_for(layer: int, attention: torch.nn.Module):
+    def hooks_for(layer: int, attention: torch.nn.Module, qkv: list[torch.Tensor]):
         def pre_hook(module, args, kwargs):
             record = on_call(layer, attention, kwargs)
             called.append(False)
@@ -71,13 +93,15 @@ def alibi_bias_calls(
                 called[-1] = True
                 return record(*given)
 
+            if family.bias_form == "mpt":
+                return args, {**kwargs, name: row_bias(kwargs[name], _mpt_add(module, qkv, seen))}
             return args, {**kwargs, name: _wrapped(kwargs[name], seen)}
 
         def post_hook(module, args, kwargs, output):
             if not called.pop():
                 raise RuntimeError(
-                    f"{type(module).__name__} did not compute its logits as {name}.baddbmm"
-                    "(q, kᵀ); posgen is tested with transformers 5.24's BLOOM attention"
+                    f"{type(module).__name__} did not compute its logits as {_WHERE[name]}; "
+                    "posgen is tested with transformers 5.24's BLOOM and MPT attention"
                 )
 
         return pre_hook, post_hook
@@ -87,11 +111,51 @@ def alibi_bias_calls(
         for layer, block in enumerate(family.blocks(model)):
             if layer not in chosen:
                 continue
-            pre, post = hooks_for(layer, block.self_attention)
-            handles = (
-                block.self_attention.register_forward_pre_hook(pre, with_kwargs=True),
-                block.self_attention.register_forward_hook(post, with_kwargs=True),
-            )
+            attention, qkv = getattr(block, family.attention), []
+            pre, post = hooks_for(layer, attention, qkv)
+            handles = [
+                attention.register_forward_pre_hook(pre, with_kwargs=True),
+                attention.register_forward_hook(post, with_kwargs=True),
+            ]
+            if family.bias_form == "mpt":  # its q and k: the Wqkv output it splits
+                keep = attention.Wqkv.register_forward_hook(_keeper(qkv))
+                handles.append(keep)
             for handle in handles:
                 stack.callback(handle.remove)
         yield
+
+
+def _keeper(kept: list[torch.Tensor]) -> Callable[..., None]:
+    """A forward hook that keeps a module's latest output in ``kept``."""
+
+    def keep(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> None:
+        kept[:] = [output]
+
+    return keep
+
+
+def _mpt_add(attention: torch.nn.Module, qkv: list[torch.Tensor], seen: Callable[..., Any]):
+    """MPT's ``scores + own`` (its logits ``[B, H, n, K]``), recorded as BLOOM's are."""
+
+    def add(scores: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
+        out = scores + own  # the model's own addition
+        b, heads, n, keys = out.shape
+        mixed = qkv[0]
+        if attention.clip_qkv:
+            mixed = mixed.clamp(min=-attention.clip_qkv, max=attention.clip_qkv)
+        q, k, _ = (x.reshape(b, n, heads, -1).transpose(1, 2) for x in mixed.chunk(3, dim=2))
+        scale = attention.softmax_scale
+        if keys != n or not torch.equal(torch.matmul(q, k.transpose(-1, -2)) * scale, scores):
+            raise RuntimeError(
+                "MPT's scores are not q·kᵀ·scale of its Wqkv output over this forward's "
+                "tokens; posgen captures full forwards without a KV cache (transformers 5.24)"
+            )
+        d = q.shape[-1]
+        bias = own.expand(b, heads, 1, keys).reshape(b * heads, 1, keys)
+        flat_k = k.transpose(-1, -2).reshape(b * heads, d, keys)
+        replaced = seen(
+            bias, out.reshape(b * heads, n, keys), q.reshape(b * heads, n, d), flat_k, 1.0, scale
+        )
+        return out if replaced is None else replaced.view(b, heads, n, keys)
+
+    return add

@@ -8,12 +8,13 @@ through the model's own code.
   ``E(p) = (1 − f)·E(⌊p⌋) + f·E(⌊p⌋ + 1)``, f = p − ⌊p⌋, both rows looked up by the
   model's own forward; a fractional position outside the table's ``[0, C − 1]`` is held
   at its end row (the table has no row there), an integral one outside it is refused.
-- **ALiBi** (BLOOM): a forward pre-hook on each chosen decoder block replaces the bias it
-  is handed, ``alibi[b·H + h, 0, j] = m_h·j`` (BLOOM's own ``m_h·j`` form: softmax is
-  blind to the per-query constant, so this is ``−m_h·(i − j)``), by ``m_h·π_b(j)`` for
-  the planned positions π. The slopes m_h come from the model file's own
-  ``build_alibi_tensor``. Every block for all layers; the chosen ones for ``layers=``;
-  ``heads=`` keeps the model's own bias in the other heads.
+- **ALiBi** (BLOOM, MPT, Falcon with ``alibi=True``): a forward pre-hook on each chosen
+  decoder block replaces the bias it is handed (BLOOM's ``alibi[b·H + h, 0, j] = m_h·j``:
+  softmax is blind to the per-query constant, so this is ``−m_h·(i − j)``) by the bias of
+  the planned positions, ``m_h·π_b(j)`` per row, in the model's own form and precision
+  (:mod:`.alibi_rows`: MPT's one batch bias added per row, Falcon's bias and the mask it
+  folds it into). Every block for all layers; the chosen ones for ``layers=``; ``heads=``
+  keeps the model's own bias in the other heads.
 
 Hooks and replaced forwards are always removed on exit. Identity perturbations never get
 here (``ModelPerturbation.changes_model`` is False): they run the plain model.
@@ -21,7 +22,6 @@ here (``ModelPerturbation.changes_model`` is False): they run the plain model.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -29,14 +29,10 @@ from typing import Any
 import torch
 
 from posgen.compat import forward_replaced
+from posgen.harness.hf_posgen.alibi_rows import KeyPositions, bias_replacer
 from posgen.harness.hf_posgen.position_hooks import PositionSource, position_source
 from posgen.harness.position_family import PositionFamily, position_family_of
 from posgen.perturbations.base import PerturbationError
-
-#: ``source(bias, width) -> positions [rows, K]``: the key positions an ALiBi block's bias
-#: ``[rows·H, 1, K]`` is built from, for a forward whose queries are the last ``width``
-#: of the K columns.
-KeyPositions = Callable[[torch.Tensor, int], torch.Tensor]
 
 
 @contextmanager
@@ -53,7 +49,7 @@ def family_positions(
     if family.kind == "absolute":
         with absolute_positions(model, family, positions):  # type: ignore[arg-type]
             yield
-    elif family.kind == "alibi" and not family.refusal:
+    elif family.kind == "alibi" and family.bias_form and not family.refusal:
         source = positions if callable(positions) else full_forward_keys(positions)
         with alibi_positions(model, family, source, layers, heads):
             yield
@@ -125,29 +121,18 @@ def _ids_of(
 
 
 # ---------------------------------------------------------------- ALiBi
-def alibi_slopes(model: torch.nn.Module, family: PositionFamily) -> torch.Tensor:
-    """The slopes m_h ``[H]`` (float32), from the model file's own ``build_alibi_tensor``
-    over two consecutive tokens (its bias at key 1 is m_h·1)."""
-    block = family.blocks(model)[0]
-    build = getattr(sys.modules[type(block).__module__], "build_alibi_tensor", None)
-    if build is None:
-        raise RuntimeError(f"{type(block).__module__} has no build_alibi_tensor")
-    heads = int(model.config.num_attention_heads)
-    return build(torch.ones(1, 2, dtype=torch.long), heads, torch.float32)[:, 0, 1]
-
-
 def full_forward_keys(positions: torch.Tensor) -> KeyPositions:
     """The key positions of one full forward: ``positions`` ``[B, T]``, checked against
-    the bias of every call (K = T = width, B rows)."""
+    the natural ones of every call (K = T = width, B rows)."""
 
-    def source(bias: torch.Tensor, width: int) -> torch.Tensor:
-        if bias.shape[-1] != positions.shape[-1] or width != positions.shape[-1]:
+    def source(natural: torch.Tensor, width: int) -> torch.Tensor:
+        if natural.shape[-1] != positions.shape[-1] or width != positions.shape[-1]:
             raise RuntimeError(
-                f"an ALiBi bias over {bias.shape[-1]} keys for {width} queries, but posgen "
+                f"an ALiBi bias over {natural.shape[-1]} keys for {width} queries, but posgen "
                 f"planned positions for a batch of shape {tuple(positions.shape)}; a batch "
                 "plan covers one full forward (generation plans each step)"
             )
-        return positions.to(bias.device)
+        return positions.to(natural.device)
 
     return source
 
@@ -160,45 +145,37 @@ def alibi_positions(
     layers: Sequence[int] | None = None,
     heads: Sequence[int] | None = None,
 ) -> Iterator[None]:
-    """Within the block, each chosen decoder block's ALiBi bias is ``m_h·π(j)`` for the
-    key positions π ``[rows, K]`` that ``source`` gives (see the module doc)."""
-    slopes = alibi_slopes(model, family)
-    count = slopes.numel()
+    """Within the block, each chosen decoder block's ALiBi bias is built from the key
+    positions π ``[rows, K]`` that ``source`` gives, in the model's own form
+    (:mod:`.alibi_rows`); ``heads=`` keeps the model's own bias in the other heads."""
     keep = None
     if heads is not None:
-        keep = torch.ones(count, dtype=torch.bool)
+        keep = torch.ones(int(model.config.num_attention_heads), dtype=torch.bool)
         keep[list(heads)] = False
-    name = family.bias_argument
+    replace = bias_replacer(model, family, source, keep)
+    checks: list[Callable[[], None] | None] = []
 
     def pre_hook(block: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        bias = kwargs.get(name)
-        if bias is None:
-            raise RuntimeError(f"{type(block).__name__} was called without {name}=")
         hidden = args[0] if args else kwargs["hidden_states"]
-        pos = source(bias, int(hidden.shape[1]))
-        return args, {**kwargs, name: perturbed_bias(bias, pos, slopes, keep)}
+        kwargs, done = replace(block, hidden, kwargs)
+        checks.append(done)
+        return args, kwargs
+
+    def post_hook(block: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        done = checks.pop() if checks else None
+        if done is not None:
+            done()
 
     blocks = family.blocks(model)
     chosen = range(len(blocks)) if layers is None else layers
     with ExitStack() as stack:
         for i in chosen:
-            handle = blocks[i].register_forward_pre_hook(pre_hook, with_kwargs=True)
-            stack.callback(handle.remove)
+            for handle in (
+                blocks[i].register_forward_pre_hook(pre_hook, with_kwargs=True),
+                blocks[i].register_forward_hook(post_hook, with_kwargs=True),
+            ):
+                stack.callback(handle.remove)
         yield
-
-
-def perturbed_bias(
-    bias: torch.Tensor, pos: torch.Tensor, slopes: torch.Tensor, keep: torch.Tensor | None
-) -> torch.Tensor:
-    """``m_h·pos[r, j]`` as ``[rows·H, 1, K]`` in ``bias``'s dtype (float32 products, as
-    BLOOM's own); heads where ``keep`` is True keep ``bias``."""
-    rows, keys = pos.shape
-    m = slopes.to(bias.device)
-    new = (m[None, :, None] * pos[:, None, :].to(torch.float32)).to(bias.dtype)
-    if keep is not None:
-        own = bias.view(rows, m.numel(), keys)
-        new = torch.where(keep.to(bias.device)[None, :, None], own, new)
-    return new.reshape(rows * m.numel(), 1, keys)
 
 
 # ---------------------------------------------------------------- generation
@@ -206,7 +183,8 @@ def generation_source(model: torch.nn.Module, plan: Any) -> PositionSource | Key
     """The per-call positions of a ``generate`` call planned by ``plan`` (a
     :class:`~.generation.GenerationPlan`) for a non-rotary ``model``: each call first
     records its step from the natural positions the model used (``plan.follow``: the
-    ids handed to an absolute table; for ALiBi the model's own bias over m_h), then reads
+    ids handed to an absolute table; for ALiBi the ones its own bias is built from,
+    :mod:`.alibi_rows`), then reads
     the planned ones (the current columns; ALiBi: every key column so far)."""
     family = position_family_of(model)
     if family.kind == "absolute":
@@ -216,13 +194,12 @@ def generation_source(model: torch.nn.Module, plan: Any) -> PositionSource | Key
             return plan.positions(module, given)
 
         return absolute
-    slopes = alibi_slopes(model, family)
+    block = family.blocks(model)[0]
 
-    def keys(bias: torch.Tensor, width: int) -> torch.Tensor:
-        heads, total = slopes.numel(), bias.shape[-1]
-        natural = torch.round(bias.view(-1, heads, total)[:, 0].float() / slopes[0].item())
-        step = plan.follow(family.blocks(model)[0], natural[:, total - width :].long())
-        table = plan.table[:, :total].to(bias.device)
+    def keys(natural: torch.Tensor, width: int) -> torch.Tensor:
+        total = natural.shape[-1]
+        step = plan.follow(block, natural[:, total - width :])
+        table = plan.table[:, :total].to(natural.device)
         return table if step.expand == 1 else table.repeat_interleave(step.expand, 0)
 
     return keys

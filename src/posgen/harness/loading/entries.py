@@ -88,12 +88,13 @@ def position_kind(path: str) -> str:
     """Where a local model's positions enter, from its config.json
     (:mod:`posgen.harness.position_family`): ``rotary`` (also for a hub id, whose config is
     read when it loads), ``absolute``, ``alibi``, ``none``, or ``unadapted`` for an ALiBi
-    attention posgen cannot give per-row positions (MPT, Falcon-ALiBi)."""
+    attention whose logits the commands do not fit (MPT, Falcon-ALiBi: hf-posgen moves
+    their positions, but ``logits=`` and the fit of the logits do not run on them)."""
 
     family = family_of_folder(path)
     if family is None:
         return "rotary"
-    return "unadapted" if family.refusal else family.kind
+    return "unadapted" if family.refusal or family.logits_refusal else family.kind
 
 
 def require_rope(entry: ModelEntry, command: str) -> None:

@@ -97,7 +97,7 @@ def limit_notes(asked: int | None, config: RunConfig) -> list[str]:
 _NO_POSITIONS = {
     "rotary": "has no rotary position embedding (its config has no rope_* setting)",
     "none": "has no position encoding (the causal mask is its only order signal)",
-    "unadapted": "has an ALiBi attention posgen cannot give per-row positions (BLOOM's it can)",
+    "unadapted": "has an ALiBi attention whose logits posgen run does not fit (BLOOM's it does)",
 }
 
 
