@@ -39,7 +39,8 @@ class ModelEntry:
     device_map: str | None = None  # 'auto', 'balanced', a device, or a JSON {module: device}
     rope: bool = True  # False: no rotary position embedding
     # where the model's positions enter (posgen.harness.position_family): rotary, absolute,
-    # alibi, none, or unadapted (an ALiBi attention posgen cannot give per-row positions)
+    # alibi, none, or unadapted (an ALiBi attention whose logits the commands do not fit:
+    # MPT, Falcon-ALiBi; hf-posgen moves their positions)
     positions: str = "rotary"
 
     @property
