@@ -109,3 +109,32 @@ def test_every_module_of_the_package_harness_and_hf_posgen_is_described(folder):
 def test_the_description_checker_needs_prose_beside_the_name():
     assert _described("perturbed_forward.py") and _described("compat/")
     assert not _described("nowhere.py")
+
+
+def _command_rows() -> dict[str, list[str]]:
+    """The table of the commands as they are: command -> the files each cell names."""
+    block = TEXT[TEXT.index("| command | command line |") :].split("\n\n")[0]
+    rows = {}
+    for line in block.splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0].strip("`")] = re.findall(r"`([\w/]+\.py)`", line)
+    return rows
+
+
+def test_every_command_that_writes_a_folder_has_its_files_and_the_protocol():
+    """Each command's files exist; its command line (or the runner it hands the folder to)
+    opens the folder through the protocol's create; a new command is six files."""
+    from posgen.harness.cli import COMMANDS
+
+    rows = _command_rows()
+    assert set(rows) == {"run", "ingest", "length", "decompose", "layers", "cause"}
+    for command, files in rows.items():
+        assert command in COMMANDS
+        missing = [f for f in files if not (PKG / f).is_file()]
+        assert not missing, f"{command}: {missing} do not exist"
+        sources = "".join((PKG / f).read_text(encoding="utf-8") for f in files)
+        job = PKG / "harness" / command / "job.py"  # posgen length hands it to run_job
+        sources += job.read_text(encoding="utf-8") if job.is_file() else ""
+        assert re.search(r"\b(\w+Folder|RunStore)\.create\(", sources), command
+    recipe = TEXT[TEXT.index("is six files:") : TEXT.index("The commands as they are")]
+    assert len([ln for ln in recipe.splitlines() if ln.startswith("| `")]) == 6

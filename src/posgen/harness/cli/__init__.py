@@ -21,7 +21,7 @@ from posgen import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("posgen.harness.cli.run", "perturbation sweep + decomposition + scoring + report"),
     "decompose": ("posgen.harness.cli.decompose", "fit W[i,j] ≈ a[i-j] + b[i] + c[j] per head"),
-    "report": ("posgen.harness.cli.report", "regenerate the report of one or more run folders"),
+    "report": ("posgen.harness.cli.report", "re-make the report of any posgen folder(s)"),
     "ingest": ("posgen.harness.cli.ingest", "a run folder from lm-eval output (--log_samples)"),
     "compare": ("posgen.harness.cli.compare", "print the differences between two runs"),
     "baseline": ("posgen.harness.cli.baseline", "store a run's tolerance figures as a baseline"),
