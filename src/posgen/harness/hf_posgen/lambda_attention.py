@@ -82,14 +82,7 @@ def attention_name(base: str) -> str:
 
 
 def _layer_call(
-    state: _ForwardState,
-    own: OwnAttention,
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    **kwargs: Any,
+    state: _ForwardState, own: OwnAttention, module, query, key, value, attention_mask, **kwargs
 ) -> tuple[torch.Tensor, Any]:
     """One layer's attention call: the model's own where every query sees all its keys,
     else Λ's output (after a KV cache, with its causal mask checked)."""
@@ -103,11 +96,7 @@ def _layer_call(
 
 # the sdpa mask function: None for unpadded causal input
 LAMBDA_ATTENTION = WrappedAttention(
-    NAME_PREFIX,
-    "lambda attention",
-    "posgen's lambda_attention context",
-    _layer_call,
-    mask="sdpa",
+    NAME_PREFIX, "lambda attention", "posgen's lambda_attention context", _layer_call, "sdpa"
 )
 # the function registered for a base implementation (a test registers it outside a block)
 _make_forward = LAMBDA_ATTENTION.make_forward
