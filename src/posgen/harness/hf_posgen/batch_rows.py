@@ -114,6 +114,35 @@ def recording_window_docs(requests: list[Any]) -> Iterator[dict[tuple[int, ...],
         )
 
 
+def padded_rows(
+    lengths: list[int],
+    conts: list[int],
+    docs: list[frozenset[DocId]],
+    masks: list[np.ndarray | None],
+) -> PaddedRows:
+    """One padded batch's rows from the real ``lengths`` n of its rows, as HFLM pads them,
+    and the continuation lengths m, documents and whole-context content masks its batcher
+    gave for them: each row's context part ``n − m + 1`` (what remains after truncation
+    from the left) and its mask cut to that part. Raises ``RuntimeError`` when they do not
+    match (lm-eval changed its batching or truncation)."""
+    if len(conts) != len(lengths) or any(n < m for n, m in zip(lengths, conts, strict=True)):
+        raise RuntimeError(
+            f"hf-posgen could not match the padded rows {lengths} to the continuation "
+            f"lengths {conts} HFLM batched (lm-eval changed its batching code?)"
+        )
+    contexts = [n - m + 1 for n, m in zip(lengths, conts, strict=True)]
+    content = [
+        None if mask is None else mask[len(mask) - c :]  # the context left after the cut
+        for mask, c in zip(masks, contexts, strict=True)
+    ]
+    if any(m is not None and m.size != c for m, c in zip(content, contexts, strict=True)):
+        raise RuntimeError(
+            f"hf-posgen's content masks do not cover the context parts {contexts} of the "
+            "padded rows (lm-eval changed how it truncates contexts?)"
+        )
+    return PaddedRows(lengths, contexts, docs, content)
+
+
 @contextmanager
 def recording_rows(
     docs_of_row: Callable[[Any], frozenset[DocId]] = lambda request: NO_DOCS,
@@ -146,23 +175,7 @@ def recording_rows(
 
     def record(original_pad, max_length: int, tensors: list[torch.Tensor], *args, **kwargs):
         lengths = [int(t.shape[-1]) for t in tensors]
-        conts, docs, masks = batched.popleft() if batched else ([], [], [])
-        if len(conts) != len(lengths) or any(n < m for n, m in zip(lengths, conts, strict=True)):
-            raise RuntimeError(
-                f"hf-posgen could not match the padded rows {lengths} to the continuation "
-                f"lengths {conts} HFLM batched (lm-eval changed its batching code?)"
-            )
-        contexts = [n - m + 1 for n, m in zip(lengths, conts, strict=True)]
-        content = [
-            None if mask is None else mask[len(mask) - c :]  # the context left after the cut
-            for mask, c in zip(masks, contexts, strict=True)
-        ]
-        if any(m is not None and m.size != c for m, c in zip(content, contexts, strict=True)):
-            raise RuntimeError(
-                f"hf-posgen's content masks do not cover the context parts {contexts} of the "
-                "padded rows (lm-eval changed how it truncates contexts?)"
-            )
-        queue.append(PaddedRows(lengths, contexts, docs, content))
+        queue.append(padded_rows(lengths, *(batched.popleft() if batched else ([], [], []))))
         return original_pad(max_length, tensors, *args, **kwargs)
 
     with (

@@ -32,21 +32,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from posgen.compat import base_implementation, internal, using_attention
+from posgen.harness.hf_posgen.attention_wrapper import OwnAttention, WrappedAttention
 from posgen.harness.hf_posgen.lambda_attention import _check_supported, causal_attention
-from posgen.harness.hf_posgen.rerotation import own_attention, rotary_recorder
+from posgen.harness.hf_posgen.rerotation import rotary_recorder
 from posgen.harness.model_family import family_of, require_rotary, rotary_modules
 from posgen.perturbations.length_infllm import LengthInfLLM
 
-ALL_ATTENTION_FUNCTIONS = internal("transformers.modeling_utils:ALL_ATTENTION_FUNCTIONS")
 NAME_PREFIX = "posgen_infllm_"
-_ACTIVE: ContextVar[_State | None] = ContextVar("posgen_infllm_state", default=None)
 
 
 @dataclass
@@ -68,31 +65,34 @@ class _State:
 
 def active_scheme() -> LengthInfLLM | None:
     """The scheme of the enclosing :func:`infllm_attention` block, or None outside one."""
-    state = _ACTIVE.get()
+    state = INFLLM_ATTENTION.current()
     return None if state is None else state.scheme
 
 
-def _make_forward(base: str):
-    def forward(module, query, key, value, attention_mask, **kwargs):
-        state = _ACTIVE.get()
-        if state is None:
-            raise RuntimeError(f"{NAME_PREFIX + base!r} was called outside infllm_attention")
-        if query.shape[2] != key.shape[2]:
-            raise RuntimeError("infllm attention needs one full forward (no KV cache)")
-        if query.shape[2] <= state.scheme.n_local:  # all in the window: plain causal
-            return own_attention(module, base, query, key, value, attention_mask, **kwargs)
-        _check_supported(module, attention_mask, kwargs)
-        return infllm_output(module, query, key, value, **kwargs), None
+def _layer_call(
+    state: _State, own: OwnAttention, module, query, key, value, attention_mask, **kwargs
+):
+    """One layer's attention call: the model's own where every query sees all its keys
+    (all in the local window), else InfLLM's output; a forward after a KV cache is refused."""
+    if query.shape[2] != key.shape[2]:
+        raise RuntimeError("infllm attention needs one full forward (no KV cache)")
+    if query.shape[2] <= state.scheme.n_local:  # all in the window: plain causal
+        return own(module, query, key, value, attention_mask, **kwargs)
+    _check_supported(module, attention_mask, kwargs)
+    return infllm_output(module, query, key, value, **kwargs), None
 
-    forward.__name__ = f"posgen_infllm_{base}_forward"
-    return forward
+
+# the sdpa mask function: None for unpadded causal input
+INFLLM_ATTENTION = WrappedAttention(
+    NAME_PREFIX, "infllm attention", "posgen's infllm_attention context", _layer_call, "sdpa"
+)
 
 
 def infllm_output(module, query, key, value, **kwargs: Any) -> torch.Tensor:
     """InfLLM's attention output ``[B, T, H, d]`` (as an attention function returns it)
     of the enclosing :func:`infllm_attention` block for post-RoPE ``query [B, H, T, d]``,
     ``key``/``value [B, Hkv, T, d]``; rows past their real length get zeros."""
-    state = _ACTIVE.get()
+    state = INFLLM_ATTENTION.current()
     if state is None:
         raise RuntimeError("infllm_output was called outside infllm_attention")
     _check_supported(module, None, kwargs)
@@ -274,14 +274,5 @@ def infllm_attention(
     if len(modules) != 1:
         raise RuntimeError(f"infllm attention needs one rotary module, found {len(modules)}")
     state = _State(scheme, lengths, true_positions, memory)
-    hook = rotary_recorder(state)
-    base = base_implementation(model)
-    if base != "eager" and base not in ALL_ATTENTION_FUNCTIONS:
-        raise ValueError(f"infllm attention cannot wrap unknown implementation {base!r}")
-    handle = modules[0].register_forward_hook(hook, with_kwargs=True)
-    make = lambda: _make_forward(base)  # noqa: E731
-    try:
-        with using_attention(model, NAME_PREFIX + base, make, "sdpa", base, (_ACTIVE, state)):
-            yield
-    finally:
-        handle.remove()
+    with INFLLM_ATTENTION.active(model, state, [(modules[0], rotary_recorder(state))]):
+        yield

@@ -43,23 +43,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from posgen.compat import base_implementation, internal, using_attention
+from posgen.compat import internal
+from posgen.harness.hf_posgen.attention_wrapper import OwnAttention, WrappedAttention
 from posgen.harness.hf_posgen.lambda_cache import cached_maps, offset_mask_checked
 from posgen.harness.hf_posgen.lambda_global import add_global
-from posgen.harness.hf_posgen.rerotation import own_attention, rotary_recorder
+from posgen.harness.hf_posgen.rerotation import rotary_recorder
 from posgen.harness.model_family import family_of, require_rotary, rotary_modules
 from posgen.perturbations.length import LengthLambda
 
-ALL_ATTENTION_FUNCTIONS = internal("transformers.modeling_utils:ALL_ATTENTION_FUNCTIONS")
-
 NAME_PREFIX = "posgen_lambda_"
-_ACTIVE: ContextVar[_ForwardState | None] = ContextVar("posgen_lambda_state", default=None)
 BLOCK_BUDGET = 1 << 23  # band-mask elements per query block (8 Mi floats = 32 MiB)
 
 
@@ -80,33 +77,29 @@ class _ForwardState:
 
 
 def attention_name(base: str) -> str:
-    return NAME_PREFIX + base
+    """The registered name of Λ's function around ``base`` (``sdpa``, ``eager``)."""
+    return LAMBDA_ATTENTION.name(base)
 
 
-def _make_forward(base: str) -> Callable[..., Any]:
-    def forward(
-        module: torch.nn.Module,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        **kwargs: Any,
-    ) -> tuple[torch.Tensor, None]:
-        state = _ACTIVE.get()
-        if state is None:
-            raise RuntimeError(
-                f"attention implementation {attention_name(base)!r} was called outside "
-                "posgen's lambda_attention context"
-            )
-        if key.shape[2] <= state.scheme.window:  # every query sees all its keys
-            return own_attention(module, base, query, key, value, attention_mask, **kwargs)
-        if query.shape[2] != key.shape[2]:  # queries after a KV cache: their causal mask
-            attention_mask = offset_mask_checked(state, attention_mask, query, key)
-        _check_supported(module, attention_mask, kwargs)
-        return lambda_output(module, query, key, value, **kwargs), None
+def _layer_call(
+    state: _ForwardState, own: OwnAttention, module, query, key, value, attention_mask, **kwargs
+) -> tuple[torch.Tensor, Any]:
+    """One layer's attention call: the model's own where every query sees all its keys,
+    else Λ's output (after a KV cache, with its causal mask checked)."""
+    if key.shape[2] <= state.scheme.window:  # every query sees all its keys
+        return own(module, query, key, value, attention_mask, **kwargs)
+    if query.shape[2] != key.shape[2]:  # queries after a KV cache: their causal mask
+        attention_mask = offset_mask_checked(state, attention_mask, query, key)
+    _check_supported(module, attention_mask, kwargs)
+    return lambda_output(module, query, key, value, **kwargs), None
 
-    forward.__name__ = f"posgen_lambda_{base}_forward"
-    return forward
+
+# the sdpa mask function: None for unpadded causal input
+LAMBDA_ATTENTION = WrappedAttention(
+    NAME_PREFIX, "lambda attention", "posgen's lambda_attention context", _layer_call, "sdpa"
+)
+# the function registered for a base implementation (a test registers it outside a block)
+_make_forward = LAMBDA_ATTENTION.make_forward
 
 
 def active_scheme() -> LengthLambda | None:
@@ -115,7 +108,7 @@ def active_scheme() -> LengthLambda | None:
     Another attention function that runs inside the block (the decomposition's capture)
     uses it to learn that the forward is a Λ forward, and :func:`lambda_output` for the
     outputs."""
-    state = _ACTIVE.get()
+    state = LAMBDA_ATTENTION.current()
     return None if state is None else state.scheme
 
 
@@ -132,7 +125,7 @@ def lambda_output(
     forward (``T_q == T_k``) or the last ``T_q`` queries after a KV cache of
     ``T_k − T_q`` tokens. ``kwargs``: the attention function's (``scaling``,
     ``sliding_window``, ...), checked as Λ checks them."""
-    state = _ACTIVE.get()
+    state = LAMBDA_ATTENTION.current()
     if state is None:
         raise RuntimeError("lambda_output was called outside posgen's lambda_attention context")
     if key.shape[2] <= state.scheme.window or query.shape[2] > key.shape[2]:
@@ -205,15 +198,9 @@ def lambda_attention_forward(
     ``key``/``value [B, Hkv, T_k, d]`` (see the module docstring for the equation). The
     queries are the last ``T_q`` tokens: query r has token index ``o + r`` with
     ``o = T_k − T_q`` (0 for a full forward; the KV cache's length after one)."""
-    if state.cos is None or state.sin is None:
-        raise RuntimeError("lambda attention saw no rotary embedding in this forward")
-    _, heads, n_q, dim = query.shape
+    _require_full_rotary(state, query)
+    heads = query.shape[1]
     n, offset = key.shape[2], key.shape[2] - query.shape[2]
-    if state.cos.shape[-1] != dim or state.cos.shape[-2] != n_q:
-        raise RuntimeError(
-            f"lambda attention needs full-width rotary on every token: cos has shape "
-            f"{tuple(state.cos.shape)}, queries {tuple(query.shape)}"
-        )
     window, n_global = state.scheme.window, min(state.scheme.n_global, n)
     q_fixed, k_global = _stationary(module, query, key, state, n_global)
     v_global = value[:, :, :n_global]
@@ -221,7 +208,7 @@ def lambda_attention_forward(
     # local keys per query head, in transformers' repeat_kv order (head h uses h // groups)
     k_local = key.repeat_interleave(groups, dim=1) if groups > 1 else key
     v_local = value.repeat_interleave(groups, dim=1) if groups > 1 else value
-    block = state.block_size or max(16, min(1024, BLOCK_BUDGET // (window + n_global + 1024)))
+    block = _queries_per_block(state, n_global)
     out = torch.empty_like(query)
     first = offset
     if offset == 0:  # queries before W see plain causal attention (no key is out of the
@@ -244,6 +231,25 @@ def lambda_attention_forward(
             )
         out[:, :, rows] = local.to(query.dtype)
     return out
+
+
+def _require_full_rotary(state: _ForwardState, query: torch.Tensor) -> None:
+    """Refuse a forward whose rotary maps Λ did not see, or that rotate part of each head
+    or not every query (``cos [B|1, T_q, d]`` for ``query [B, H, T_q, d]``)."""
+    if state.cos is None or state.sin is None:
+        raise RuntimeError("lambda attention saw no rotary embedding in this forward")
+    if state.cos.shape[-1] != query.shape[-1] or state.cos.shape[-2] != query.shape[2]:
+        raise RuntimeError(
+            f"lambda attention needs full-width rotary on every token: cos has shape "
+            f"{tuple(state.cos.shape)}, queries {tuple(query.shape)}"
+        )
+
+
+def _queries_per_block(state: _ForwardState, n_global: int) -> int:
+    """The block size asked for, else at most 1024 queries, so that one block's band mask
+    ``[Lq, Lq + W − 1]`` stays near :data:`BLOCK_BUDGET` elements."""
+    window = state.scheme.window
+    return state.block_size or max(16, min(1024, BLOCK_BUDGET // (window + n_global + 1024)))
 
 
 def _stationary(
@@ -365,14 +371,5 @@ def lambda_attention(
             f"lambda attention supports models with one rotary module, found {len(modules)}"
         )
     state = _ForwardState(scheme, block_size)
-    hook = rotary_recorder(state)
-    base = base_implementation(model)
-    if base != "eager" and base not in ALL_ATTENTION_FUNCTIONS:
-        raise ValueError(f"lambda attention cannot wrap unknown implementation {base!r}")
-    handle = modules[0].register_forward_hook(hook, with_kwargs=True)
-    make = lambda: _make_forward(base)  # noqa: E731
-    try:  # the sdpa mask function: None for unpadded causal input
-        with using_attention(model, attention_name(base), make, "sdpa", base, (_ACTIVE, state)):
-            yield
-    finally:
-        handle.remove()
+    with LAMBDA_ATTENTION.active(model, state, [(modules[0], rotary_recorder(state))]):
+        yield

@@ -1,7 +1,7 @@
 """The length schemes that replace the attention function, behind one entry point.
 
 ``lambda:G,W`` (:mod:`.lambda_attention`) and ``infllm`` (:mod:`.infllm_attention`) each
-swap the model's attention through :func:`posgen.compat.using_attention`. Callers that
+swap the model's attention through :mod:`.attention_wrapper`. Callers that
 run a length scheme (hf-posgen's forward, ``posgen length``) enter
 :func:`length_attention`; the decomposition's capture asks :func:`active_band` whether
 the forward runs one of them, and :func:`length_output` for its outputs.

@@ -1,9 +1,8 @@
 """Where ``logits=`` enters: posgen's attention function replaces the logits on the forward.
 
-posgen registers one attention function per base implementation with
-``transformers.AttentionInterface`` under ``posgen_logits_<base>`` (``sdpa`` or
-``eager``), with that implementation's mask function under the same name, through
-:func:`posgen.compat.using_attention`. In a layer outside ``layers=`` it calls the
+The function is ``posgen_logits_<base>`` (``sdpa`` or ``eager``, with that
+implementation's mask function), :data:`LOGITS_ATTENTION`, registered, installed and
+removed by :mod:`.attention_wrapper`. In a layer outside ``layers=`` it calls the
 model's own implementation unchanged. In a chosen layer, for each row of the batch:
 
 1. the row's real tokens are its first m of the n slots (HFLM right-pads), m what the
@@ -49,30 +48,60 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from typing import Any
 
 import torch
 
-from posgen.compat import base_implementation, using_attention
+from posgen.compat import base_implementation
 from posgen.harness.additive_fit.logit_fit import fit_terms
 from posgen.harness.additive_fit.qk_sums import grouped_fit_sums
+from posgen.harness.hf_posgen.attention_wrapper import (
+    OwnAttention,
+    WrappedAttention,
+    own_attention_function,
+)
 from posgen.harness.hf_posgen.logit_forms import reversed_form_logits
 from posgen.harness.hf_posgen.logit_rows import LogitReplacement, MaskRows
-from posgen.harness.hf_posgen.qk_noise import base_forward
 from posgen.harness.model_family import family_of
 from posgen.harness.position_family import position_family_of
 
-_PREFIX = "posgen_logits_"
 BASES = ("sdpa", "eager")
 
 
-_ACTIVE: ContextVar[LogitReplacement | None] = ContextVar("posgen_logit_replacement", default=None)
+def _layer_call(
+    state: LogitReplacement, own: OwnAttention, module, query, key, value, attention_mask, **kwargs
+):
+    """One layer's attention call under ``state`` (module doc): the model's own outside
+    its layers, else the logits replaced by one of the two routes."""
+    layer = int(module.layer_idx)
+    if not state.acts_in(layer):
+        return own(module, query, key, value, attention_mask, **kwargs)
+    if query.shape[2] != key.shape[2]:
+        raise RuntimeError("logits= replaces whole forwards only (no KV cache, no generate)")
+    masks = state.mask_rows(attention_mask, query, key, module, kwargs)
+    attend = _attend(own, module, kwargs.get("softcap"))
+    if state.replaces_whole_logits(query, masks, kwargs.get("softcap")):
+        scores = fit_logits(state, module, layer, query, key, masks, kwargs)
+        out, weights = attend(module, masks.zero_query(query), key, value, scores, **kwargs)
+        return out.flip(1), None if weights is None else weights.flip(2)  # rows back
+    delta = logit_delta(state, module, layer, query, key, masks.rows, kwargs)
+    mask = delta.to(query.dtype).add_(masks.additive)
+    out, weights = attend(module, query, key, value, mask, **kwargs)
+    if state.heads is None:
+        return out, weights
+    plain, plain_weights = own(module, query, key, value, attention_mask, **kwargs)
+    heads = list(state.heads)
+    plain = plain.clone()
+    plain[:, :, heads] = out[:, :, heads]  # [B, T, H, d]
+    if plain_weights is not None and weights is not None:
+        plain_weights = plain_weights.clone()
+        plain_weights[:, heads] = weights[:, heads]
+    return plain, plain_weights
 
 
-def attention_name(base: str) -> str:
-    """The registered name of the replacement around ``base`` (``sdpa``, ``eager``)."""
-    return _PREFIX + base
+LOGITS_ATTENTION = WrappedAttention(
+    "posgen_logits_", "logits=", "posgen's logits= context; use HFPosgenLM", _layer_call
+)
 
 
 @contextmanager
@@ -95,56 +124,18 @@ def logits_replaced(model: torch.nn.Module, replacement: LogitReplacement) -> It
             f"logits={replacement.form.name} runs over sdpa or eager attention; the model "
             f"runs {base!r} (load it with --attn-implementation sdpa)"
         )
-    make = lambda: _make_forward(base)  # noqa: E731
     try:
-        with using_attention(model, attention_name(base), make, base, base, (_ACTIVE, replacement)):
+        with LOGITS_ATTENTION.active(model, replacement):
             yield
     finally:
         replacement._masks = None  # the last forward's mask and buffers: [B, H, n, n] each
 
 
-def _make_forward(base: str) -> Callable[..., Any]:
-    def forward(module, query, key, value, attention_mask, **kwargs):
-        state = _ACTIVE.get()
-        if state is None:
-            raise RuntimeError(
-                f"attention implementation {attention_name(base)!r} was called outside "
-                "posgen's logits= context; use HFPosgenLM"
-            )
-        layer = int(module.layer_idx)
-        run = base_forward(base, module)
-        if not state.acts_in(layer):
-            return run(module, query, key, value, attention_mask, **kwargs)
-        if query.shape[2] != key.shape[2]:
-            raise RuntimeError("logits= replaces whole forwards only (no KV cache, no generate)")
-        masks = state.mask_rows(attention_mask, query, key, module, kwargs)
-        attend = _attend(base, module, kwargs.get("softcap"))
-        if state.replaces_whole_logits(query, masks, kwargs.get("softcap")):
-            scores = fit_logits(state, module, layer, query, key, masks, kwargs)
-            out, weights = attend(module, masks.zero_query(query), key, value, scores, **kwargs)
-            return out.flip(1), None if weights is None else weights.flip(2)  # rows back
-        delta = logit_delta(state, module, layer, query, key, masks.rows, kwargs)
-        mask = delta.to(query.dtype).add_(masks.additive)
-        out, weights = attend(module, query, key, value, mask, **kwargs)
-        if state.heads is None:
-            return out, weights
-        plain, plain_weights = run(module, query, key, value, attention_mask, **kwargs)
-        heads = list(state.heads)
-        plain = plain.clone()
-        plain[:, :, heads] = out[:, :, heads]  # [B, T, H, d]
-        if plain_weights is not None and weights is not None:
-            plain_weights = plain_weights.clone()
-            plain_weights[:, heads] = weights[:, heads]
-        return plain, plain_weights
-
-    forward.__name__ = f"posgen_logits_{base}_forward"
-    return forward
-
-
-def _attend(base: str, module: torch.nn.Module, softcap: Any) -> Callable[..., Any]:
-    """The attention that takes the replaced logits as a float mask (module doc)."""
-    own_sdpa = base == "sdpa" and softcap is None and getattr(module, "sinks", None) is None
-    return base_forward(base if own_sdpa else "eager", module)
+def _attend(own: OwnAttention, module: torch.nn.Module, softcap: Any) -> Callable[..., Any]:
+    """The attention that takes the replaced logits as a float mask (module doc): the
+    model's own sdpa where it runs sdpa, else the family's eager attention."""
+    own_sdpa = own.base == "sdpa" and softcap is None and getattr(module, "sinks", None) is None
+    return own.function if own_sdpa else own_attention_function("eager", module)
 
 
 def fit_logits(state, module, layer, query, key, masks: MaskRows, kwargs) -> torch.Tensor:

@@ -8,7 +8,9 @@ documents it belongs to. :class:`LoglikelihoodRows` holds that state across HFLM
 the documents of the requests (:meth:`~LoglikelihoodRows.scoring`,
 :meth:`~LoglikelihoodRows.rolling`), the queue :func:`.batch_rows.recording_rows` fills
 while HFLM pads (:meth:`~LoglikelihoodRows.recording`), and one
-:class:`~.batch_rows.PaddedRows` taken per forward (:meth:`~LoglikelihoodRows.take`).
+:class:`~.batch_rows.PaddedRows` taken per forward (:meth:`~LoglikelihoodRows.take`);
+HFLM's shared forward for requests whose contexts end at different tokens is turned off
+while they are scored (:meth:`~LoglikelihoodRows.forwards_apart`).
 """
 
 from __future__ import annotations
@@ -105,6 +107,21 @@ class LoglikelihoodRows:
                 yield
             finally:
                 self.queue = None
+
+    @contextmanager
+    def forwards_apart(self, lm: Any, requests: Any) -> Iterator[None]:
+        """Within the block HFLM's ``logits_cache`` on ``lm`` is off when two ``requests``
+        share the tokens ``context + continuation[:-1]``, which HFLM answers from one
+        forward, but end their contexts at different tokens (:func:`split_differently`):
+        perturbed, each context needs its own forward. Rolling windows, perturbed whole,
+        still share. Restored on exit."""
+        shared_logits = lm.logits_cache
+        if not self.whole_rows and split_differently(requests):
+            lm.logits_cache = False
+        try:
+            yield
+        finally:
+            lm.logits_cache = shared_logits
 
     @contextmanager
     def paused(self) -> Iterator[None]:

@@ -36,14 +36,14 @@ own tokens, which keep their positions (:mod:`.chat_content`).
 
 The model-side spec and seed are part of the results (``config.posgen``) and of every
 ``--use_cache`` key, so a cached answer is never served under another perturbation
-(:mod:`.response_cache`). Launch ranks: :mod:`.launch`; what is read from the config
-before weights load: :mod:`.pretrained_config`. lm-eval finds the class by name through
+(:mod:`.response_cache`). Launch ranks: :mod:`.launch`; hf-posgen's own arguments,
+checked before weights load and on the model: :mod:`.model_arguments` (what is read from
+the config: :mod:`.pretrained_config`). lm-eval finds the class by name through
 :mod:`posgen.lm_eval_plugin`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 from typing import Any
 
@@ -51,33 +51,23 @@ import torch
 from lm_eval.api.model import CacheHook
 from lm_eval.models.huggingface import HFLM
 
-from posgen.harness.embedded import resolve_pretrained
 from posgen.harness.hf_posgen.chat_content import ChatContents
 from posgen.harness.hf_posgen.generation import check_generation, generating, plan_generation
 from posgen.harness.hf_posgen.generation_rows import GenerationRows
 from posgen.harness.hf_posgen.launch import join_launch, launch_accelerator
-from posgen.harness.hf_posgen.layer_hooks import layer_count
-from posgen.harness.hf_posgen.layer_selection import check_on_model
-from posgen.harness.hf_posgen.logit_forms import (
-    LogitDonor,
-    LogitForm,
-    check_beside_length,
-    with_donor,
+from posgen.harness.hf_posgen.logit_forms import LogitDonor, LogitForm
+from posgen.harness.hf_posgen.loglikelihood_rows import LoglikelihoodRows
+from posgen.harness.hf_posgen.model_arguments import (
+    checked_arguments,
+    checked_before_load,
+    checked_on_model,
 )
-from posgen.harness.hf_posgen.loglikelihood_rows import LoglikelihoodRows, split_differently
-from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation, refuse_empty
+from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
 from posgen.harness.hf_posgen.perturbed_forward import perturbed_forward, plan_forward
 from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
-from posgen.harness.hf_posgen.pretrained_config import (
-    check_family_in_config,
-    check_layers_in_config,
-    length_load_kwargs,
-    parse_length_arg,
-    require_compatible,
-    resolve_length,
-)
+from posgen.harness.hf_posgen.pretrained_config import length_load_kwargs
 from posgen.harness.hf_posgen.response_cache import ResponseCache
-from posgen.perturbations.base import Perturbation, PerturbationError
+from posgen.perturbations.base import Perturbation
 from posgen.perturbations.seeding import DEFAULT_SEED
 
 
@@ -102,26 +92,21 @@ class HFPosgenLM(HFLM):
     ) -> None:
         """Same arguments as lm-eval's ``hf`` model plus ``positions``, ``features``,
         ``perturb_seed``, ``length`` (a length scheme; write ``lambda:G:W`` and
-        ``infllm:KEY=VALUE:...`` in ``--model_args``, which splits at commas) and ``layers`` (the decoder layers the
-        position and feature schemes act in: ``12``, ``0-5``, ``3;7;11``; default all) and
-        ``heads`` (query heads within those layers, same forms; default all) and ``logits``
-        (``additive``, ``distance``, ``key``, ``shuffled``: those heads' logits replaced by
-        their exact additive fit or part of it, :mod:`.logit_forms`; ``foreign`` needs a
-        donor, :attr:`logit_donor`, and is set with :meth:`set_perturbation`).
-        Generation perturbs the context as a log-likelihood request does; generated
-        tokens continue at natural positions after it (n + k for the k-th generated
-        token of an n-token context). Specs are checked before any weights load; rope
-        scalings (``dynamic:F``,
-        ``yarn:F``) are passed to ``from_pretrained``."""
-        perturbation, length_scheme = checked_arguments(
+        ``infllm:KEY=VALUE:...`` in ``--model_args``, which splits at commas) and
+        ``layers`` (the decoder layers the position and feature schemes act in: ``12``,
+        ``0-5``, ``3;7;11``; default all) and ``heads`` (query heads within those layers,
+        same forms; default all) and ``logits`` (``additive``, ``distance``, ``key``,
+        ``shuffled``: those heads' logits replaced by their exact additive fit or part of
+        it, :mod:`.logit_forms`; ``foreign`` needs a donor, :attr:`logit_donor`, and is set
+        with :meth:`set_perturbation`). Generation perturbs the context as a log-likelihood
+        request does; generated tokens continue at natural positions after it (n + k for
+        the k-th generated token of an n-token context). Specs are checked before any
+        weights load (:mod:`.model_arguments`); rope scalings (``dynamic:F``, ``yarn:F``)
+        are passed to ``from_pretrained``."""
+        p, length_scheme = checked_arguments(
             positions, features, perturb_seed, length, layers, heads, logits
         )
-        if isinstance(pretrained, str):
-            pretrained = resolve_pretrained(pretrained)
-            check_layers_in_config(pretrained, perturbation, kwargs)
-            check_family_in_config(pretrained, perturbation, kwargs)
-        length_scheme = resolve_length(pretrained, length_scheme, kwargs)  # infllm: from C
-        require_compatible(pretrained, kwargs)  # posgen.compat, before weights load
+        pretrained, length_scheme = checked_before_load(pretrained, p, length_scheme, kwargs)
         launch = launch_accelerator()  # before any weights load
         kwargs.update(length_load_kwargs(pretrained, length_scheme, kwargs))
         super().__init__(pretrained=pretrained, **kwargs)
@@ -138,9 +123,8 @@ class HFPosgenLM(HFLM):
         self.logit_donor: LogitDonor | None = None
         self._chat = ChatContents()
         self._generation = GenerationRows()
-        self._perturbation = ModelPerturbation(seed=perturbation.seed)
+        self._perturbation = ModelPerturbation(seed=p.seed)
         self._length = length_scheme
-        p = perturbation
         self.set_perturbation(p.positions, p.features, p.seed, p.layers, p.heads, p.logits)
 
     @property
@@ -165,12 +149,8 @@ class HFPosgenLM(HFLM):
         position or feature scheme on an unlisted model without RoPE.
         """
         new = ModelPerturbation.parse(positions, features, seed, layers, heads, logits)
-        new = dataclasses.replace(new, length=getattr(self, "_length", None))
-        if new.layers is not None and new.length is not None:
-            raise PerturbationError("layers= restricts positions=/features=; drop length=")
-        new = with_donor(new, getattr(self, "logit_donor", None))
-        if new.is_set:
-            check_on_model(new, self.model, self.backend, layer_count(self.model))
+        length, donor = getattr(self, "_length", None), getattr(self, "logit_donor", None)
+        new = checked_on_model(new, length, donor, self.model, self.backend)
         self._perturbation = new
         self._response_cache.follow(new.cache_namespace())
         return new
@@ -216,17 +196,12 @@ class HFPosgenLM(HFLM):
     ) -> Any:
         if not self._perturbation.changes_model:
             return super()._loglikelihood_tokens(requests, disable_tqdm, override_bs)
-        # HFLM answers requests sharing the tokens context + continuation[:-1] from one
-        # forward; when their contexts end at different tokens they need their own.
-        shared_logits = self.logits_cache
-        if not self._rows.whole_rows and split_differently(requests):
-            self.logits_cache = False
-        try:
-            observed = self.plan_observer is not None
-            with self._rows.recording(requests, observed, self._content_mask):
-                return super()._loglikelihood_tokens(requests, disable_tqdm, override_bs)
-        finally:
-            self.logits_cache = shared_logits
+        observed = self.plan_observer is not None
+        with (
+            self._rows.forwards_apart(self, requests),
+            self._rows.recording(requests, observed, self._content_mask),
+        ):
+            return super()._loglikelihood_tokens(requests, disable_tqdm, override_bs)
 
     def _content_mask(self, request: Any) -> Any:
         """The content mask of a chat-templated request's context tokens (None: no chat
@@ -309,42 +284,6 @@ class HFPosgenLM(HFLM):
             self.plan_observer(*plan.context_rows(), self._generation.docs(strings))
         with generating(self.model, plan):
             return super()._model_generate(context, max_length, stop, **generation_kwargs)
-
-
-def checked_arguments(
-    positions: str | None,
-    features: str | None,
-    perturb_seed: int | str,
-    length: str | None,
-    layers: str | None,
-    heads: str | None,
-    logits: str | None,
-) -> tuple[ModelPerturbation, Any]:
-    """hf-posgen's own model arguments checked and parsed before any weights load: the
-    model-side perturbation and the length scheme (or None). Raises ``PerturbationError``
-    (an empty value, an unknown or invalid spec, settings that exclude each other)."""
-    refuse_empty(
-        {
-            "positions": positions,
-            "features": features,
-            "perturb_seed": perturb_seed,
-            "length": length,
-            "layers": layers,
-            "heads": heads,
-            "logits": logits,
-        }
-    )
-    perturbation = ModelPerturbation.parse(positions, features, perturb_seed, layers, heads, logits)
-    if perturbation.logits is not None and perturbation.logits.needs_donor:
-        raise PerturbationError(
-            "logits=foreign takes its distance term from another sequence's fit: set "
-            "HFPosgenLM.logit_donor and call set_perturbation (posgen cause does)"
-        )
-    length_scheme = parse_length_arg(length)
-    if perturbation.layers is not None and length_scheme is not None:
-        raise PerturbationError("layers= restricts positions=/features=; drop length=")
-    check_beside_length(perturbation.logits, length_scheme)
-    return perturbation, length_scheme
 
 
 def model_arguments() -> tuple[str, ...]:

@@ -1,6 +1,6 @@
 """What the attention functions that re-rotate queries and keys (Λ, InfLLM) share: a hook
-that keeps the rotary module's latest inputs and ``(cos, sin)``, and the model's own
-attention for the forwards where they are plain causal attention."""
+that keeps the rotary module's latest inputs and ``(cos, sin)`` (where they are plain
+causal attention they call the model's own, :mod:`.attention_wrapper`)."""
 
 from __future__ import annotations
 
@@ -8,19 +8,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-
-from posgen.compat import internal
-from posgen.harness.model_family import family_of
-
-ALL_ATTENTION_FUNCTIONS = internal("transformers.modeling_utils:ALL_ATTENTION_FUNCTIONS")
-
-
-def own_attention(module, base: str, query, key, value, attention_mask, **kwargs: Any):
-    """The model's own attention implementation ``base`` (for ``eager`` the family's own
-    eager attention), called as transformers calls it: where Λ or InfLLM is plain causal."""
-    own_eager = family_of(module).eager_attention_function(module)
-    plain = ALL_ATTENTION_FUNCTIONS.get_interface(base, own_eager)
-    return plain(module, query, key, value, attention_mask, **kwargs)
 
 
 def rotary_recorder(state: Any) -> Callable[..., None]:
