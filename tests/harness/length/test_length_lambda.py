@@ -132,7 +132,9 @@ def test_outside_context_is_an_error(model):
     from posgen.harness.hf_posgen import lambda_attention as mod
 
     name = mod.attention_name("sdpa")
-    register_attention(name, lambda: mod._make_forward("sdpa"), mask="sdpa", wraps="sdpa")
+    register_attention(
+        name, lambda: mod.LAMBDA_ATTENTION.make_forward("sdpa"), mask="sdpa", wraps="sdpa"
+    )
     model.set_attn_implementation(name)
     try:
         with pytest.raises(RuntimeError, match="outside"), torch.no_grad():

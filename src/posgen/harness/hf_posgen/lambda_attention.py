@@ -98,8 +98,6 @@ def _layer_call(
 LAMBDA_ATTENTION = WrappedAttention(
     NAME_PREFIX, "lambda attention", "posgen's lambda_attention context", _layer_call, "sdpa"
 )
-# the function registered for a base implementation (a test registers it outside a block)
-_make_forward = LAMBDA_ATTENTION.make_forward
 
 
 def active_scheme() -> LengthLambda | None:
