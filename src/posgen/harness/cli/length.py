@@ -116,11 +116,8 @@ def resolve(args: argparse.Namespace) -> LengthJob:
     from posgen.harness.length.job import (
         ALL_DOCUMENTS,
         QUICK_DOCUMENTS,
-        QUICK_FACTOR,
-        QUICK_SCHEMES,
         LengthJob,
         check_model,
-        length_config,
         trained_context,
     )
     from posgen.harness.loading import (
@@ -144,9 +141,22 @@ def resolve(args: argparse.Namespace) -> LengthJob:
     (entry,) = model_entries([args.model], LoadOptions.from_args(args))
     _require_length_family(entry, args, require_rope)
     model_config = _model_config(entry)
-    config = length_config(
+    config = _config(args, entry, trained_context(model_config, args.trained_context))
+    check_model(config, model_config)
+    require_compatible([entry])  # posgen.compat, before the first forward
+    wanted = args.documents
+    if wanted is None and (args.quick or builtin):
+        wanted = QUICK_DOCUMENTS if args.quick else ALL_DOCUMENTS
+    return LengthJob(entry, device, config, documents, wanted, args.out)
+
+
+def _config(args: argparse.Namespace, entry, c: int):
+    """The run's LengthConfig from the arguments, with trained context ``c``."""
+    from posgen.harness.length.job import QUICK_FACTOR, QUICK_SCHEMES, length_config
+
+    return length_config(
         entry,
-        trained_context(model_config, args.trained_context),
+        c,
         schemes=args.schemes or (QUICK_SCHEMES if args.quick else None),
         max_length=args.max_length,
         factor=args.factor or (QUICK_FACTOR if args.quick else None),
@@ -159,12 +169,6 @@ def resolve(args: argparse.Namespace) -> LengthJob:
         decompose=args.decompose,
         window_stride=args.window_stride,
     )
-    check_model(config, model_config)
-    require_compatible([entry])  # posgen.compat, before the first forward
-    wanted = args.documents
-    if wanted is None and (args.quick or builtin):
-        wanted = QUICK_DOCUMENTS if args.quick else ALL_DOCUMENTS
-    return LengthJob(entry, device, config, documents, wanted, args.out)
 
 
 def _require_length_family(entry, args: argparse.Namespace, require_rope) -> None:

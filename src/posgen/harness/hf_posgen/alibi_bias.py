@@ -109,20 +109,24 @@ def alibi_bias_calls(
     chosen = set(range(len(family.blocks(model)))) if layers is None else set(layers)
     with ExitStack() as stack:
         for layer, block in enumerate(family.blocks(model)):
-            if layer not in chosen:
-                continue
-            attention, qkv = getattr(block, family.attention), []
-            pre, post = hooks_for(layer, attention, qkv)
-            handles = [
-                attention.register_forward_pre_hook(pre, with_kwargs=True),
-                attention.register_forward_hook(post, with_kwargs=True),
-            ]
-            if family.bias_form == "mpt":  # its q and k: the Wqkv output it splits
-                keep = attention.Wqkv.register_forward_hook(_keeper(qkv))
-                handles.append(keep)
-            for handle in handles:
-                stack.callback(handle.remove)
+            if layer in chosen:
+                attention, qkv = getattr(block, family.attention), []
+                for handle in _register(family, attention, qkv, hooks_for(layer, attention, qkv)):
+                    stack.callback(handle.remove)
         yield
+
+
+def _register(family, attention: torch.nn.Module, qkv: list[torch.Tensor], hooks) -> list:
+    """The pre- and post-hook on ``attention``'s forward (and, on MPT, the hook that keeps
+    its q and k: the Wqkv output it splits); returns their handles."""
+    pre, post = hooks
+    handles = [
+        attention.register_forward_pre_hook(pre, with_kwargs=True),
+        attention.register_forward_hook(post, with_kwargs=True),
+    ]
+    if family.bias_form == "mpt":
+        handles.append(attention.Wqkv.register_forward_hook(_keeper(qkv)))
+    return handles
 
 
 def _keeper(kept: list[torch.Tensor]) -> Callable[..., None]:
