@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import inspect
 
+from posgen.compat import _resolve
+
 # "module:attr" -> (parameters it must start with, keyword it must take or "")
 POSITION_FAMILY_INTERNALS: dict[str, tuple[tuple[str, ...], str]] = {
     # GPT-2's wpe: a plain nn.Embedding handed the position ids first
@@ -73,7 +75,6 @@ POSITION_FAMILY_INTERNALS: dict[str, tuple[tuple[str, ...], str]] = {
 def position_family_problems() -> list[str]:
     """Every entry of :data:`POSITION_FAMILY_INTERNALS` that is missing or whose
     parameters changed ([] when all are as posgen expects)."""
-    from posgen.compat import _resolve
 
     problems = []
     for path, (first, keyword) in POSITION_FAMILY_INTERNALS.items():

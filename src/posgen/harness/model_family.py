@@ -17,10 +17,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-
-import torch
+from typing import TYPE_CHECKING
 
 from posgen.compat import rotary_function
+
+if TYPE_CHECKING:  # annotations only: the module stays light to import
+    import torch
 
 
 class NoRotaryEmbeddingError(ValueError):

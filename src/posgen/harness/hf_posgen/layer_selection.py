@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from posgen.harness.model_family import require_rotary
+from posgen.harness.position_family import check_schemes
 from posgen.perturbations.base import PerturbationError
 
 LAYERS_FORMS = "a layer (12), a range (0-5) or ';'-separated ones (3;7;11)"
@@ -74,8 +76,6 @@ def check_on_model(p: Any, model: Any, backend: str, layers: int) -> None:
     (``NoRotaryEmbeddingError``; ``logits=`` alone needs none), ``layers=``/``heads=``
     past the model's own (``layers`` decoder layers); a non-rotary position family's
     refusals (:func:`posgen.harness.position_family.check_schemes`)."""
-    from posgen.harness.model_family import require_rotary
-    from posgen.harness.position_family import check_schemes
 
     if backend != "causal":
         raise PerturbationError("positions=/features=/logits= need a causal (decoder-only) model")

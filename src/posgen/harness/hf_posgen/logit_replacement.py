@@ -55,6 +55,7 @@ import torch
 from posgen.compat import base_implementation
 from posgen.harness.additive_fit.logit_fit import fit_terms
 from posgen.harness.additive_fit.qk_sums import grouped_fit_sums
+from posgen.harness.hf_posgen.alibi_logit_replacement import alibi_logits_replaced
 from posgen.harness.hf_posgen.attention_wrapper import (
     OwnAttention,
     WrappedAttention,
@@ -113,8 +114,6 @@ def logits_replaced(model: torch.nn.Module, replacement: LogitReplacement) -> It
     if replacement.form.needs_donor and replacement.donor is None:
         raise ValueError("logits=foreign needs a donor sequence's fit (LogitDonor)")
     if position_family_of(model).kind == "alibi":
-        from posgen.harness.hf_posgen.alibi_logit_replacement import alibi_logits_replaced
-
         with alibi_logits_replaced(model, replacement):
             yield
         return

@@ -13,10 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from posgen.compat import require
 from posgen.harness.hf_posgen.layer_selection import check_heads, check_layers
+from posgen.harness.hf_posgen.length_attention import config_refusal
 from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
+from posgen.harness.model_family import family_of, family_of_type
+from posgen.harness.position_family import check_schemes
 from posgen.perturbations.base import PerturbationError
-from posgen.perturbations.length import LengthPerturbation, parse_length
+from posgen.perturbations.length import LengthInfLLM, LengthPerturbation, parse_length
 
 
 def parse_length_arg(value: str | LengthPerturbation | None) -> LengthPerturbation | None:
@@ -55,11 +59,9 @@ def resolve_length(
     """``length=infllm``: its missing parameters from the model's trained context C
     (``max_position_embeddings``), checked against C and the model's config (RoPE,
     soft-capping, sliding windows) before weights load; other schemes unchanged."""
-    from posgen.perturbations.length import LengthInfLLM
 
     if not isinstance(scheme, LengthInfLLM):
         return scheme
-    from posgen.harness.hf_posgen.length_attention import config_refusal
 
     config = getattr(pretrained, "config", None) if not isinstance(pretrained, str) else None
     config = (config or _config(pretrained, given)).get_text_config()
@@ -103,8 +105,6 @@ def check_family_in_config(pretrained: str, p: ModelPerturbation, given: dict[st
         return
     from types import SimpleNamespace
 
-    from posgen.harness.position_family import check_schemes
-
     specs = (("positions", p.positions), ("features", p.features))
     what = " and ".join(f"{k}={v.to_string()}" for k, v in specs if v is not None)
     check_schemes(SimpleNamespace(config=_config(pretrained, given)), p, what)
@@ -115,8 +115,6 @@ def require_compatible(pretrained: Any, given: dict[str, Any]) -> None:
     loaded model), before its weights load: every internal hf-posgen uses and the rotary
     function of the model's family, so a moved internal stops the model at its
     construction, not inside the first request. Raises :class:`~posgen.compat.CompatError`."""
-    from posgen.compat import require
-    from posgen.harness.model_family import family_of, family_of_type
 
     if isinstance(pretrained, str):
         family = family_of_type(getattr(_config(pretrained, given), "model_type", None))

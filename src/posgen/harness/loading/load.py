@@ -9,7 +9,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from posgen.compat import CompatError, require
+from posgen.harness.embedded import resolve_pretrained
 from posgen.harness.loading.options import LoadError
+from posgen.harness.model_family import family_of_type
+from posgen.perturbations.seeding import item_rng
 from posgen.results.folder.config import ModelEntry, decode_device_map
 
 if TYPE_CHECKING:
@@ -51,8 +55,6 @@ def random_init_twin(config: Any, *, seed: int, name: str) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from posgen.perturbations.seeding import item_rng
-
     torch_seed = int(item_rng(seed, "random-init-twin", name).integers(0, 2**62))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(torch_seed)
@@ -75,8 +77,6 @@ def load_model(
     drawn from (seed, ``entry.path``); it is cast to the entry's dtype."""
     import torch
     from transformers import AutoModelForCausalLM
-
-    from posgen.harness.embedded import resolve_pretrained
 
     path = resolve_pretrained(entry.path)
     common = _hub_kwargs(entry)
@@ -112,8 +112,6 @@ def load_config(entry: ModelEntry, **overrides: Any) -> Any:
     ``overrides`` set config attributes as ``from_pretrained`` keyword arguments do."""
     from transformers import AutoConfig
 
-    from posgen.harness.embedded import resolve_pretrained
-
     return AutoConfig.from_pretrained(
         resolve_pretrained(entry.path), **_hub_kwargs(entry), **overrides
     )
@@ -125,8 +123,6 @@ def require_compatible(entries: Iterable[ModelEntry]) -> None:
     function of each model's family. Commands call it before their first cell, so an
     installed release that moved an internal stops a run before any work, not after its
     cells. Raises :class:`LoadError` (an ``InputError``) with compat's message."""
-    from posgen.compat import CompatError, require
-    from posgen.harness.model_family import family_of_type
 
     families = {family_of_type(getattr(load_config(e), "model_type", None)).name for e in entries}
     try:
@@ -138,8 +134,6 @@ def require_compatible(entries: Iterable[ModelEntry]) -> None:
 def load_tokenizer(entry: ModelEntry) -> Any:
     """The entry's tokenizer (its revision and remote-code setting), no weights."""
     from transformers import AutoTokenizer
-
-    from posgen.harness.embedded import resolve_pretrained
 
     return AutoTokenizer.from_pretrained(resolve_pretrained(entry.path), **_hub_kwargs(entry))
 

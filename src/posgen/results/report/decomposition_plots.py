@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from posgen.atomic import atomic_write
+from posgen.results.report.plots import new_figure, r_heatmap
+
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
@@ -19,7 +22,6 @@ class HeadMap(NamedTuple):
 
 
 def _save(fig, path: Path) -> None:
-    from posgen.atomic import atomic_write
 
     atomic_write(Path(path), lambda p: fig.savefig(p, format="png", dpi=110, bbox_inches="tight"))
 
@@ -28,7 +30,6 @@ def plot_r_heatmap(
     table: pd.DataFrame, path: Path, column: str = "r_3axis", title: str = ""
 ) -> None:
     """Layer × head heatmap of ``column`` averaged over documents (the report's figure)."""
-    from posgen.results.report.plots import r_heatmap
 
     _save(r_heatmap(table, column=column, title=title), path)
 
@@ -36,8 +37,6 @@ def plot_r_heatmap(
 def plot_head_map(actual: np.ndarray, fitted: np.ndarray, path: Path, title: str) -> None:
     """One head's actual logits beside a[i−j] + b[i] + c[j] (NaN = not fitted, blank)."""
     import numpy as np
-
-    from posgen.results.report.plots import new_figure
 
     fig, grid = new_figure(1, 2, figsize=(10, 4.6))
     axes = grid[0]
@@ -65,7 +64,6 @@ def plot_lines(
     logx: bool = False,
 ) -> None:
     """Lines of ``ys`` against ``x`` (one line per ``group`` value and y column)."""
-    from posgen.results.report.plots import new_figure
 
     fig, axes = new_figure(1, len(ys), figsize=(4.2 * len(ys), 3.4))
     groups = frame.groupby(group, sort=False) if group else [("", frame)]
