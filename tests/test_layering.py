@@ -39,12 +39,13 @@ HARNESS_RANKS = {
     "loading": 1,  # the one loader, below every driver that loads a model
     "hf_posgen": 2,
     "decomposition": 3,
-    "run": 4,
-    "out_folder": 5,
-    "length": 6,
-    "layers": 6,
-    "cause": 7,  # posgen cause: its cells are posgen layers' scoring
-    "cli": 8,
+    "loaded_model": 4,  # one hf-posgen model loaded from its entry, its weights decomposed
+    "run": 5,
+    "out_folder": 6,
+    "length": 7,
+    "layers": 7,
+    "cause": 8,  # posgen cause: its folder, scores and --combine build on posgen layers
+    "cli": 9,
 }
 
 

@@ -33,7 +33,8 @@ from posgen.harness.decomposition.predicted_change import (
 from posgen.harness.decomposition.probe import probe_token_windows
 from posgen.harness.hf_posgen.logit_forms import LogitDonor
 from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
-from posgen.harness.layers.runner import load_entry_lm, prose_documents, score_cells
+from posgen.harness.layers.runner import prose_documents, score_cells
+from posgen.harness.loaded_model.model import load_entry_lm
 from posgen.harness.position_family import position_family_of
 from posgen.results.folder.store import atomic_write_parquet
 

@@ -12,8 +12,8 @@ The plain cell is scored first and every decoder layer's output kept
 layer is L reuses layers 0..L−1 of the plain forward, bit for bit what they would compute,
 and runs only layers L.. (checked once per run against a full forward).
 
-Then the decomposition of the same weights (``posgen decompose``'s pipeline), and the
-scores (:mod:`posgen.results.scores.layers`) and report (:mod:`posgen.results.report.layers`).
+Then the decomposition of the same weights (``posgen decompose``'s pipeline, the step
+``posgen run`` takes too: :mod:`posgen.harness.loaded_model.model`), and the scores (:mod:`posgen.results.scores.layers`) and report (:mod:`posgen.results.report.layers`).
 Every cell is written as soon as it is scored; a rerun skips the ones already there.
 """
 
@@ -24,17 +24,11 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TextIO
 
-from posgen.harness.decomposition.pipeline import decompose_model
-from posgen.harness.hf_posgen.model import HFPosgenLM
 from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
 from posgen.harness.layers.folder import LayersFolder
-from posgen.harness.loading import hflm_kwargs, load_model
-from posgen.results.folder.config import ModelEntry
-from posgen.results.folder.layers_config import LayersConfig
-from posgen.results.folder.store import atomic_write_parquet
+from posgen.harness.loaded_model.model import load_entry_lm, write_decomposition
 from posgen.tasks.offline import load_rows
 
 TASK = "posgen_prose"
@@ -49,24 +43,6 @@ def prose_documents(limit: int) -> list[dict[str, Any]]:
 def word_count(text: str) -> int:
     """Words as lm-eval's rolling tasks count them (``word_perplexity``'s weight)."""
     return len(re.split(r"\s+", text))
-
-
-def load_lm(config: LayersConfig, device: str | None) -> Any:
-    """The model as ``posgen run`` loads it: ``HFPosgenLM`` with the entry's loading
-    options (:func:`posgen.harness.loading.hflm_kwargs`)."""
-    return load_entry_lm(config.model, config.batch_size, config.seed, device)
-
-
-def load_entry_lm(entry: ModelEntry, batch_size: str, seed: int, device: str | None) -> Any:
-    """``HFPosgenLM`` of ``entry`` with its loading options; a random-init twin is built
-    from the entry's architecture with ``seed`` and handed in loaded."""
-    kwargs = hflm_kwargs(entry, device)
-    if entry.random_init:
-        twin = load_model(entry, kwargs["device"], seed=seed)
-        return HFPosgenLM(
-            pretrained=twin.model, tokenizer=twin.tokenizer, batch_size=batch_size, **kwargs
-        )
-    return HFPosgenLM(pretrained=entry.path, batch_size=batch_size, **kwargs)
 
 
 def score_documents(lm: Any, texts: list[str]) -> list[float]:
@@ -153,25 +129,6 @@ def _cell_record(name: str, docs: list[dict], ll: list[float], lm: Any) -> dict[
     }
 
 
-def decompose(folder: LayersFolder, lm: Any) -> Path:
-    """The decomposition table of the loaded weights (``posgen decompose``'s pipeline)."""
-
-    cfg = folder.config
-    lm.set_perturbation(None, None, cfg.seed)
-    table = decompose_model(
-        lm.model,
-        tokenizer=lm.tokenizer,
-        docs=cfg.decompose.docs,
-        tokens=cfg.decompose.tokens,
-        seed=cfg.seed,
-        progress=False,
-    )
-    table["model"] = cfg.model.label
-    table["random_init"] = cfg.model.random_init
-    atomic_write_parquet(folder.decomposition_path, table)
-    return folder.decomposition_path
-
-
 def run(
     folder: LayersFolder, device: str | None, progress: Callable[[str], None] | None = None
 ) -> dict[str, float]:
@@ -184,12 +141,13 @@ def run(
     log_path = folder.root / "lm_eval.log"
     with open(log_path, "a", encoding="utf-8") as log:
         with contextlib.redirect_stderr(log):  # transformers' and lm-eval's bars and notes
-            lm = load_lm(cfg, device)
+            lm = load_entry_lm(cfg.model, cfg.batch_size, cfg.seed, device)
         lm.prefix_reuse = PrefixReuse(lm.model)
         timings = run_cells(folder, lm, progress, log)
         if need_fit:
             start = time.perf_counter()
             with contextlib.redirect_stderr(log):
-                decompose(folder, lm)
+                path = folder.decomposition_path
+                write_decomposition(lm, cfg.model, cfg.decompose, cfg.seed, path)
             timings["decomposition"] = time.perf_counter() - start
     return timings

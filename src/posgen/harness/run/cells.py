@@ -17,15 +17,13 @@ from typing import Any
 
 from posgen import __version__
 from posgen.compat import evaluation_tracker, patched
-from posgen.harness.decomposition.pipeline import decompose_model
-from posgen.harness.hf_posgen.model import HFPosgenLM
-from posgen.harness.loading import hflm_kwargs, load_model
+from posgen.harness.loaded_model.model import load_entry_lm, write_decomposition
 from posgen.harness.run.launch import Launch
 from posgen.harness.run.plan import shared_task_manager
 from posgen.harness.run.realised_rows import RowRecorder
 from posgen.lm_eval_plugin import register_all
 from posgen.results.folder.config import Cell, ModelEntry, RunConfig
-from posgen.results.folder.store import RunStore, atomic_write_parquet, slug
+from posgen.results.folder.store import RunStore, slug
 from posgen.results.tables.metric_list import Aggregations
 from posgen.results.tables.tidy import cell_record
 
@@ -167,15 +165,14 @@ class ModelSession:
 
         register_all()
         self.task_manager = shared_task_manager(self.config.include_path)
-        kwargs = {"batch_size": self.config.batch_size, **hflm_kwargs(self.model, self.device)}
-        if kwargs.get("device_map") is not None:
-            kwargs.update(self._placement_memory())
         with self._quiet():
-            if self.model.random_init:
-                twin = load_model(self.model, kwargs["device"], seed=self.config.random_init_seed)
-                self.lm = HFPosgenLM(pretrained=twin.model, tokenizer=twin.tokenizer, **kwargs)
-            else:
-                self.lm = HFPosgenLM(pretrained=self.model.path, **kwargs)
+            self.lm = load_entry_lm(
+                self.model,
+                self.config.batch_size,
+                self.config.random_init_seed,
+                self.device,
+                placement=self._placement_memory,
+            )
         if (self.lm.rank, self.lm.world_size) != (self.launch.rank, self.launch.world_size):
             raise RuntimeError(
                 f"lm-eval's model is rank {self.lm.rank} of {self.lm.world_size}, the launch "
@@ -295,19 +292,11 @@ class ModelSession:
     def decompose(self) -> Path:
         """The per-(doc, layer, head) decomposition of the loaded weights."""
 
-        spec = self.config.decompose
-        self.lm.set_perturbation(positions=None, features=None)
         with self._quiet():
-            table = decompose_model(
-                self.lm.model,
-                tokenizer=self.lm.tokenizer,
-                docs=spec.docs,
-                tokens=spec.tokens,
-                seed=self.config.seed,
-                progress=False,
+            return write_decomposition(
+                self.lm,
+                self.model,
+                self.config.decompose,
+                self.config.seed,
+                self.store.decomposition_path(self.model.label),
             )
-        table["model"] = self.model.label
-        table["random_init"] = self.model.random_init
-        path = self.store.decomposition_path(self.model.label)
-        atomic_write_parquet(path, table)
-        return path

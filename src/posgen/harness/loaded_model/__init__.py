@@ -1,0 +1,2 @@
+"""One hf-posgen model loaded from its entry, and what the drivers do with it: the
+decomposition of its weights (``posgen run``, ``posgen layers``)."""
