@@ -39,7 +39,7 @@ HARNESS_RANKS = {
     "loading": 1,  # the one loader, below every driver that loads a model
     "hf_posgen": 2,
     "decomposition": 3,
-    "loaded_model": 4,  # one hf-posgen model loaded from its entry, its weights decomposed
+    "loaded_model": 4,  # one hf-posgen model loaded: its decomposition, prose cells scored
     "run": 5,
     "out_folder": 6,
     "length": 7,
