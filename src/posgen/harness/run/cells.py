@@ -216,35 +216,13 @@ class ModelSession:
     def evaluate(self, cell: Cell) -> Path | None:
         """Run one cell through lm-eval and write it (raw results, samples, record); under
         a launch every rank scores its share and rank 0 writes (the others return None)."""
-        import lm_eval
-
-        cfg = self.config
         self.lm.set_perturbation(positions=cell.positions, features=cell.features, seed=cell.seed)
         task = cell.lm_eval_task
         recorder = RowRecorder() if cell.kind in ("position", "feature") else None
         self.lm.plan_observer = recorder
         tracker = evaluation_tracker(None)  # its folder is given when the cell is written
         with self._quiet(), _env_info_once(), _observer_removed(self.lm):
-            out = lm_eval.simple_evaluate(
-                model=self.lm,
-                model_args=self._model_args(),
-                tasks=[task],
-                task_manager=self.task_manager,
-                limit=cfg.limits[cell.task],
-                num_fewshot=cfg.num_fewshot,
-                apply_chat_template=cfg.apply_chat_template,
-                # as lm-eval's CLI: few-shot examples as chat turns under a template
-                fewshot_as_multiturn=cfg.multiturn(),
-                system_instruction=cfg.system_instruction,
-                gen_kwargs=dict(cfg.gen_kwargs) if cfg.gen_kwargs else None,
-                log_samples=True,
-                bootstrap_iters=0,
-                evaluation_tracker=tracker,
-                random_seed=cfg.seed,
-                numpy_random_seed=cfg.seed,
-                torch_random_seed=cfg.seed,
-                fewshot_random_seed=cfg.seed,
-            )
+            out = self._simple_evaluate(task, self.config.limits[cell.task], tracker)
         if recorder is not None and self.launch.world_size > 1:  # every rank's rows
             recorder.merge(self.launch.gather(recorder.state()))
         if not self.launch.is_main:
@@ -254,27 +232,60 @@ class ModelSession:
         # gathered in rank order (lm-eval issue 1401): document order as one process has it
         for rows in out["samples"].values():
             rows.sort(key=lambda s: s["doc_id"])
-        task_cfg = out["configs"].get(task, {})
+        return self.store.write_cell(
+            self.model.label,
+            cell.cell_id,
+            self._cell_record(cell, out, recorder),
+            lm_eval_output=lambda folder: _save_lm_eval_output(tracker, folder, out),
+        )
+
+    def _simple_evaluate(self, task: str, limit: int, tracker: Any) -> dict[str, Any] | None:
+        """``lm_eval.simple_evaluate`` of the loaded model on one task, with the run's
+        prompt options and seeds, as lm-eval's CLI runs it; every sample logged."""
+        import lm_eval
+
+        cfg = self.config
+        return lm_eval.simple_evaluate(
+            model=self.lm,
+            model_args=self._model_args(),
+            tasks=[task],
+            task_manager=self.task_manager,
+            limit=limit,
+            num_fewshot=cfg.num_fewshot,
+            apply_chat_template=cfg.apply_chat_template,
+            # as lm-eval's CLI: few-shot examples as chat turns under a template
+            fewshot_as_multiturn=cfg.multiturn(),
+            system_instruction=cfg.system_instruction,
+            gen_kwargs=dict(cfg.gen_kwargs) if cfg.gen_kwargs else None,
+            log_samples=True,
+            bootstrap_iters=0,
+            evaluation_tracker=tracker,
+            random_seed=cfg.seed,
+            numpy_random_seed=cfg.seed,
+            torch_random_seed=cfg.seed,
+            fewshot_random_seed=cfg.seed,
+        )
+
+    def _cell_record(
+        self, cell: Cell, out: dict[str, Any], recorder: RowRecorder | None
+    ) -> dict[str, Any]:
+        """The cell's record from lm-eval's output on rank 0 (its split, the model, the
+        results and samples, and for a model-side cell the positions as realised)."""
+        task_cfg = out["configs"].get(cell.lm_eval_task, {})
         split = task_cfg.get("test_split") or task_cfg.get("validation_split") or "test"
-        record = cell_record(  # results/ takes plain data: no harness types cross
+        return cell_record(  # results/ takes plain data: no harness types cross
             {**cell.record(), "split": split},
             self.model.info(),
             out["results"],
             out["samples"],
             __version__,
-            seed=cfg.seed,
+            seed=self.config.seed,
             model_side=None
             if recorder is None
             else {"realised": recorder.realised(), "rows": recorder.examples(self.lm.tokenizer)},
             configs=out["configs"],
             higher_is_better=out["higher_is_better"],
             aggregations=Aggregations(task_manager=self.task_manager),
-        )
-        return self.store.write_cell(
-            self.model.label,
-            cell.cell_id,
-            record,
-            lm_eval_output=lambda folder: _save_lm_eval_output(tracker, folder, out),
         )
 
     def _model_args(self) -> dict[str, Any]:
