@@ -31,7 +31,7 @@ def main() -> int:
     from posgen.harness.hf_posgen.layer_selection import parse_layers
     from posgen.harness.hf_posgen.model import HFPosgenLM
     from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
-    from posgen.harness.layers.runner import prose_documents, score_documents
+    from posgen.harness.loaded_model.prose_cells import prose_documents, score_documents
 
     texts = [d["text"] for d in prose_documents(args.limit)]
     lm = HFPosgenLM(pretrained=args.model, device="cpu", batch_size=args.batch_size)

@@ -39,13 +39,14 @@ HARNESS_RANKS = {
     "loading": 1,  # the one loader, below every driver that loads a model
     "hf_posgen": 2,
     "decomposition": 3,
-    "run": 4,
-    "out_folder": 5,
-    "length": 6,
-    "layers": 6,
-    "decompose": 7,  # posgen decompose: runs under posgen length's forward
-    "cause": 7,  # posgen cause: its cells are posgen layers' scoring
-    "cli": 8,
+    "loaded_model": 4,  # one hf-posgen model loaded: its decomposition, prose cells scored
+    "run": 5,
+    "out_folder": 6,
+    "length": 7,
+    "layers": 7,
+    "decompose": 8,  # posgen decompose: runs under posgen length's forward
+    "cause": 8,  # posgen cause: the predicted change beside its replaced-logits cells
+    "cli": 9,
 }
 
 

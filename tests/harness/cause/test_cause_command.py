@@ -100,7 +100,7 @@ def test_the_prediction_draws_are_the_cells_draws(planted):
     from posgen.harness.cause.runner import rolling_windows
     from posgen.harness.decomposition.predicted_change import perturbed_positions
     from posgen.harness.hf_posgen.model import HFPosgenLM
-    from posgen.harness.layers.runner import prose_documents
+    from posgen.harness.loaded_model.prose_cells import prose_documents
     from posgen.perturbations.base import registry
 
     lm = HFPosgenLM(pretrained=str(planted), positions="swap:0.2", perturb_seed=7, device="cpu")
@@ -195,12 +195,12 @@ def test_bad_input_on_a_model_is_refused_before_loading(
 ):
     """Refusals that read the model's config (no weights): one line, exit 2, the model
     never loaded, nothing written."""
-    import posgen.harness.layers.runner as layers_runner
+    import posgen.harness.cause.runner as cause_runner
 
     def no_loading(*args, **kwargs):
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr(layers_runner, "load_entry_lm", no_loading)
+    monkeypatch.setattr(cause_runner, "load_entry_lm", no_loading)
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
     assert run("--model", str(planted), "--out", str(out), *argv) == 2

@@ -74,7 +74,7 @@ def controlled_distance_table(
     import torch
     from tqdm.auto import tqdm
 
-    from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache, fit_heads
+    from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache
     from posgen.harness.decomposition.capture import capture_forward
     from posgen.harness.decomposition.probe import probe_token_windows
 
@@ -89,14 +89,7 @@ def controlled_distance_table(
     for doc, ids in enumerate(
         tqdm(windows, desc=f"controlled distance {label}", disable=not progress)
     ):
-        true_stats, fit_a = {}, {}
-
-        def keep_true(cap, true_stats=true_stats, fit_a=fit_a) -> None:
-            true_stats[cap.layer] = _block_stats(cap.logits[0], n)
-            layout = layouts.get(full & cap.attended[0, 0].cpu(), cap.logits.device)
-            fit_a[cap.layer] = fit_heads(cap.logits[0], layout).a.cpu()
-
-        capture_forward(model, ids, keep_true, base)
+        true_stats, fit_a = _true_position_fit(model, ids, base, layouts, full, n)
         for d in (*distances, true_distance):
             pos = base.clone()
             pos[k] = base[q.start] - d - (k.stop - k.start - 1) + torch.arange(k.stop - k.start)
@@ -110,6 +103,27 @@ def controlled_distance_table(
             key = {"label": label, "doc": doc, "distance": d, "true_distance": d == true_distance}
             rows.extend(_distance_rows(stats, true_stats, fit_a, pos, n, key))
     return pd.DataFrame(rows)
+
+
+def _true_position_fit(
+    model, ids: list[int], base: torch.Tensor, layouts, full: torch.Tensor, n: int
+) -> tuple[dict[int, dict], dict[int, torch.Tensor]]:
+    """One document of n tokens at its true positions ``base`` [n]: per layer, the block
+    statistics (:func:`_block_stats`) and the distance term a [H, n] of the exact fit of
+    its logits over ``full`` [n, n] (the fit's mask before the model's own), its layouts
+    kept in ``layouts`` (a ``LayoutCache``)."""
+    from posgen.harness.additive_fit.logit_fit import fit_heads
+    from posgen.harness.decomposition.capture import capture_forward
+
+    true_stats, fit_a = {}, {}
+
+    def keep_true(cap) -> None:
+        true_stats[cap.layer] = _block_stats(cap.logits[0], n)
+        layout = layouts.get(full & cap.attended[0, 0].cpu(), cap.logits.device)
+        fit_a[cap.layer] = fit_heads(cap.logits[0], layout).a.cpu()
+
+    capture_forward(model, ids, keep_true, base)
+    return true_stats, fit_a
 
 
 def _distance_rows(stats, true_stats, fit_a, pos, n: int, key: dict) -> list[dict]:
@@ -176,6 +190,15 @@ def qk_pattern_table(
     windows = probe_token_windows(tokenizer, docs=docs, tokens=tokens)
     for ids in tqdm(windows, desc=f"q/k pattern {label}", disable=not progress):
         capture_forward(model, ids, consumer)
+    return pd.DataFrame(_qk_pattern_rows(acc, wavelengths, label))
+
+
+def _qk_pattern_rows(
+    acc: dict[int, dict[str, list]], wavelengths: dict[int, torch.Tensor], label: str
+) -> list[dict]:
+    """One row per (layer, head, subspace): each statistic of ``acc`` (per layer, name:
+    one [H, M] tensor per document) averaged over the documents, the subspace's
+    wavelength and the key mean norm over the key spread."""
     rows = []
     for layer, stats in sorted(acc.items()):
         mean = {k: sum(v) / len(v) for k, v in stats.items()}
@@ -192,7 +215,7 @@ def qk_pattern_table(
                 row.update({k: float(v[head, m]) for k, v in mean.items()})
                 row["key_mean_to_spread"] = row["key_mean_norm"] / max(row["key_spread"], 1e-30)
                 rows.append(row)
-    return pd.DataFrame(rows)
+    return rows
 
 
 def controlled_distance_summary(table: pd.DataFrame) -> pd.DataFrame:

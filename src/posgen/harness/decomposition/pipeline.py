@@ -69,14 +69,10 @@ def decompose_model(
 
     ``length``: a ``LengthPerturbation`` (``posgen length``'s schemes): a rope scaling is
     applied when the model loads, and ``forward_context(model, ids)`` (a context manager
-    factory, e.g. ``posgen length``'s forward for the scheme) wraps every captured forward.
-    For Λ (``LengthLambda``) ``forward_context`` must enter
-    :func:`posgen.harness.hf_posgen.lambda_attention.lambda_attention` (``posgen length``'s
-    forward does): the capture inside it then runs Λ's attention for the outputs and fits
-    Λ's local band 0 ≤ i − j < W only (``fit_mask`` = ``lambda-band:W`` where n > W; the G
-    global keys are left out of the fit, :mod:`posgen.harness.decomposition.capture`).
-    ``context``: the trained context C; with it the table gets the ``past_context`` columns
-    (NaN where n ≤ C) and a ``context`` column.
+    factory, e.g. ``posgen length``'s forward for the scheme) wraps every captured forward
+    (under Λ it must enter Λ's attention: :func:`decompose_windows`). ``context``: the
+    trained context C; with it the table gets the ``past_context`` columns (NaN where
+    n ≤ C) and a ``context`` column.
 
     ``model``: a name/path (``embedded`` = SmolLM2-135M) or a loaded model (then pass its
     ``tokenizer``). With ``random_init`` the weights are replaced by a seeded random-init
@@ -86,8 +82,6 @@ def decompose_model(
     fit_mask (causal, lambda-band:W or model-mask), include_diagonal, sink_keys. The fit
     itself is :func:`decompose_windows`.
     """
-    import pandas as pd
-
     net, tokenizer, name = _resolve(model, tokenizer, random_init, seed, device, length)
     windows = probe_token_windows(tokenizer, docs=docs, tokens=tokens)
     rows = decompose_windows(
@@ -101,6 +95,24 @@ def decompose_model(
         context=context,
         forward_context=forward_context,
     )
+    return _tidy_table(rows, name, seed, random_init, include_diagonal, sink_keys, length, context)
+
+
+def _tidy_table(
+    rows: list[dict],
+    name: str,
+    seed: int,
+    random_init: bool,
+    include_diagonal: bool,
+    sink_keys: int,
+    length,
+    context: int | None,
+) -> pd.DataFrame:
+    """The fit's ``rows`` as :func:`decompose_model`'s table: the model's name, random-init
+    flag and seed first, the settings of the fit last (``include_diagonal``, ``sink_keys``,
+    and ``length``, the scheme's string, and ``context`` where given)."""
+    import pandas as pd
+
     table = pd.DataFrame(rows)
     table.insert(0, "seed", seed)
     table.insert(0, "random_init", random_init)
@@ -132,26 +144,16 @@ def decompose_windows(
     under, ``forward_context(model, ids)`` wraps each captured forward (under Λ it must
     enter :func:`posgen.harness.hf_posgen.lambda_attention.lambda_attention` for the scheme,
     as ``posgen length``'s forward does; checked), ``context`` = C gives the
-    ``past_context`` columns. Every row says the model's ``position_family``
-    (:mod:`posgen.harness.position_family`) and the ``logit_part`` fitted: ``full`` (the
-    pre-softmax logits; for RoPE and absolute positions q·k is all of them) and for ALiBi
-    also ``qk``, the content part q·k without the bias."""
+    ``past_context`` columns. Under Λ (``LengthLambda``) the capture runs Λ's attention for
+    the outputs and fits Λ's local band 0 ≤ i − j < W only (``fit_mask`` =
+    ``lambda-band:W`` where n > W; the G global keys are left out of the fit,
+    :mod:`posgen.harness.decomposition.capture`). Every row says the model's
+    ``position_family`` (:mod:`posgen.harness.position_family`) and the ``logit_part``
+    fitted: ``full`` (the pre-softmax logits; for RoPE and absolute positions q·k is all of
+    them) and for ALiBi also ``qk``, the content part q·k without the bias."""
     from tqdm.auto import tqdm
 
-    from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache
-    from posgen.harness.decomposition.streaming_fit import LayerFitter
-    from posgen.harness.position_family import position_family_of
-
-    family = position_family_of(model)
-    if family.kind == "alibi" and not family.bias_argument:
-        raise ValueError(
-            f"posgen decompose captures ALiBi logits where a decoder block takes the bias as "
-            f"an argument (BLOOM); {family.name}'s attention is not adapted"
-        )
-    options, layouts = FitOptions(include_diagonal, sink_keys), LayoutCache()
-    # ALiBi: the full logits (bias included) and the content part q·k alone
-    parts = ("full", "qk") if family.kind == "alibi" else ("full",)
-    fitters = {part: LayerFitter(options, layouts, context) for part in parts}
+    family, fitters = _family_fitters(model, include_diagonal, sink_keys, context)
     consumer, capture = _family_capture(family.kind, fitters)
     for k, ids in enumerate(tqdm(windows, desc=f"decompose {name}", disable=not progress)):
         with _forward_context(forward_context, model, ids):
@@ -166,6 +168,25 @@ def decompose_windows(
         for part, fitter in fitters.items()
         for row in fitter.rows
     ]
+
+
+def _family_fitters(model: PreTrainedModel, include_diagonal: bool, sink_keys: int, context):
+    """(the model's position family, a streaming fitter per logit part it fits): ``full``,
+    and for ALiBi also ``qk``; refuses an ALiBi attention the capture is not adapted to."""
+    from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache
+    from posgen.harness.decomposition.streaming_fit import LayerFitter
+    from posgen.harness.position_family import position_family_of
+
+    family = position_family_of(model)
+    if family.kind == "alibi" and not family.bias_argument:
+        raise ValueError(
+            f"posgen decompose captures ALiBi logits where a decoder block takes the bias as "
+            f"an argument (BLOOM); {family.name}'s attention is not adapted"
+        )
+    options, layouts = FitOptions(include_diagonal, sink_keys), LayoutCache()
+    # ALiBi: the full logits (bias included) and the content part q·k alone
+    parts = ("full", "qk") if family.kind == "alibi" else ("full",)
+    return family, {part: LayerFitter(options, layouts, context) for part in parts}
 
 
 def _family_capture(kind: str, fitters: dict):

@@ -17,16 +17,14 @@ from typing import Any
 
 from posgen import __version__
 from posgen.compat import evaluation_tracker, patched
-from posgen.harness.decomposition.pipeline import decompose_model
-from posgen.harness.hf_posgen.model import HFPosgenLM
-from posgen.harness.loading import hflm_kwargs, load_model
+from posgen.harness.loaded_model.model import load_entry_lm, write_decomposition
 from posgen.harness.run.launch import Launch
 from posgen.harness.run.plan import shared_task_manager
 from posgen.harness.run.realised_rows import RowRecorder
 from posgen.lm_eval_plugin import register_all
 from posgen.results.folder.config import Cell, ModelEntry, RunConfig
 from posgen.results.folder.run_store import RunStore
-from posgen.results.folder.store import atomic_write_parquet, slug
+from posgen.results.folder.store import slug
 from posgen.results.tables.metric_list import Aggregations
 from posgen.results.tables.tidy import cell_record
 
@@ -168,15 +166,14 @@ class ModelSession:
 
         register_all()
         self.task_manager = shared_task_manager(self.config.include_path)
-        kwargs = {"batch_size": self.config.batch_size, **hflm_kwargs(self.model, self.device)}
-        if kwargs.get("device_map") is not None:
-            kwargs.update(self._placement_memory())
         with self._quiet():
-            if self.model.random_init:
-                twin = load_model(self.model, kwargs["device"], seed=self.config.random_init_seed)
-                self.lm = HFPosgenLM(pretrained=twin.model, tokenizer=twin.tokenizer, **kwargs)
-            else:
-                self.lm = HFPosgenLM(pretrained=self.model.path, **kwargs)
+            self.lm = load_entry_lm(
+                self.model,
+                self.config.batch_size,
+                self.config.random_init_seed,
+                self.device,
+                placement=self._placement_memory,
+            )
         if (self.lm.rank, self.lm.world_size) != (self.launch.rank, self.launch.world_size):
             raise RuntimeError(
                 f"lm-eval's model is rank {self.lm.rank} of {self.lm.world_size}, the launch "
@@ -220,35 +217,13 @@ class ModelSession:
     def evaluate(self, cell: Cell) -> Path | None:
         """Run one cell through lm-eval and write it (raw results, samples, record); under
         a launch every rank scores its share and rank 0 writes (the others return None)."""
-        import lm_eval
-
-        cfg = self.config
         self.lm.set_perturbation(positions=cell.positions, features=cell.features, seed=cell.seed)
         task = cell.lm_eval_task
         recorder = RowRecorder() if cell.kind in ("position", "feature") else None
         self.lm.plan_observer = recorder
         tracker = evaluation_tracker(None)  # its folder is given when the cell is written
         with self._quiet(), _env_info_once(), _observer_removed(self.lm):
-            out = lm_eval.simple_evaluate(
-                model=self.lm,
-                model_args=self._model_args(),
-                tasks=[task],
-                task_manager=self.task_manager,
-                limit=cfg.limits[cell.task],
-                num_fewshot=cfg.num_fewshot,
-                apply_chat_template=cfg.apply_chat_template,
-                # as lm-eval's CLI: few-shot examples as chat turns under a template
-                fewshot_as_multiturn=cfg.multiturn(),
-                system_instruction=cfg.system_instruction,
-                gen_kwargs=dict(cfg.gen_kwargs) if cfg.gen_kwargs else None,
-                log_samples=True,
-                bootstrap_iters=0,
-                evaluation_tracker=tracker,
-                random_seed=cfg.seed,
-                numpy_random_seed=cfg.seed,
-                torch_random_seed=cfg.seed,
-                fewshot_random_seed=cfg.seed,
-            )
+            out = self._simple_evaluate(task, self.config.limits[cell.task], tracker)
         if recorder is not None and self.launch.world_size > 1:  # every rank's rows
             recorder.merge(self.launch.gather(recorder.state()))
         if not self.launch.is_main:
@@ -258,27 +233,60 @@ class ModelSession:
         # gathered in rank order (lm-eval issue 1401): document order as one process has it
         for rows in out["samples"].values():
             rows.sort(key=lambda s: s["doc_id"])
-        task_cfg = out["configs"].get(task, {})
+        return self.store.write_cell(
+            self.model.label,
+            cell.cell_id,
+            self._cell_record(cell, out, recorder),
+            lm_eval_output=lambda folder: _save_lm_eval_output(tracker, folder, out),
+        )
+
+    def _simple_evaluate(self, task: str, limit: int, tracker: Any) -> dict[str, Any] | None:
+        """``lm_eval.simple_evaluate`` of the loaded model on one task, with the run's
+        prompt options and seeds, as lm-eval's CLI runs it; every sample logged."""
+        import lm_eval
+
+        cfg = self.config
+        return lm_eval.simple_evaluate(
+            model=self.lm,
+            model_args=self._model_args(),
+            tasks=[task],
+            task_manager=self.task_manager,
+            limit=limit,
+            num_fewshot=cfg.num_fewshot,
+            apply_chat_template=cfg.apply_chat_template,
+            # as lm-eval's CLI: few-shot examples as chat turns under a template
+            fewshot_as_multiturn=cfg.multiturn(),
+            system_instruction=cfg.system_instruction,
+            gen_kwargs=dict(cfg.gen_kwargs) if cfg.gen_kwargs else None,
+            log_samples=True,
+            bootstrap_iters=0,
+            evaluation_tracker=tracker,
+            random_seed=cfg.seed,
+            numpy_random_seed=cfg.seed,
+            torch_random_seed=cfg.seed,
+            fewshot_random_seed=cfg.seed,
+        )
+
+    def _cell_record(
+        self, cell: Cell, out: dict[str, Any], recorder: RowRecorder | None
+    ) -> dict[str, Any]:
+        """The cell's record from lm-eval's output on rank 0 (its split, the model, the
+        results and samples, and for a model-side cell the positions as realised)."""
+        task_cfg = out["configs"].get(cell.lm_eval_task, {})
         split = task_cfg.get("test_split") or task_cfg.get("validation_split") or "test"
-        record = cell_record(  # results/ takes plain data: no harness types cross
+        return cell_record(  # results/ takes plain data: no harness types cross
             {**cell.record(), "split": split},
             self.model.info(),
             out["results"],
             out["samples"],
             __version__,
-            seed=cfg.seed,
+            seed=self.config.seed,
             model_side=None
             if recorder is None
             else {"realised": recorder.realised(), "rows": recorder.examples(self.lm.tokenizer)},
             configs=out["configs"],
             higher_is_better=out["higher_is_better"],
             aggregations=Aggregations(task_manager=self.task_manager),
-        )
-        return self.store.write_cell(
-            self.model.label,
-            cell.cell_id,
-            record,
-            lm_eval_output=lambda folder: _save_lm_eval_output(tracker, folder, out),
         )
 
     def _model_args(self) -> dict[str, Any]:
@@ -296,19 +304,11 @@ class ModelSession:
     def decompose(self) -> Path:
         """The per-(doc, layer, head) decomposition of the loaded weights."""
 
-        spec = self.config.decompose
-        self.lm.set_perturbation(positions=None, features=None)
         with self._quiet():
-            table = decompose_model(
-                self.lm.model,
-                tokenizer=self.lm.tokenizer,
-                docs=spec.docs,
-                tokens=spec.tokens,
-                seed=self.config.seed,
-                progress=False,
+            return write_decomposition(
+                self.lm,
+                self.model,
+                self.config.decompose,
+                self.config.seed,
+                self.store.decomposition_path(self.model.label),
             )
-        table["model"] = self.model.label
-        table["random_init"] = self.model.random_init
-        path = self.store.decomposition_path(self.model.label)
-        atomic_write_parquet(path, table)
-        return path

@@ -188,15 +188,7 @@ def shared_task_manager(include_path: tuple[str, ...] = ()) -> Any:
 def resolve_config(args: argparse.Namespace) -> RunConfig:
     """Everything a run depends on (``to_dict()`` is hashed to name the run)."""
     preset = "quick" if args.quick else "default"
-    if args.limit is not None and args.limit < 1:
-        raise PlanError("--limit must be >= 1")
-    if getattr(args, "seeds", 1) < 1:
-        raise PlanError("--seeds must be >= 1")
-    batch_size = parse_batch_size(str(args.batch_size))
-    if not 0 <= args.seed < 2**32:
-        raise PlanError(f"--seed must be an integer in [0, 2**32), got {args.seed}")
-    _check_threshold("--threshold", args.threshold, 10.0, "relative perplexity increase")
-    _check_threshold("--threshold-acc", args.threshold_acc, 1.0, "absolute accuracy drop")
+    batch_size = _checked_numbers(args)
     rates = parse_values(args.rates, QUICK_RATES if args.quick else DEFAULT_RATES, "rates", 1.0)
     sigmas = parse_values(
         args.sigmas, QUICK_SIGMAS if args.quick else DEFAULT_SIGMAS, "sigmas", None
@@ -236,6 +228,22 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
         include_path=include_path,
         **prompt_options(args),
     )
+
+
+def _checked_numbers(args: argparse.Namespace) -> int | str:
+    """The run's numeric flags checked, in this order: ``--limit``, ``--seeds``,
+    ``--batch-size``, ``--seed``, the thresholds; returns the batch size as lm-eval takes
+    it."""
+    if args.limit is not None and args.limit < 1:
+        raise PlanError("--limit must be >= 1")
+    if getattr(args, "seeds", 1) < 1:
+        raise PlanError("--seeds must be >= 1")
+    batch_size = parse_batch_size(str(args.batch_size))
+    if not 0 <= args.seed < 2**32:
+        raise PlanError(f"--seed must be an integer in [0, 2**32), got {args.seed}")
+    _check_threshold("--threshold", args.threshold, 10.0, "relative perplexity increase")
+    _check_threshold("--threshold-acc", args.threshold_acc, 1.0, "absolute accuracy drop")
+    return batch_size
 
 
 def parse_kinds(text: str | None) -> tuple[str, ...]:
