@@ -170,7 +170,7 @@ def test_cli_modules_import_light():
     import sys
 
     code = (
-        "import sys, posgen.harness.decomposition.pipeline, posgen.harness.decomposition.experiments, "
+        "import sys, posgen.harness.cli.decompose, posgen.harness.decomposition.probe, "
         "posgen.results.report.decomposition_plots; "
         "print(sorted(m for m in ('torch', 'transformers', 'pandas', 'matplotlib') "
         "if m in sys.modules))"

@@ -35,6 +35,7 @@ from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
 from posgen.harness.loaded_model.model import load_entry_lm
 from posgen.harness.loaded_model.prose_cells import prose_documents, score_cells
 from posgen.harness.position_family import position_family_of
+from posgen.perturbations.base import registry
 from posgen.results.folder.cause_config import CauseFolder
 from posgen.results.folder.store import atomic_write_parquet
 
@@ -76,8 +77,6 @@ def probe_donor(lm: Any, tokens: int) -> LogitDonor:
 def predict(folder: CauseFolder, lm: Any, progress: bool = False) -> None:
     """The prediction table of the folder's documents and schemes (module doc)."""
     import pandas as pd
-
-    from posgen.perturbations.base import registry
 
     cfg = folder.config
     windows = document_windows(lm, cfg.limit)

@@ -8,10 +8,7 @@ import sys
 from pathlib import Path
 
 from posgen.harness import loading  # loading.load_config, looked up at call time
-from posgen.harness.decomposition.pipeline import (  # light: torch loads inside
-    DEFAULT_DOCS,
-    DEFAULT_TOKENS,
-)
+from posgen.harness.decomposition.probe import DEFAULT_DOCS, DEFAULT_TOKENS  # light
 from posgen.harness.input_error import InputError
 from posgen.harness.loading import (
     LoadOptions,

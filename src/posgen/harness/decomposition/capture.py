@@ -71,6 +71,7 @@ from posgen.harness.hf_posgen.length_attention import (
     length_output,
 )
 from posgen.harness.model_family import family_of
+from posgen.harness.position_family import position_family_of
 
 ALL_ATTENTION_FUNCTIONS = internal("transformers.modeling_utils:ALL_ATTENTION_FUNCTIONS")
 CAPTURE_NAME = "posgen_capture"
@@ -159,7 +160,6 @@ class LayerCapture:
     def _unrotated(self) -> bool:
         """A learned-absolute model's layer, or one of a model without positions: no
         rotation in its q·k at all."""
-        from posgen.harness.position_family import position_family_of
 
         return position_family_of(self.module).kind in ("absolute", "none")
 

@@ -23,6 +23,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from posgen.atomic import atomic_write
+from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache, fit_heads
+from posgen.harness.decomposition.capture import capture_forward
+from posgen.harness.decomposition.probe import probe_token_windows
+from posgen.harness.decomposition.qk_pattern import (
+    check_half_split,
+    subspace_stats,
+    subspace_wavelengths,
+)
+from posgen.results.report.decomposition_plots import plot_lines
+
 if TYPE_CHECKING:
     import pandas as pd
     import torch
@@ -74,10 +85,6 @@ def controlled_distance_table(
     import torch
     from tqdm.auto import tqdm
 
-    from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache
-    from posgen.harness.decomposition.capture import capture_forward
-    from posgen.harness.decomposition.probe import probe_token_windows
-
     n = tokens
     q, k, _ = _blocks(n)
     offset = max(distances) + n
@@ -112,8 +119,6 @@ def _true_position_fit(
     statistics (:func:`_block_stats`) and the distance term a [H, n] of the exact fit of
     its logits over ``full`` [n, n] (the fit's mask before the model's own), its layouts
     kept in ``layouts`` (a ``LayoutCache``)."""
-    from posgen.harness.additive_fit.logit_fit import fit_heads
-    from posgen.harness.decomposition.capture import capture_forward
 
     true_stats, fit_a = {}, {}
 
@@ -166,14 +171,6 @@ def qk_pattern_table(
     concentration of pre-RoPE queries and keys, averaged over ``docs`` probe windows."""
     import pandas as pd
     from tqdm.auto import tqdm
-
-    from posgen.harness.decomposition.capture import capture_forward
-    from posgen.harness.decomposition.probe import probe_token_windows
-    from posgen.harness.decomposition.qk_pattern import (
-        check_half_split,
-        subspace_stats,
-        subspace_wavelengths,
-    )
 
     acc: dict[int, dict] = {}
     wavelengths = {}
@@ -269,9 +266,6 @@ def write_experiments(
     from pathlib import Path
 
     import pandas as pd
-
-    from posgen.atomic import atomic_write
-    from posgen.results.report.decomposition_plots import plot_lines
 
     out = Path(out)
     models = [(label, model)] + ([(f"{label} random-init", twin)] if twin is not None else [])

@@ -18,14 +18,23 @@ if TYPE_CHECKING:
     import pandas as pd
     from transformers import PreTrainedModel
 
-from posgen.harness.decomposition.probe import probe_token_windows
-from posgen.harness.loading import random_init_twin
+from posgen.harness.additive_fit.logit_fit import (
+    FitLayout,
+    FitOptions,
+    LayoutCache,
+    fit_heads,
+    fitted_map,
+)
+from posgen.harness.decomposition.alibi_capture import alibi_capture_forward
+from posgen.harness.decomposition.capture import capture_forward
+from posgen.harness.decomposition.probe import DEFAULT_DOCS, DEFAULT_TOKENS, probe_token_windows
+from posgen.harness.decomposition.streaming_fit import LayerFitter
+from posgen.harness.hf_posgen.length_attention import active_scheme
+from posgen.harness.loading import load_model as load
+from posgen.harness.loading import model_entries, random_init_twin
+from posgen.harness.position_family import position_family_of
 from posgen.results.folder.config import ModelEntry
 from posgen.results.report.decomposition_plots import HeadMap
-
-DEFAULT_DOCS = 8
-
-DEFAULT_TOKENS = 256
 
 HEAD_MAP_MAX_TOKENS = 2048  # head_map.png only for windows up to this length
 
@@ -38,9 +47,6 @@ def load_model(
     (its dtype, revision, adapter, ... as given); ``length`` a length scheme (a rope
     scaling is applied at load)."""
     from dataclasses import replace
-
-    from posgen.harness.loading import load_model as load
-    from posgen.harness.loading import model_entries
 
     entry = model if isinstance(model, ModelEntry) else model_entries([model])[0]
     if random_init and not entry.random_init:
@@ -173,9 +179,6 @@ def decompose_windows(
 def _family_fitters(model: PreTrainedModel, include_diagonal: bool, sink_keys: int, context):
     """(the model's position family, a streaming fitter per logit part it fits): ``full``,
     and for ALiBi also ``qk``; refuses an ALiBi attention the capture is not adapted to."""
-    from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache
-    from posgen.harness.decomposition.streaming_fit import LayerFitter
-    from posgen.harness.position_family import position_family_of
 
     family = position_family_of(model)
     if family.kind == "alibi" and not family.bias_argument:
@@ -192,8 +195,6 @@ def _family_fitters(model: PreTrainedModel, include_diagonal: bool, sink_keys: i
 def _family_capture(kind: str, fitters: dict):
     """(consumer, capture function) of one position family's decomposition: for ALiBi the
     bias-capturing forward feeding each fitter its part of every layer's logits."""
-    from posgen.harness.decomposition.alibi_capture import alibi_capture_forward
-    from posgen.harness.decomposition.capture import capture_forward
 
     if kind != "alibi":
         return fitters["full"], capture_forward
@@ -210,7 +211,6 @@ def _check_lambda_active(length) -> None:
     without it the fit would silently be of plain causal attention."""
     if length is None or not length.uses_attention:
         return
-    from posgen.harness.hf_posgen.length_attention import active_scheme
 
     if active_scheme() != length:
         raise ValueError(
@@ -258,9 +258,6 @@ def head_logit_maps(
     forward inside ``forward_context(model, ids)``, if given); NaN = unfitted. ALiBi: the
     full logits, bias included."""
     import torch
-
-    from posgen.harness.additive_fit.logit_fit import FitLayout, FitOptions, fit_heads, fitted_map
-    from posgen.harness.position_family import position_family_of
 
     _, capture_forward = _family_capture(position_family_of(model).kind, {"full": None})
     ids = probe_token_windows(tokenizer, docs=doc + 1, tokens=tokens)[doc]

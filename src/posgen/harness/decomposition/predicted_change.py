@@ -66,12 +66,15 @@ from posgen.harness.additive_fit.logit_fit import (
     head_sums,
 )
 from posgen.harness.additive_fit.qk_sums import grouped_fit_sums
+from posgen.harness.decomposition.alibi_capture import alibi_capture_forward
+from posgen.harness.decomposition.capture import capture_forward
 from posgen.harness.hf_posgen.lambda_attention import local_attention
 from posgen.harness.hf_posgen.layer_hooks import TWIN_ROTATIONS, layer_count, layer_positions
 from posgen.harness.hf_posgen.logit_replacement import grouped_like_repeat_kv
 from posgen.harness.hf_posgen.logit_rows import fit_layout
 from posgen.harness.hf_posgen.position_hooks import build_plan
 from posgen.harness.model_family import family_of
+from posgen.harness.position_family import position_family_of
 from posgen.results.scores.cause import KLS, SUMS, r_and_share
 
 
@@ -280,9 +283,6 @@ def distance_terms(model: torch.nn.Module, ids: Sequence[int]) -> dict[int, torc
     """Per layer, the distance term a [H, n] (float64, NaN where unfitted) of the fit of
     every head's logits on one plain forward of ``ids``: a ``logits=foreign`` donor. An
     ALiBi model's logits are its full ones, bias included (what ``logits=`` fits there)."""
-    from posgen.harness.decomposition.alibi_capture import alibi_capture_forward
-    from posgen.harness.decomposition.capture import capture_forward
-    from posgen.harness.position_family import position_family_of
 
     layouts, options, terms = LayoutCache(), FitOptions(), {}
 
@@ -355,7 +355,6 @@ def rotary_window_rows(
 ) -> list[dict[str, Any]]:
     """The rows of one window under positions ``pos`` [n] on a rotary model: one captured
     forward, every layer's twin rotation at π (module doc)."""
-    from posgen.harness.decomposition.capture import capture_forward
 
     predictor = ChangePredictor(pos, layouts)
     with layer_positions(model, pos[None], list(range(layer_count(model))), split_heads=True):

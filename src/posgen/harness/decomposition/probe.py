@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from posgen.tasks.offline import probe_britannica
 
+DEFAULT_DOCS = 8  # probe windows of a decomposition
+DEFAULT_TOKENS = 256  # tokens per window
+
 
 def probe_text() -> str:
     """The embedded probe text (module docstring), always the same for the same Python."""

@@ -8,7 +8,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from posgen.harness.run.options import PlanError
+from posgen.harness.run.plan import shared_task_manager
 from posgen.results.folder.config import RunConfig
+from posgen.results.tables.metric_list import declared_specs
+from posgen.results.tables.tidy import unscorable_text
 
 
 def check_run_metrics(config: RunConfig) -> list[str]:
@@ -17,8 +20,6 @@ def check_run_metrics(config: RunConfig) -> list[str]:
     once per process, with the run's ``--include-path`` folders). Returns a note when
     ``--gen-kwargs`` was given and no task generates (lm-eval ignores it then)."""
     if config.suite != "offline":
-        from posgen.harness.run.plan import shared_task_manager
-
         manager = shared_task_manager(config.include_path)
         check_task_metrics(config.tasks, manager)
         types = {_output_type(t, manager) for t in config.tasks}
@@ -46,8 +47,6 @@ def check_task_metrics(tasks: Iterable[str], task_manager: Any) -> None:
     """Refuse a task whose declared metrics (its ``metric_list`` under each filter, or
     lm-eval's defaults for its output type) posgen cannot score. A group or tag is not
     one task's config: its tasks are checked when their cells are recorded."""
-    from posgen.results.tables.metric_list import declared_specs
-    from posgen.results.tables.tidy import unscorable_text
 
     for task in tasks:
         try:

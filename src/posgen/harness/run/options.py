@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from posgen.compat import internal
 from posgen.harness.input_error import InputError
 
 
@@ -86,7 +87,6 @@ def parse_gen_kwargs(text: str) -> dict[str, Any]:
     as true/false, a number, a Python literal (``until=["\\n\\n"]``) or else a string.
     Refused: an empty value, a pair without ``=``, a key that is not a name (generation
     arguments are keyword arguments), a value JSON cannot store in the run's config."""
-    from posgen.compat import internal
 
     if not text.strip():
         raise PlanError("--gen-kwargs: empty; give key=value pairs, e.g. max_gen_toks=64")

@@ -25,6 +25,11 @@ from posgen.harness.run.options import (
     parse_batch_size,
     prompt_options,
 )
+from posgen.harness.run.task_index import (
+    known_task_names,
+    stored_task_names,
+    unwritten_names,
+)
 from posgen.perturbations.seeding import DEFAULT_SEED
 from posgen.results.folder.config import (
     MODEL_SIDE_KINDS,
@@ -34,6 +39,8 @@ from posgen.results.folder.config import (
     SweepAxis,
 )
 from posgen.results.folder.schema import SCHEMA_VERSION
+from posgen.tasks.naming import PREFIX
+from posgen.tasks.offline import SUITE_TASKS, SUITE_VERSION, TASKS, load_rows
 
 # The sweep grids. Rates: fraction of words (text) or positions (position) moved;
 # sigmas: std of the Gaussian jitter of each position before RoPE, in positions.
@@ -78,7 +85,6 @@ def shipped_limit(task: str, limit: int) -> int:
     """``limit`` read as lm-eval reads ``--limit`` ("at most"), made exact for posgen's own
     tasks, whose documents are known offline: the number that runs, which is what the
     run folder records and the report states. Other tasks keep the limit asked."""
-    from posgen.tasks.offline import TASKS, load_rows
 
     return min(limit, len(load_rows(f"{task}.jsonl"))) if task in TASKS else limit
 
@@ -125,18 +131,12 @@ def check_model_side_kinds(config: RunConfig) -> list[str]:
 def suite_tasks(suite: str, include_path: tuple[str, ...] = ()) -> tuple[list[str], int | None]:
     """The tasks of a suite and its version (None for a list of lm-eval tasks); a task
     of the ``include_path`` folders (the user's own YAML) is known by their index."""
-    from posgen.tasks.offline import SUITE_TASKS, SUITE_VERSION
 
     if suite == "offline":
         return list(SUITE_TASKS), SUITE_VERSION
     tasks = [t.strip() for t in suite.split(",") if t.strip()]
     if not tasks:
         raise PlanError("--suite: give 'offline' or a comma-separated list of lm-eval tasks")
-    from posgen.harness.run.task_index import (
-        known_task_names,
-        stored_task_names,
-        unwritten_names,
-    )
 
     own = included_task_names(include_path) if include_path else frozenset()
     if stored_task_names() is None:  # before the index: refuse what no task file names
@@ -162,8 +162,6 @@ def included_task_names(include_path: tuple[str, ...]) -> frozenset[str]:
 def _posgen_name(task: str, own: frozenset[str] = frozenset()) -> bool:
     """A name of posgen's own tasks (the offline suite, the perturbed family) or of the
     user's own task folders (``own``)."""
-    from posgen.tasks.naming import PREFIX
-    from posgen.tasks.offline import TASKS
 
     return task in TASKS or task.startswith(PREFIX) or task in own
 
