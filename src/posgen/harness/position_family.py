@@ -78,6 +78,12 @@ class PositionFamily:
     logits_refusal: str = ""
 
     @property
+    def logits_captured(self) -> bool:
+        """Whether the decomposition captures this family's logits from the model's own
+        forward: every family but Falcon's ALiBi, whose sdpa attention never forms them."""
+        return self.kind != "alibi" or self.bias_form in ("bloom", "mpt")
+
+    @property
     def meaning(self) -> str:
         """What the decomposition's a[i−j] means in this family."""
         return MEANINGS[self.kind]

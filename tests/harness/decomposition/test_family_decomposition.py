@@ -117,6 +117,27 @@ def test_alibi_planted_truth_the_bias_alone_is_exactly_additive(tok):
     np.testing.assert_allclose(qk["logit_std"], 0.0, atol=1e-9)
 
 
+def test_mpt_planted_truth_the_bias_alone_is_exactly_additive(tok):
+    """As BLOOM's: MPT with q·k = 0 (its Wqkv's query and key rows zeroed) has logits that
+    are its bias m_h·(j − n + 1) alone, fitted exactly; its content part is zero."""
+    model = build_model("mpt")
+    with torch.no_grad():
+        for block in model.transformer.blocks:
+            block.attn.Wqkv.weight[: 2 * 64].zero_()  # rows: q, then k, then v (d_model 64)
+    table = decompose_model(model, tokenizer=tok, docs=1, tokens=32, progress=False)
+    assert set(table["position_family"]) == {"alibi"}
+    full, qk = table[table["logit_part"] == "full"], table[table["logit_part"] == "qk"]
+    assert len(full) == len(qk) == 2 * 4
+    np.testing.assert_allclose(full["r_3axis"], 1.0, atol=1e-6)
+    np.testing.assert_allclose(qk["logit_std"], 0.0, atol=1e-9)
+
+
+def test_falcon_alibi_decomposition_is_refused_in_one_line(tok):
+    with pytest.raises(ValueError, match="its sdpa attention never forms them") as refused:
+        decompose_model(build_model("falcon_alibi"), tokenizer=tok, docs=1, tokens=16)
+    assert "\n" not in str(refused.value)
+
+
 def test_alibi_fits_differ_with_and_without_the_bias(tok):
     table = decompose_model(build_model("bloom"), tokenizer=tok, docs=1, tokens=32, progress=False)
     full = table[table["logit_part"] == "full"].set_index(["layer", "head"])

@@ -209,7 +209,7 @@ def check_arguments(args: argparse.Namespace):
 
 
 def _require_family(entry, args: argparse.Namespace) -> None:
-    """A RoPE model takes everything; a learned-absolute, BLOOM-ALiBi or position-free one
+    """A RoPE model takes everything; a learned-absolute, ALiBi (BLOOM, MPT) or position-free one
     (:mod:`posgen.harness.position_family`) the fit alone: no ``--length`` (rotary
     schemes), no ``--experiments`` (RoPE's controlled distance and phase measures)."""
     from posgen.harness.position_family import family_of_folder
@@ -218,10 +218,8 @@ def _require_family(entry, args: argparse.Namespace) -> None:
     if family is None or family.kind == "rotary":
         require_rope(entry, "posgen decompose")
         return
-    if family.kind == "alibi" and not family.bias_argument:
-        raise InputError(
-            f"{entry.path}: {family.name}'s ALiBi attention is not adapted (BLOOM's is)"
-        )
+    if not family.logits_captured:
+        raise InputError(f"{entry.path}: {family.logits_refusal}")
     for flag, given in (("--length", args.length), ("--experiments", args.experiments)):
         if given:
             raise InputError(
