@@ -99,31 +99,26 @@ def test_falcon_alibi_capture_is_refused_in_one_line():
     assert "\n" not in str(refused.value)
 
 
-def test_alibi_planted_truth_the_bias_alone_is_exactly_additive(tok):
-    """q·k = 0 (query and key weights and biases zeroed): the full logits are the bias
-    m_h·j alone, fitted exactly (r = 1); the content part is zero."""
-    model = build_model("bloom")
+def _zero_qk(model) -> None:
+    """q·k = 0: BLOOM's query and key weights and biases, MPT's Wqkv query and key rows."""
     with torch.no_grad():
+        if model.config.model_type == "mpt":
+            for block in model.transformer.blocks:
+                block.attn.Wqkv.weight[: 2 * 64].zero_()  # rows: q, k, v (d_model 64)
+            return
         for block in model.transformer.h:
             qkv = block.self_attention.query_key_value
             w = qkv.weight.view(4, 3, 16, 64)  # heads × (q, k, v) × head_dim × hidden
             w[:, :2].zero_()
             qkv.bias.view(4, 3, 16)[:, :2].zero_()
-    table = decompose_model(model, tokenizer=tok, docs=1, tokens=32, progress=False)
-    assert set(table["position_family"]) == {"alibi"}
-    full, qk = table[table["logit_part"] == "full"], table[table["logit_part"] == "qk"]
-    assert len(full) == len(qk) == 2 * 4
-    np.testing.assert_allclose(full["r_3axis"], 1.0, atol=1e-6)
-    np.testing.assert_allclose(qk["logit_std"], 0.0, atol=1e-9)
 
 
-def test_mpt_planted_truth_the_bias_alone_is_exactly_additive(tok):
-    """As BLOOM's: MPT with q·k = 0 (its Wqkv's query and key rows zeroed) has logits that
-    are its bias m_h·(j − n + 1) alone, fitted exactly; its content part is zero."""
-    model = build_model("mpt")
-    with torch.no_grad():
-        for block in model.transformer.blocks:
-            block.attn.Wqkv.weight[: 2 * 64].zero_()  # rows: q, then k, then v (d_model 64)
+@pytest.mark.parametrize("arch", ["bloom", "mpt"])
+def test_alibi_planted_truth_the_bias_alone_is_exactly_additive(arch, tok):
+    """q·k = 0: the full logits are the bias alone (BLOOM's m_h·j, MPT's m_h·(j − n + 1)),
+    fitted exactly (r = 1); the content part is zero."""
+    model = build_model(arch)
+    _zero_qk(model)
     table = decompose_model(model, tokenizer=tok, docs=1, tokens=32, progress=False)
     assert set(table["position_family"]) == {"alibi"}
     full, qk = table[table["logit_part"] == "full"], table[table["logit_part"] == "qk"]
