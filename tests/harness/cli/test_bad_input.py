@@ -28,6 +28,7 @@ def models(tmp_path_factory, tiny_model_dir) -> dict[str, Path]:
         "short": short,
         "gpt2": tiny_model_dir("gpt2", 0),
         "mpt": tiny_model_dir("mpt", 0),
+        "falcon": tiny_model_dir("falcon_alibi", 0),
         "no-config": root / "no-config",
         "afile": root / "afile",
     }
@@ -123,7 +124,7 @@ MODELS = [
 @pytest.mark.parametrize(("model", "message"), MODELS)
 def test_a_bad_model_is_refused(models, no_loading, capsys, command, model, message):
     if (command, model) == ("decompose", "gpt2"):
-        model, message = "mpt", "mpt's ALiBi attention is not adapted"  # GPT-2 decomposes
+        model, message = "falcon", "its sdpa attention never forms them"  # GPT-2, MPT decompose
     if (command, model) == ("length", "gpt2"):
         message = "has learned absolute positions: its table has a row per position"
     path = models.get(model, no_loading / "no-such-model")

@@ -17,9 +17,9 @@ from posgen.harness.decomposition.pipeline import (
     decompose_model,
     load_model,
     median_head_map,
-    random_init_twin,
 )
 from posgen.harness.length.apply import length_forward
+from posgen.harness.loading import random_init_twin
 from posgen.perturbations.length import parse_length
 from posgen.results.folder.decompose_config import DecomposeConfig, DecomposeFolder
 from posgen.results.folder.store import atomic_write_json

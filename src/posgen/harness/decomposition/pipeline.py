@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from transformers import PreTrainedModel
 
+from posgen.harness import loading  # looked up at call time (tests replace its loaders)
 from posgen.harness.additive_fit.logit_fit import (
     FitLayout,
     FitOptions,
@@ -30,8 +31,6 @@ from posgen.harness.decomposition.capture import capture_forward
 from posgen.harness.decomposition.probe import DEFAULT_DOCS, DEFAULT_TOKENS, probe_token_windows
 from posgen.harness.decomposition.streaming_fit import LayerFitter
 from posgen.harness.hf_posgen.length_attention import active_scheme
-from posgen.harness.loading import load_model as load
-from posgen.harness.loading import model_entries, random_init_twin
 from posgen.harness.position_family import position_family_of
 from posgen.results.folder.config import ModelEntry
 from posgen.results.report.decomposition_plots import HeadMap
@@ -48,10 +47,10 @@ def load_model(
     scaling is applied at load)."""
     from dataclasses import replace
 
-    entry = model if isinstance(model, ModelEntry) else model_entries([model])[0]
+    entry = model if isinstance(model, ModelEntry) else loading.model_entries([model])[0]
     if random_init and not entry.random_init:
         entry = replace(entry, random_init=True)
-    loaded = load(entry, device or "cpu", seed=seed, length=length)
+    loaded = loading.load_model(entry, device or "cpu", seed=seed, length=length)
     return loaded.model, loaded.tokenizer
 
 
@@ -235,7 +234,7 @@ def _resolve(model, tokenizer, random_init: bool, seed: int, device, length=None
         raise ValueError("pass tokenizer= with a loaded model")
     name = getattr(model.config, "name_or_path", "") or type(model).__name__
     if random_init:
-        model = random_init_twin(model.config, seed=seed, name=name)
+        model = loading.random_init_twin(model.config, seed=seed, name=name)
     return model.to(device or next(model.parameters()).device).eval(), tokenizer, name
 
 

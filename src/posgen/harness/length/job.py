@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from posgen.harness import loading  # looked up at call time (tests replace its loaders)
 from posgen.harness.hf_posgen.length_attention import config_refusal
 from posgen.harness.input_error import InputError
 from posgen.harness.length.documents import (
@@ -28,7 +29,6 @@ from posgen.harness.length.documents import (
 )
 from posgen.harness.length.nll import head_refusal
 from posgen.harness.length.runner import run_documents
-from posgen.harness.loading import load_config, load_tokenizer
 from posgen.perturbations import PerturbationError
 from posgen.perturbations.length import parse_length_list
 from posgen.results.folder.config import ModelEntry
@@ -142,7 +142,7 @@ def select_documents(job: LengthJob, log: Callable[[str], None]) -> tuple[Length
     """The run's documents (tokenized, cut to max length) and the config naming them."""
 
     config = job.config
-    tokenizer = load_tokenizer(job.entry)
+    tokenizer = loading.load_tokenizer(job.entry)
     sel = select(job.documents, lambda t: tokenizer(t).input_ids, config.max_length, job.wanted)
     shortfall = describe_shortfall(sel, job.wanted, config.max_length)
     if shortfall:
@@ -191,7 +191,7 @@ def jobs_for_run(
     for entry in entries:
         if entry.random_init:
             continue  # the twin has no trained context to extrapolate from
-        model_config = load_config(entry)
+        model_config = loading.load_config(entry)
         if getattr(model_config, "max_position_embeddings", None) is None:
             raise InputError(
                 f"--length: {entry.label}'s config has no max_position_embeddings, so its "

@@ -37,13 +37,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from posgen.harness import loading  # looked up at call time (tests replace its loaders)
 from posgen.harness.length.apply import length_forward
 from posgen.harness.length.decompose import decompose_document
 from posgen.harness.length.drift import drift_capture
 from posgen.harness.length.nll import bucket_sums, position_nll
 from posgen.harness.length.reuse import run_prefix, run_suffix, shared_length, sharing
 from posgen.harness.length.window import context_range, window_nll
-from posgen.harness.loading import load_model
 from posgen.harness.model_family import rotary_modules
 from posgen.perturbations import parse
 from posgen.perturbations.length import LengthPerturbation
@@ -103,7 +103,7 @@ def run_documents(
         mine = windows if key == "plain" else []
         if not todo and not mine:
             continue
-        loaded = load_model(entry, device, length=group[0] if group else None)
+        loaded = loading.load_model(entry, device, length=group[0] if group else None)
         model = loaded.model
         for doc in mine:
             _score_window(folder, config, loaded, doc, token_ids[doc], log)

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from posgen.harness import loading  # looked up at call time (tests replace its loaders)
 from posgen.harness.decomposition.pipeline import decompose_model
 from posgen.harness.hf_posgen.model import HFPosgenLM
-from posgen.harness.loading import hflm_kwargs, load_model
 from posgen.results.folder.config import Decompose, ModelEntry
 from posgen.results.folder.store import atomic_write_parquet
 
@@ -32,11 +32,11 @@ def load_entry_lm(
     entry's architecture with ``seed`` and handed in loaded. ``placement``: where the
     entry loads with a device map, the further keyword arguments it gets (``posgen run``'s
     memory and offload folder)."""
-    kwargs = {"batch_size": batch_size, **hflm_kwargs(entry, device)}
+    kwargs = {"batch_size": batch_size, **loading.hflm_kwargs(entry, device)}
     if placement is not None and kwargs.get("device_map") is not None:
         kwargs.update(placement())
     if entry.random_init:
-        twin = load_model(entry, kwargs["device"], seed=seed)
+        twin = loading.load_model(entry, kwargs["device"], seed=seed)
         return HFPosgenLM(pretrained=twin.model, tokenizer=twin.tokenizer, **kwargs)
     return HFPosgenLM(pretrained=entry.path, **kwargs)
 

