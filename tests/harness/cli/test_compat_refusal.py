@@ -19,10 +19,10 @@ MOVED = "transformers.models.llama.modeling_llama:rotate_half"  # (x), not (q, k
 def moved_rotary(monkeypatch, tmp_path):
     """The llama family's rotary function listed where one with other parameters lies;
     loading weights or starting a cell fails the test; an empty working folder."""
+    from posgen.harness import loading
     from posgen.harness.cause import runner as cause_runner
-    from posgen.harness.cli import decompose
+    from posgen.harness.decompose import runner as decompose_runner
     from posgen.harness.layers import runner
-    from posgen.harness.length import runner as length_runner
     from posgen.harness.run import cells
 
     def refuse(*a, **k):
@@ -32,8 +32,8 @@ def moved_rotary(monkeypatch, tmp_path):
     monkeypatch.setattr(runner, "load_entry_lm", refuse)
     monkeypatch.setattr(cause_runner, "load_entry_lm", refuse)
     monkeypatch.setattr(cells.ModelSession, "__enter__", refuse)
-    monkeypatch.setattr(decompose, "decompose_model", refuse)
-    monkeypatch.setattr(length_runner, "load_model", refuse)
+    monkeypatch.setattr(decompose_runner, "decompose_model", refuse)
+    monkeypatch.setattr(loading, "load_model", refuse)
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

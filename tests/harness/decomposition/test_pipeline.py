@@ -87,13 +87,6 @@ def test_random_init_twin_is_seeded_and_distinct(tok):
     assert a["random_init"].all() and not trained["random_init"].any()
 
 
-def test_an_unadapted_alibi_model_is_refused_clearly(tok):
-    with pytest.raises(ValueError, match="mpt's attention is not adapted"):
-        decompose_model(
-            build_model("mpt", seed=0), tokenizer=tok, docs=1, tokens=16, progress=False
-        )
-
-
 def test_probe_windows_are_deterministic_and_exact(tok):
     a = probe_token_windows(tok, docs=3, tokens=50)
     assert a == probe_token_windows(tok, docs=3, tokens=50)

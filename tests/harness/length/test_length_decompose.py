@@ -159,12 +159,12 @@ def test_rerun_resumes_and_decompose_is_added_not_dropped(tiny_path, tmp_path, c
 def test_bad_decompose_input_is_refused_before_the_model_loads(
     tiny_path, tmp_path, args, match, capsys, monkeypatch
 ):
-    from posgen.harness.length import runner
+    from posgen.harness import loading
 
     def no_load(*a, **k):
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(runner, "load_model", no_load)
+    monkeypatch.setattr(loading, "load_model", no_load)
     out = tmp_path / "x"
     argv = ["length", "--model", str(tiny_path), "--documents", "1", "--out", str(out)]
     assert cli_main([*argv, "--decompose", *args]) == 2

@@ -69,12 +69,12 @@ def test_window_at_or_past_the_context_is_refused():
 
 
 def _no_load(monkeypatch):
-    from posgen.harness.length import runner
+    from posgen.harness import loading
 
     def no_load(*a, **k):
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(runner, "load_model", no_load)
+    monkeypatch.setattr(loading, "load_model", no_load)
 
 
 @pytest.mark.parametrize(

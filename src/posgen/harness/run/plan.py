@@ -39,8 +39,8 @@ from posgen.results.folder.config import (
     SweepAxis,
 )
 from posgen.results.folder.schema import SCHEMA_VERSION
+from posgen.tasks import offline  # looked up at call time (tests pin the suite)
 from posgen.tasks.naming import PREFIX
-from posgen.tasks.offline import SUITE_TASKS, SUITE_VERSION, TASKS, load_rows
 
 # The sweep grids. Rates: fraction of words (text) or positions (position) moved;
 # sigmas: std of the Gaussian jitter of each position before RoPE, in positions.
@@ -86,7 +86,7 @@ def shipped_limit(task: str, limit: int) -> int:
     tasks, whose documents are known offline: the number that runs, which is what the
     run folder records and the report states. Other tasks keep the limit asked."""
 
-    return min(limit, len(load_rows(f"{task}.jsonl"))) if task in TASKS else limit
+    return min(limit, len(offline.load_rows(f"{task}.jsonl"))) if task in offline.TASKS else limit
 
 
 def limit_notes(asked: int | None, config: RunConfig) -> list[str]:
@@ -133,7 +133,7 @@ def suite_tasks(suite: str, include_path: tuple[str, ...] = ()) -> tuple[list[st
     of the ``include_path`` folders (the user's own YAML) is known by their index."""
 
     if suite == "offline":
-        return list(SUITE_TASKS), SUITE_VERSION
+        return list(offline.SUITE_TASKS), offline.SUITE_VERSION
     tasks = [t.strip() for t in suite.split(",") if t.strip()]
     if not tasks:
         raise PlanError("--suite: give 'offline' or a comma-separated list of lm-eval tasks")
@@ -163,7 +163,7 @@ def _posgen_name(task: str, own: frozenset[str] = frozenset()) -> bool:
     """A name of posgen's own tasks (the offline suite, the perturbed family) or of the
     user's own task folders (``own``)."""
 
-    return task in TASKS or task.startswith(PREFIX) or task in own
+    return task in offline.TASKS or task.startswith(PREFIX) or task in own
 
 
 def _refuse_task(task: str, names: Iterable[str]) -> None:
