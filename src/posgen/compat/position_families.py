@@ -56,18 +56,19 @@ POSITION_FAMILY_INTERNALS: dict[str, tuple[tuple[str, ...], str]] = {
         "attention_mask",
     ),
     # Falcon (alibi=True): the slopes from its own function; each decoder layer takes the
-    # bias as alibi= and the mask that folds it as attention_mask=
+    # mask that folds the bias as attention_mask= (and, up to transformers 5.24, the bias
+    # itself as alibi=, which posgen replaces too where it is given)
     "transformers.models.falcon.modeling_falcon:build_alibi_tensor": (
         ("attention_mask", "num_heads", "dtype"),
         "",
     ),
     "transformers.models.falcon.modeling_falcon:FalconDecoderLayer.forward": (
-        ("self", "hidden_states", "alibi", "attention_mask"),
-        "",
+        ("self", "hidden_states"),
+        "attention_mask",
     ),
     "transformers.models.falcon.modeling_falcon:FalconAttention.forward": (
-        ("self", "hidden_states", "alibi", "attention_mask"),
-        "",
+        ("self", "hidden_states"),
+        "attention_mask",
     ),
 }
 

@@ -122,23 +122,29 @@ def _falcon(model, family, source, keep) -> Replace:
 
     def replace(block, hidden, kwargs):
         bias, mask = kwargs.get("alibi"), kwargs.get("attention_mask")
-        if bias is None or mask is None or mask.ndim != 4:
+        if mask is None or mask.ndim != 4:
             raise RuntimeError(
-                f"{type(block).__name__} was called without alibi= and a 4-D mask; posgen "
-                "moves Falcon's ALiBi where the model folds it into its mask (transformers 5.x)"
+                f"{type(block).__name__} was called without a 4-D mask; posgen moves "
+                "Falcon's ALiBi where the model folds it into its mask (transformers 5.x)"
             )
-        own = bias.view(-1, heads, 1, bias.shape[-1])
         low = torch.finfo(mask.dtype).min
         masked = mask == low
+        natural = natural_positions(~masked[:, 0, -1])
+        if bias is None:  # transformers 5.25: the bias reaches the layers in the mask only
+            own = _products(natural, slopes, torch.bfloat16, mask.dtype)
+        else:  # 5.24: as alibi= too
+            own = bias.view(-1, heads, 1, bias.shape[-1])
         if not torch.equal(torch.masked_fill(own / scale, masked, low), mask):
             raise RuntimeError(
                 f"{type(block).__name__}'s mask is not masked_fill(alibi / √(D/H), causal, "
-                "min); posgen is tested with transformers 5.24's Falcon"
+                "min); posgen is tested with transformers 5.24's and 5.25's Falcon"
             )
-        pos = source(natural_positions(~masked[:, 0, -1]), int(hidden.shape[1]))
-        new = _kept(own, _products(pos, slopes, torch.bfloat16, bias.dtype), keep)
-        folded = torch.masked_fill(new / scale, masked, low)
-        return {**kwargs, "alibi": new.reshape(bias.shape), "attention_mask": folded}, None
+        pos = source(natural, int(hidden.shape[1]))
+        new = _kept(own, _products(pos, slopes, torch.bfloat16, own.dtype), keep)
+        out = {**kwargs, "attention_mask": torch.masked_fill(new / scale, masked, low)}
+        if bias is not None:
+            out["alibi"] = new.reshape(bias.shape)
+        return out, None
 
     return replace
 
