@@ -32,11 +32,11 @@ def main(args: argparse.Namespace) -> int:
         try:
             if not run.is_dir():
                 raise SchemaError(f"folder not found: {run}")
-            from posgen.results.report.folder_reports import open_folder, regenerate
+            from posgen.results.report.folder_reports import open_folder, regenerate_folder
 
-            open_folder(run)  # a bad folder is refused before anything is written
+            folder = open_folder(run)  # a bad folder is refused before anything is written
             with RunLock(run):  # not while a run writes it
-                paths = regenerate(run)
+                paths = regenerate_folder(folder)
         except (SchemaError, RunLockedError) as e:
             print(f"posgen report: {e}", file=sys.stderr)
             status = 2

@@ -177,7 +177,11 @@ def open_folder(root: Path | str):
 def regenerate(root: Path | str) -> dict[str, Path]:
     """Every derived file of the posgen folder at ``root``, re-made from the folder alone
     (whichever command wrote it); returns their paths (``md`` among them)."""
-    folder = open_folder(root)
+    return regenerate_folder(open_folder(root))
+
+
+def regenerate_folder(folder) -> dict[str, Path]:
+    """:func:`regenerate` of a folder already opened (:func:`open_folder`)."""
     if isinstance(folder, RunStore):
         return regenerate_run(folder.root)
     writer = {
