@@ -145,3 +145,20 @@ def test_regenerate_writes_the_length_tables_and_the_report_reads_them(tmp_path)
     ]
     assert len(pd.read_parquet(paths["length_curves"])) == 8
     assert "## Length generalization: m" in (tmp_path / "report.md").read_text()
+
+
+def test_report_remakes_a_length_folder_from_the_folder_alone(tmp_path, capsys):
+    """``posgen report`` tells a length folder from a run folder (both keep config.json)
+    and re-makes its scores and report from its records."""
+    from synthetic_run import add_length
+
+    folder = add_length(tmp_path, "tiny")
+    assert not (folder / "length.md").exists()
+    assert cli(["report", str(folder)]) == 0
+    assert capsys.readouterr().out.strip() == f"posgen report: {folder / 'length.md'}"
+    scores = json.loads((folder / "length_scores.json").read_text())
+    assert {c["scheme"] for c in scores["curves"]} == {"none", "lambda:4,64", "scale:2.0"}
+    assert (folder / "length_curves.png").read_bytes()[:4] == b"\x89PNG"
+    (folder / "junk").mkdir()
+    assert cli(["report", str(folder / "junk")]) == 2
+    assert "is not a posgen folder" in capsys.readouterr().err
