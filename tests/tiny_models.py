@@ -20,7 +20,7 @@ ROPE_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3_text", "ph
 ALL_ARCHS = (*ROPE_ARCHS, "gpt2")
 # the other position families (posgen.harness.position_family): learned absolute, ALiBi,
 # and "smollm3_nope" (SmolLM3 with every layer NoPE: no position encoding at all); beside
-# them "bloom_qk", a BLOOM whose q·k matters beside its bias (CONFIGS)
+# them "bloom_qk" and "mpt_qk", a BLOOM and an MPT whose q·k matters beside the bias (CONFIGS)
 FAMILY_ARCHS = ("gpt2", "opt", "bloom", "mpt", "falcon_alibi", "smollm3_nope")
 
 _COMMON = dict(
@@ -38,6 +38,9 @@ _COMMON = dict(
 )
 
 _BLOOM = dict(vocab_size=VOCAB, hidden_size=64, n_layer=2, n_head=4, bos_token_id=1, eos_token_id=2)
+_MPT = dict(
+    vocab_size=VOCAB, d_model=64, n_heads=4, n_layers=2, expansion_ratio=2, max_seq_len=2048
+)
 
 CONFIGS: dict[str, dict] = {
     "llama": dict(_COMMON, rope_theta=10000.0),
@@ -97,9 +100,10 @@ CONFIGS: dict[str, dict] = {
     # beside the bias that the logits are the bias alone to 1e-4 nats of the output; here
     # q·k moves the output by tenths of a nat (logits= on BLOOM is tested on it)
     "bloom_qk": dict(_BLOOM, initializer_range=0.1),
-    "mpt": dict(
-        vocab_size=VOCAB, d_model=64, n_heads=4, n_layers=2, expansion_ratio=2, max_seq_len=2048
-    ),
+    "mpt": dict(_MPT),
+    # MPT with weights drawn 5 times wider, as "bloom_qk": q·k moves its logits by tenths
+    # beside the bias (logits= on MPT is tested on it)
+    "mpt_qk": dict(_MPT, initializer_range=0.1),
     # Falcon's ALiBi path (Falcon-RW's): multi-query attention, attention and MLP in
     # parallel, the bias folded into the causal mask
     "falcon_alibi": dict(
@@ -114,7 +118,12 @@ CONFIGS: dict[str, dict] = {
     "smollm3_nope": dict(_COMMON, no_rope_layers=[0, 0]),
 }
 # CONFIGS key -> config.model_type where they differ
-MODEL_TYPES = {"smollm3_nope": "smollm3", "bloom_qk": "bloom", "falcon_alibi": "falcon"}
+MODEL_TYPES = {
+    "smollm3_nope": "smollm3",
+    "bloom_qk": "bloom",
+    "mpt_qk": "mpt",
+    "falcon_alibi": "falcon",
+}
 
 
 def training_text() -> list[str]:

@@ -11,8 +11,9 @@ into (checked at every call to be ``masked_fill(alibi / √(D/H), ...)`` of the 
 bias); it reads BLOOM's and Falcon's slopes from the model file's own
 ``build_alibi_tensor``, MPT's from the bias the model hands its blocks. The ALiBi
 decomposition and ``logits=`` wrap the bias each attention module is handed, whose
-``baddbmm`` is that module's logits (a call that computes none through it is refused at
-run time: :func:`posgen.harness.hf_posgen.alibi_bias.alibi_bias_calls`). Each entry
+``baddbmm`` (BLOOM) or addition to the scores (MPT) is that module's logits (a call that
+computes none through it is refused at run time:
+:func:`posgen.harness.hf_posgen.alibi_bias.alibi_bias_calls`). Each entry
 below is a callable and the parameters posgen's hooks are written for (the first ones of
 its signature, or a keyword that must be among them).
 """
@@ -46,7 +47,9 @@ POSITION_FAMILY_INTERNALS: dict[str, tuple[tuple[str, ...], str]] = {
         "",
     ),
     # MPT: every block is handed the batch's one bias as position_bias= and its boolean
-    # mask as attention_mask=; its attention adds the (wrapped) bias to its scores
+    # mask as attention_mask=; its attention adds the (wrapped) bias to its scores (the
+    # addition is its logits: recorded by the decomposition, replaced by logits=, which
+    # reads the mask as MPT means it, True where masked, checked at every call)
     "transformers.models.mpt.modeling_mpt:MptBlock.forward": (
         ("self", "hidden_states", "position_bias", "attention_mask"),
         "",

@@ -135,11 +135,6 @@ for _family in (
         ("mpt",),
         bias_form="mpt",
         attention="attn",
-        logits_refusal=(
-            "logits= replaces the logits where BLOOM's attention forms them, read through its "
-            "additive mask; MPT's attention (a boolean mask, one bias for the batch) is not "
-            "adapted to it, nor are the commands that fit its logits"
-        ),
     ),
     PositionFamily(
         "alibi",
@@ -220,10 +215,11 @@ def check_schemes(model: torch.nn.Module, p: Any, what: str) -> PositionFamily:
 
 def _refusals(family: PositionFamily, p: Any) -> list[tuple[bool, str]]:
     """(refused?, why) of each thing a non-rotary family may not take. ``logits=`` runs on
-    learned absolute positions (through the attention functions) and on BLOOM (through
-    its own bias, :mod:`posgen.harness.hf_posgen.alibi_logit_replacement`); an ALiBi
-    model with a ``logits_refusal`` (MPT, Falcon) takes positions, features, ``layers=``
-    and ``heads=`` but not ``logits=``."""
+    learned absolute positions (through the attention functions) and on BLOOM and MPT
+    (where their own attention adds the bias,
+    :mod:`posgen.harness.hf_posgen.alibi_logit_replacement`); an ALiBi model with a
+    ``logits_refusal`` (Falcon) takes positions, features, ``layers=`` and ``heads=`` but
+    not ``logits=``."""
     qk = p.features is not None and getattr(p.features, "where", "") == "qk"
     absolute = family.kind == "absolute"
     moved = p.positions is not None or p.features is not None

@@ -7,8 +7,8 @@ where the argument generates (else its refusal). :data:`CASES` must cover exactl
 arguments hf-posgen declares (:func:`~posgen.harness.hf_posgen.model.model_arguments`): an
 argument added without its case fails :func:`test_every_model_argument_has_a_case`.
 :data:`FAMILY_CASES` runs the same check on the tiny models of other position families
-where an argument takes a path of its own there (``logits=`` on BLOOM; positions and
-features on MPT's batch bias added per row and on Falcon's bias folded into its mask)."""
+where an argument takes a path of its own there (``logits=`` on BLOOM and MPT; positions
+and features on MPT's batch bias added per row and on Falcon's bias folded into its mask)."""
 
 from __future__ import annotations
 
@@ -73,6 +73,17 @@ FAMILY_CASES: dict[str, tuple[str, Case]] = {
     "bloom_logit_heads": (
         "bloom_qk",
         Case({"logits": "distance", "layers": "1", "heads": "0;2"}, LOGIT_REFUSAL),
+    ),
+    "mpt_additive": ("mpt_qk", Case({"logits": "additive"}, LOGIT_REFUSAL)),
+    "mpt_shuffled": ("mpt_qk", Case({"logits": "shuffled"}, LOGIT_REFUSAL)),
+    "mpt_foreign": ("mpt_qk", Case({"logits": "foreign"}, LOGIT_REFUSAL)),
+    "mpt_logit_heads": (
+        "mpt_qk",
+        Case({"logits": "distance", "layers": "1", "heads": "0;2"}, LOGIT_REFUSAL),
+    ),
+    "mpt_logit_positions": (
+        "mpt_qk",
+        Case({"positions": "swap:0.3", "logits": "additive", "layers": "0"}, LOGIT_REFUSAL),
     ),
     "mpt_swap": ("mpt", Case({"positions": "swap:0.3"})),
     "mpt_layer_heads": (
@@ -199,6 +210,7 @@ def test_the_arguments_change_the_answers(llama):
     [
         ("bloom_qk", ("bloom_additive", "bloom_logit_heads")),
         ("mpt", ("mpt_swap", "mpt_layer_heads")),
+        ("mpt_qk", ("mpt_additive", "mpt_logit_heads", "mpt_logit_positions")),
         ("falcon_alibi", ("falcon_swap", "falcon_layer_heads")),
     ],
 )

@@ -249,7 +249,11 @@ def test_a_run_that_fails_to_load_leaves_no_folder(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("arch", "note"),
     [
-        ("mpt", "has an ALiBi attention whose logits posgen run does not fit (BLOOM's it does)"),
+        (
+            "falcon_alibi",
+            "has an ALiBi attention whose logits posgen run does not fit (BLOOM's and MPT's "
+            "it does)",
+        ),
         ("smollm3_nope", "has no position encoding (the causal mask is its only order signal)"),
     ],
 )
@@ -265,7 +269,9 @@ def test_a_model_without_movable_positions_gets_the_text_cells_and_a_note(
     assert not (out / "decomposition").exists() or not any((out / "decomposition").iterdir())
 
 
-@pytest.mark.parametrize(("arch", "positions"), [("gpt2", "absolute"), ("bloom", "alibi")])
+@pytest.mark.parametrize(
+    ("arch", "positions"), [("gpt2", "absolute"), ("bloom", "alibi"), ("mpt", "alibi")]
+)
 def test_learned_absolute_and_alibi_models_get_every_kind_and_the_decomposition(
     tiny_model_dir, tmp_path, capsys, arch, positions
 ):
@@ -293,6 +299,7 @@ def test_only_model_side_kinds_for_a_model_without_rope_is_refused(
     tiny_model_dir, tmp_path, monkeypatch, capsys
 ):
     _refuse_model_load(monkeypatch)
-    assert run(tiny_model_dir("mpt", 0), tmp_path / "out", "--kinds", "position,feature") == 2
+    model = tiny_model_dir("falcon_alibi", 0)
+    assert run(model, tmp_path / "out", "--kinds", "position,feature") == 2
     assert "add --kinds text" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()

@@ -1,5 +1,5 @@
 """What the additive form predicts a position perturbation does to an ALiBi model's logits
-(BLOOM), beside :mod:`.predicted_change`'s rotary path.
+(BLOOM, MPT), beside :mod:`.predicted_change`'s rotary path.
 
 In an ALiBi layer positions enter through the bias alone: q and k do not depend on them.
 So with only layer ℓ's positions moved to π (what ``hf-posgen layers=ℓ`` feeds it: the
@@ -7,9 +7,11 @@ bias built from π, the layer's input the plain one) its full logits are exactly
 
     W_π[h, i, j] = W[h, i, j] − β·m_h·[(π_i − π_j) − (i − j)]        W, W_π [H, n, n]
 
-with β·m_h the step of the bias the model built (``AlibiCapture.bias``, ``[B, H, 1, n]``,
-β·m_h·j: BLOOM's form of −β·m_h·(i − j), blind to the per-row constant β·m_h·i that no
-softmax sees). W_π is taken with the constant of the definition, so the measured change
+with β·m_h the step of the bias the model built (``AlibiCapture.bias``, ``[B, H, 1, n]``:
+BLOOM's β·m_h·j, MPT's m_h·(j − n + 1) with β = 1; both forms of −β·m_h·(i − j), blind to
+a per-row constant that no softmax sees). The step is read beside the bias's zero (BLOOM's
+key 0, MPT's key n − 1), where it is the product m_h·1 itself, not a difference of two
+rounded products. W_π is taken with the constant of the definition, so the measured change
 ΔW = W_π − W is the change of −β·m_h·(i − j) itself; the KL figures, which are per row,
 are the same either way. The fit of the full logits W (bias included: what ``logits=``
 and the decomposition's ``logit_part=full`` fit) predicts ΔŴ = a[π_i − π_j] − a[i − j]
@@ -37,11 +39,25 @@ def alibi_moved_logits(cap: AlibiCapture, positions: torch.Tensor) -> torch.Tens
     n = w.shape[-1]
     if n < 2:
         return w
-    step = (cap.bias[0, :, 0, 1] - cap.bias[0, :, 0, 0]).float()  # β·m_h [H]
+    step = bias_step(cap.bias[0, :, 0])
     i = torch.arange(n, device=w.device)
     pos = positions.to(w.device, torch.long)
     shift = (pos[:, None] - pos[None, :]) - (i[:, None] - i[None, :])  # [n, n]
     return w - step[:, None, None] * shift.to(w.dtype)
+
+
+def bias_step(bias: torch.Tensor) -> torch.Tensor:
+    """β·m_h [H] (float32) of one row's bias ``bias`` [H, n] (n ≥ 2): its step beside its
+    zero column, the first (BLOOM's β·m_h·j) or the last (MPT's m_h·(j − n + 1)); a bias
+    zero at neither end is refused."""
+    if bool((bias[:, 0] == 0).all()):
+        return (bias[:, 1] - bias[:, 0]).float()
+    if bool((bias[:, -1] == 0).all()):
+        return (bias[:, -1] - bias[:, -2]).float()
+    raise RuntimeError(
+        "the captured ALiBi bias is zero at neither its first key (BLOOM's m_h·j) nor its "
+        "last (MPT's m_h·(j − n + 1)); the prediction does not know its step"
+    )
 
 
 class AlibiChangePredictor:

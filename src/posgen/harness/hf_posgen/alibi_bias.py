@@ -17,7 +17,10 @@ bias as a :class:`~.alibi_rows.RowBias` whose addition is the model's own, recor
 the same arguments as BLOOM's (``bias`` broadcast to ``[B·H, 1, K]``, β = 1, α = its
 scale). q and k are its ``Wqkv`` output split as its attention splits it, checked at
 every call to give its scores bit for bit (a forward with a KV cache, or a release that
-splits otherwise, is refused). Falcon's sdpa attention never forms its logits: refused.
+splits otherwise, is refused). Where hf-posgen's positions already wrap the block's bias
+(:func:`~.alibi_rows.bias_replacer`, ``positions=`` in that layer), the recorded addition
+is theirs, ``scores + rows(scores, own)``, and the bias recorded the moved one. Falcon's
+sdpa attention never forms its logits: refused.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Any
 
 import torch
 
-from posgen.harness.hf_posgen.alibi_rows import row_bias
+from posgen.harness.hf_posgen.alibi_rows import RowsBias, row_bias, rows_of
 from posgen.harness.position_family import PositionFamily, position_family_of
 
 
@@ -94,7 +97,9 @@ def alibi_bias_calls(
                 return record(*given)
 
             if family.bias_form == "mpt":
-                return args, {**kwargs, name: row_bias(kwargs[name], _mpt_add(module, qkv, seen))}
+                given, rows = kwargs[name], rows_of(kwargs[name])
+                add = _mpt_add(module, qkv, seen, rows)
+                return args, {**kwargs, name: row_bias(given.as_subclass(torch.Tensor), add, rows)}
             return args, {**kwargs, name: _wrapped(kwargs[name], seen)}
 
         def post_hook(module, args, kwargs, output):
@@ -138,11 +143,20 @@ def _keeper(kept: list[torch.Tensor]) -> Callable[..., None]:
     return keep
 
 
-def _mpt_add(attention: torch.nn.Module, qkv: list[torch.Tensor], seen: Callable[..., Any]):
-    """MPT's ``scores + own`` (its logits ``[B, H, n, K]``), recorded as BLOOM's are."""
+def _mpt_add(
+    attention: torch.nn.Module,
+    qkv: list[torch.Tensor],
+    seen: Callable[..., Any],
+    rows: RowsBias | None = None,
+):
+    """MPT's ``scores + own`` (its logits ``[B, H, n, K]``), recorded as BLOOM's are; with
+    ``rows`` (hf-posgen's positions moved in this block) ``scores + rows(scores, own)``,
+    the addition the positions' :class:`~.alibi_rows.RowBias` makes, recorded with that
+    bias."""
 
     def add(scores: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
-        out = scores + own  # the model's own addition
+        added = own[None] if rows is None else rows(scores, own)  # [1 or B, H, 1, K]
+        out = scores + added  # the model's own addition (or the positions' wrapper's)
         b, heads, n, keys = out.shape
         mixed = qkv[0]
         if attention.clip_qkv:
@@ -155,7 +169,7 @@ def _mpt_add(attention: torch.nn.Module, qkv: list[torch.Tensor], seen: Callable
                 "tokens; posgen captures full forwards without a KV cache (transformers 5.24)"
             )
         d = q.shape[-1]
-        bias = own.expand(b, heads, 1, keys).reshape(b * heads, 1, keys)
+        bias = added.expand(b, heads, 1, keys).reshape(b * heads, 1, keys)
         flat_k = k.transpose(-1, -2).reshape(b * heads, d, keys)
         replaced = seen(
             bias, out.reshape(b * heads, n, keys), q.reshape(b * heads, n, d), flat_k, 1.0, scale

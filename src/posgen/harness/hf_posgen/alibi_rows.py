@@ -152,23 +152,41 @@ def _falcon(model, family, source, keep) -> Replace:
 # ---------------------------------------------------------------- MPT
 class RowBias(torch.Tensor):
     """MPT's own batch bias ``[H, 1, L]`` (or the slice its attention takes), whose
-    addition to the scores ``[B, H, Q, K]`` adds the rows' bias instead
-    (``_posgen_add(scores, own)``, ``own`` the plain slice)."""
+    addition to the scores ``[B, H, Q, K]`` is ``_posgen_add(scores, own)`` (``own`` the
+    plain slice); ``_posgen_rows(scores, own)``, where set, is the bias ``[B, H, 1, K]``
+    the positions' wrapper adds, which a wrapper around it (the logits' capture) adds in
+    its place (None: ``own``)."""
 
     def __getitem__(self, key) -> torch.Tensor:
         """The model's slice, still adding per row."""
-        return row_bias(self.as_subclass(torch.Tensor)[key], self._posgen_add)
+        plain = self.as_subclass(torch.Tensor)[key]
+        return row_bias(plain, self._posgen_add, self._posgen_rows)
 
     def __radd__(self, scores: torch.Tensor) -> torch.Tensor:
         """``scores + position_bias`` in MPT's attention: the rows' bias added."""
         return self._posgen_add(scores, self.as_subclass(torch.Tensor))
 
 
-def row_bias(bias: torch.Tensor, add: Callable[..., torch.Tensor]) -> torch.Tensor:
-    """``bias`` as a :class:`RowBias` whose addition to the scores is ``add(scores, own)``."""
+#: ``rows(scores, own) -> bias [B, H, 1, K]``: the bias a :class:`RowBias` adds to
+#: ``scores`` [B, H, Q, K] in place of the model's own slice ``own`` [H, 1, K]
+RowsBias = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def row_bias(
+    bias: torch.Tensor, add: Callable[..., torch.Tensor], rows: RowsBias | None = None
+) -> torch.Tensor:
+    """``bias`` as a :class:`RowBias` whose addition to the scores is ``add(scores, own)``
+    (``rows``: the per-row bias it adds, for a wrapper around it; None: the model's own)."""
     wrapped = bias.as_subclass(RowBias)
     wrapped._posgen_add = add
+    wrapped._posgen_rows = rows
     return wrapped
+
+
+def rows_of(bias: torch.Tensor) -> RowsBias | None:
+    """The per-row bias a :class:`RowBias` from :func:`bias_replacer` adds (None for the
+    model's own bias, or a wrapper that adds it unchanged)."""
+    return getattr(bias, "_posgen_rows", None) if isinstance(bias, RowBias) else None
 
 
 def _mpt(model, family, source, keep) -> Replace:
@@ -180,7 +198,7 @@ def _mpt(model, family, source, keep) -> Replace:
         width = int(hidden.shape[1])
         added: list[bool] = []
 
-        def add(scores: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
+        def rows_bias(scores: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
             rows, keys = scores.shape[0], scores.shape[-1]
             valid = torch.ones(rows, keys, dtype=torch.bool, device=scores.device)
             if mask is not None:  # MPT's boolean mask: True where masked
@@ -189,7 +207,10 @@ def _mpt(model, family, source, keep) -> Replace:
             shifted = (pos - (keys - 1)).to(torch.float32)  # MPT's j − K + 1
             new = slopes.to(scores.device)[None, :, None, None] * shifted[:, None, None, :]
             added.append(True)
-            return scores + _kept(own[None], new.to(own.dtype), keep)
+            return _kept(own[None], new.to(own.dtype), keep)  # [B, H, 1, K]
+
+        def add(scores: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
+            return scores + rows_bias(scores, own)
 
         def done() -> None:
             if not added:
@@ -198,6 +219,6 @@ def _mpt(model, family, source, keep) -> Replace:
                     "posgen is tested with transformers 5.24's MPT attention"
                 )
 
-        return {**kwargs, "position_bias": row_bias(bias, add)}, done
+        return {**kwargs, "position_bias": row_bias(bias, add, rows_bias)}, done
 
     return replace

@@ -103,14 +103,15 @@ def limit_notes(asked: int | None, config: RunConfig) -> list[str]:
 _NO_POSITIONS = {
     "rotary": "has no rotary position embedding (its config has no rope_* setting)",
     "none": "has no position encoding (the causal mask is its only order signal)",
-    "unadapted": "has an ALiBi attention whose logits posgen run does not fit (BLOOM's it does)",
+    "unadapted": "has an ALiBi attention whose logits posgen run does not fit (BLOOM's and "
+    "MPT's it does)",
 }
 
 
 def check_model_side_kinds(config: RunConfig) -> list[str]:
     """Notes for models whose positions posgen cannot move (they get only the text
     cells); refuses a run that asked only for model-side kinds of such a model. RoPE,
-    learned absolute and BLOOM-ALiBi models get every kind."""
+    learned absolute and BLOOM- or MPT-ALiBi models get every kind."""
     flat = [m for m in config.models if not m.model_side and not m.random_init]
     if not flat or not any(k in config.sweep for k in MODEL_SIDE_KINDS):
         return []
@@ -119,7 +120,7 @@ def check_model_side_kinds(config: RunConfig) -> list[str]:
         raise PlanError(
             f"{m.label} {_NO_POSITIONS[m.positions]}, so position and feature perturbations "
             "do not apply; add --kinds text or choose a model with RoPE, learned absolute "
-            "or BLOOM ALiBi positions"
+            "or BLOOM or MPT ALiBi positions"
         )
     return [
         f"{m.label} {_NO_POSITIONS[m.positions]}: it gets the text cells only (position and "

@@ -40,13 +40,14 @@ class ModelEntry:
     rope: bool = True  # False: no rotary position embedding
     # where the model's positions enter (posgen.harness.position_family): rotary, absolute,
     # alibi, none, or unadapted (an ALiBi attention whose logits the commands do not fit:
-    # MPT, Falcon-ALiBi; hf-posgen moves their positions)
+    # Falcon-ALiBi; hf-posgen moves its positions)
     positions: str = "rotary"
 
     @property
     def model_side(self) -> bool:
         """Whether posgen can move this model's positions: its position and feature cells
-        and the attention-logit decomposition apply (RoPE, learned absolute, BLOOM ALiBi)."""
+        and the attention-logit decomposition apply (RoPE, learned absolute, BLOOM and MPT
+        ALiBi)."""
         if self.positions == "rotary":
             return self.rope
         return self.positions in ("absolute", "alibi")
