@@ -29,7 +29,7 @@ from posgen.harness.length.documents import (
 )
 from posgen.harness.length.nll import head_refusal
 from posgen.harness.length.runner import run_documents
-from posgen.harness.position_family import family_of_config
+from posgen.harness.position_family import PositionFamily, family_of_config
 from posgen.perturbations import PerturbationError
 from posgen.perturbations.length import parse_length_list
 from posgen.results.folder.config import ModelEntry
@@ -84,11 +84,16 @@ def trained_context(model_config: Any, override: int | None = None) -> int:
     return int(override or trained)
 
 
+def _position_family(model_config: Any) -> PositionFamily:
+    """Where the positions of a model of ``model_config`` enter (its config alone)."""
+    return family_of_config(lambda key: getattr(model_config, key, None))
+
+
 def _bias_keys(model_config: Any) -> tuple[str, int] | None:
     """(config field, value): how many keys the model's ALiBi bias covers, where it is
     built once over a fixed length (MPT's ``max_seq_len``); None where it is built from
     the mask at any length (BLOOM, Falcon) or the model has no such bias."""
-    family = family_of_config(lambda key: getattr(model_config, key, None))
+    family = _position_family(model_config)
     value = getattr(model_config, family.bias_keys, None) if family.bias_keys else None
     return None if value is None else (family.bias_keys, int(value))
 
@@ -207,7 +212,8 @@ def jobs_for_run(
     ``RUN/length/<model>/``, each loaded as the sweep loaded it (dtype, revision, adapter,
     remote code, attention implementation, device map) on ``device``, on the built-in
     documents (``quick``: 2 documents, schemes ``none;lambda:4,C;scale:2``; else all five
-    with ``schemes``). Reads each model's config (no weights) and checks it."""
+    with ``schemes``). Reads each model's config (no weights) and checks it: a model
+    whose positions are not rotary is refused (``posgen length`` runs its scheme none)."""
 
     quick = schemes == "quick"
     jobs = []
@@ -215,6 +221,12 @@ def jobs_for_run(
         if entry.random_init:
             continue  # the twin has no trained context to extrapolate from
         model_config = loading.load_config(entry)
+        family = _position_family(model_config)
+        if family.kind != "rotary":
+            raise InputError(
+                f"--length: {entry.label} has {family.kind} positions and the run's length "
+                "schemes are rotary; posgen length says what applies to it"
+            )
         if getattr(model_config, "max_position_embeddings", None) is None:
             raise InputError(
                 f"--length: {entry.label}'s config has no max_position_embeddings, so its "
