@@ -91,6 +91,7 @@ REFUSED = [
     ("mpt", ["--schemes", "scale:2"], "only the scheme none applies"),
     ("falcon_alibi", ["--schemes", "none;yarn:2"], "only the scheme none applies"),
     ("falcon_alibi", ["--decompose"], "--decompose: "),
+    ("mpt", ["--decompose", "--positions", "swap:0.1"], "which posgen does not combine"),
     ("smollm3_nope", ["--positions", "swap:0.1"], "there are no positions to move"),
 ]
 
