@@ -59,6 +59,9 @@ class PositionFamily:
       replace (:mod:`posgen.harness.hf_posgen.alibi_rows`): ``bloom``, ``mpt`` or
       ``falcon``; ``block_suffix`` the blocks' class suffix, ``attention`` the blocks'
       attention attribute.
+    - ``bias_keys``: the config field bounding the keys an ALiBi bias covers ('' when it
+      is built from the mask at any length): MPT builds one bias over ``max_seq_len``
+      keys and its attention slices the last K columns, so it cannot run past it.
     - ``refusal``: why position schemes are refused on this family ('' if they run).
     - ``logits_refusal``: why ``logits=`` and the commands that fit the attention's
       logits (decompose, cause, the run's fit) are refused on this family ('' if they run).
@@ -74,6 +77,7 @@ class PositionFamily:
     bias_form: str = ""
     block_suffix: str = "Block"
     attention: str = "self_attention"
+    bias_keys: str = ""
     refusal: str = ""
     logits_refusal: str = ""
 
@@ -133,6 +137,7 @@ for _family in (
         "alibi",
         "mpt",
         ("mpt",),
+        bias_keys="max_seq_len",
         bias_form="mpt",
         attention="attn",
     ),

@@ -209,12 +209,9 @@ def test_bad_input_on_a_model_is_refused_before_loading(
     assert err.startswith("posgen cause: ") and not out.exists()
 
 
-def test_a_model_without_rope_and_a_folder_not_a_layers_run_are_refused(
-    tiny_model_dir, planted, tmp_path, capsys
-):
+def test_a_folder_not_a_layers_run_is_refused(planted, tmp_path, capsys):
+    """(A model without positions: tests/harness/cause/test_cause_absolute.py.)"""
     out = tmp_path / "out"
-    assert run("--model", str(tiny_model_dir("gpt2")), "--out", str(out)) == 2
-    assert "no rotary position embedding" in capsys.readouterr().err
     assert run("--model", str(planted), "--out", str(out), "--layers-run", str(planted)) == 2
     assert "layers run settings not found" in capsys.readouterr().err
     assert not out.exists()

@@ -350,6 +350,14 @@ def test_run_length_refuses_a_model_length_cannot_measure_before_the_sweep(
     _refused(argv, "final_logit_softcapping=30.0", capsys, no_weights)
 
 
+@pytest.mark.parametrize("model", ["gpt2", "falcon"])
+def test_run_length_refuses_a_model_whose_positions_are_not_rotary(
+    models, no_weights, capsys, model
+):
+    argv = ["run", "--model", str(models[model]), "--kinds", "text", "--length", "quick"]
+    _refused(argv, "positions and the run's length schemes are rotary", capsys, no_weights)
+
+
 RUN_OPTIONS = [
     (["--gen-kwargs", "max_gen_toks"], "--gen-kwargs: expected `key=value`, got 'max_gen_toks'"),
     (["--gen-kwargs", "max_gen_toks=4,until"], "expected `key=value`, got 'until'"),

@@ -3,7 +3,8 @@ and the figure."""
 
 from __future__ import annotations
 
-from posgen.results.report.cause import answer, cause_figure, checks, render_markdown
+from posgen.results.report.cause import answer, checks, render_markdown
+from posgen.results.report.cause_figure import cause_figure
 
 
 def _nll(form: str, layer, d: float) -> dict:
@@ -115,3 +116,24 @@ def test_a_relation_test_not_estimable_is_not_tested_not_failed():
     tracks = checks(prof)[2]
     assert tracks["holds"] is None and "not estimable" in tracks["text"]
     assert answer(prof) == "Not answered (a check was not run)"
+
+
+def test_a_learned_absolute_model_has_no_prediction_and_says_why():
+    """Its cells are reported; the prediction and the relation do not apply (positions
+    enter once, before the first layer), whatever the cells say; the figure draws the
+    cells' panel beside a model that predicts."""
+    prof = {
+        **profile(relation=False),
+        "positions": "absolute",
+        "schemes": [],
+        "prediction": [],
+        "prediction_layers": [],
+    }
+    assert answer(prof) == "Not answered (no prediction for learned absolute positions)"
+    carries, predicts, tracks = checks(prof)
+    assert carries["holds"] is True and predicts["holds"] is None and tracks["holds"] is None
+    assert predicts["text"].startswith("does not apply: this model's learned absolute")
+    text = render_markdown([prof])
+    assert text.count("Not made: this model's learned absolute positions enter once") == 1
+    assert "| scheme |" not in text and "| additive (every layer) |" in text
+    assert cause_figure([profile(), prof]).startswith(b"\x89PNG")

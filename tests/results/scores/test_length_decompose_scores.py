@@ -48,6 +48,18 @@ def test_layer_rows_average_heads_and_documents():
     assert (rows[1]["n_documents"], rows[1]["n_heads"]) == (2, 4)
 
 
+def test_layer_rows_of_alibi_average_the_full_logits_only():
+    """An ALiBi record fits each head twice (full logits, q·k alone): only the full
+    logits' rows are averaged, as for every other family."""
+    full = _record("none", "a", [[(0.9, 0.8), (0.7, 0.6)]])
+    qk = _record("none", "a", [[(0.1, 0.1), (0.1, 0.1)]])
+    heads = [{**h, "logit_part": "full"} for h in full["heads"]]
+    heads += [{**h, "logit_part": "qk"} for h in qk["heads"]]
+    (row,) = layer_rows([{**full, "heads": heads}])
+    assert row["r_3axis_before_context"] == pytest.approx(0.8)
+    assert row["n_heads"] == 2
+
+
 def test_rank_correlation_matches_spearman_with_ties_and_nan():
     rng = np.random.default_rng(3)
     x, y = rng.normal(size=12), rng.normal(size=12)

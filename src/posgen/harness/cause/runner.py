@@ -103,7 +103,8 @@ def run(
     cfg = folder.config
     cells = cfg.cells()
     todo = [c for c, _ in cells if not folder.has_cell(c)]
-    need_prediction = not folder.prediction_path.is_file()
+    # no schemes (a learned-absolute model): no prediction
+    need_prediction = bool(cfg.schemes) and not folder.prediction_path.is_file()
     if not todo and not need_prediction:
         return {}
     with open(folder.root / "lm_eval.log", "a", encoding="utf-8") as log:

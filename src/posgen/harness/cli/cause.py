@@ -4,7 +4,8 @@ One model load: the posgen_prose documents scored plainly and with every layer's
 each layer's) logits replaced by their exact additive fit, its distance term alone and its
 key term alone (``hf-posgen logits=``), the controls (the distance term of another
 sequence, the residual shuffled); the logit change each position scheme causes, measured
-and predicted by the fit; with ``--layers-run`` the within-model relation of the predicted
+and predicted by the fit (not on a learned-absolute model: its positions enter once,
+before the first layer); with ``--layers-run`` the within-model relation of the predicted
 change to ``posgen layers``' sensitivity; a report. ``--combine RUN...`` draws finished
 cause folders into one report with the cross-model section, loading nothing. See
 docs/cause.md.
@@ -54,9 +55,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--positions",
-        default=DEFAULT_SCHEMES,
+        default=None,
         help=f"';'-separated position schemes whose logit change is predicted "
-        f"(default {DEFAULT_SCHEMES})",
+        f"(default {DEFAULT_SCHEMES}; a learned-absolute model gets no prediction: refused)",
     )
     parser.add_argument(
         "--layers-run",
@@ -142,7 +143,7 @@ def resolve(args: argparse.Namespace) -> CauseConfig:
         raise InputError(f"--limit {args.limit}: need at least 2 documents for an interval")
     try:
         forms, controls = _forms(args)
-        schemes = _schemes(args.positions, args.seed)
+        schemes = _schemes(DEFAULT_SCHEMES if args.positions is None else args.positions, args.seed)
         layers = parse_layers(args.layers)
         check_device(args.device)
         options = LoadOptions.from_args(args)
@@ -153,7 +154,9 @@ def resolve(args: argparse.Namespace) -> CauseConfig:
         check_layers(layers, count, entry.label)
     except PerturbationError as e:
         raise InputError(str(e)) from None
-    if not entry.rope and entry.positions != "alibi":
+    if entry.positions == "absolute":
+        schemes = _no_prediction(args, entry.path)
+    elif not entry.rope and entry.positions != "alibi":
         raise InputError(f"{entry.path} {_NO_LAYER_POSITIONS.get(entry.positions, _NO_ROPE)}")
     return CauseConfig(
         model=entry,
@@ -167,14 +170,25 @@ def resolve(args: argparse.Namespace) -> CauseConfig:
     )
 
 
+def _no_prediction(args: argparse.Namespace, path: str) -> list[str]:
+    """No position schemes for a learned-absolute model: its positions enter once, before
+    the first layer, so no layer's positions move alone and there is no prediction (its
+    ``logits=`` cells run). ``--positions`` or ``--layers-run`` given are refused."""
+    for flag, given in (("--positions", args.positions), ("--layers-run", args.layers_run)):
+        if given is not None:
+            raise InputError(
+                f"{flag}: {path} has learned absolute positions, which enter once before the "
+                "first layer: no layer's positions move alone, so posgen cause predicts no "
+                f"change for it (its logits= cells run); drop {flag}"
+            )
+    return []
+
+
 _NO_ROPE = (
     "has no rotary position embedding: the predicted change of a position scheme moves one "
     "layer's positions, which needs RoPE or ALiBi (BLOOM's or MPT's)"
 )
 _NO_LAYER_POSITIONS = {
-    "absolute": "has no rotary position embedding (its learned absolute positions enter once, "
-    "before the first layer): the predicted change of a position scheme moves one layer's "
-    "positions, which needs RoPE or ALiBi (BLOOM's or MPT's)",
     "none": "has no position encoding (the causal mask is its only order signal): there "
     "are no positions to move",
 }
@@ -226,9 +240,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"posgen cause: {e}", file=sys.stderr)
         return 2
     cells = sum(v for k, v in timings.items() if k != "prediction")
+    made = f"prediction {timings.get('prediction', 0):.1f} s" if config.schemes else "no prediction"
     print(
         f"posgen cause: {len(timings)} step(s) in {time.perf_counter() - start:.1f} s "
-        f"(cells {cells:.1f} s, prediction {timings.get('prediction', 0):.1f} s); "
-        f"report in {paths['md']}"
+        f"(cells {cells:.1f} s, {made}); report in {paths['md']}"
     )
     return 0

@@ -12,8 +12,9 @@ Examples::
 Schemes are ``;``-separated (``lambda`` takes ``GLOBAL,WINDOW``; ``infllm`` takes
 ``KEY=VALUE`` pairs, the rest InfLLM's defaults scaled to C; ``C`` stands for the
 trained context). The trained context C is the model config's ``max_position_embeddings``
-unless ``--trained-context`` overrides it (the override sets buckets, the reference range
-and the default schemes; a rope scaling still reads the config's own value).
+(MPT: its ``max_seq_len``) unless ``--trained-context`` overrides it (the override sets
+buckets, the reference range and the default schemes; a rope scaling still reads the
+config's own value).
 :func:`resolve` checks every argument and the model's config (no weights) and builds the
 run's :class:`~posgen.results.folder.length_config.LengthConfig`; the run itself is
 :func:`posgen.harness.length.job.run_job`. Output: a resumable folder under
@@ -172,10 +173,14 @@ def _config(args: argparse.Namespace, entry, c: int):
 
 
 def _require_length_family(entry, args: argparse.Namespace, require_rope) -> None:
-    """RoPE models take every scheme. ALiBi (BLOOM) and position-free models run past C
-    as they are: only the scheme ``none`` applies (their own claim, measured), and it is
-    the default for them. Learned absolute positions have no table row past C: refused.
-    (:mod:`posgen.harness.position_family`.)"""
+    """RoPE models take every scheme. ALiBi (BLOOM, MPT, Falcon-ALiBi) and position-free
+    models run past C as they are: only the scheme ``none`` applies (their own claim,
+    measured), and it is the default for them. Learned absolute positions have no table
+    row past C: refused. ``--decompose`` needs the family's logits captured (Falcon's are
+    not; MPT's not beside ``--positions``), ``--positions`` positions to move (a
+    position-free model has none). MPT's
+    ``max_seq_len`` is checked against the max length in
+    :func:`posgen.harness.length.job.check_model`. (:mod:`posgen.harness.position_family`.)"""
     from posgen.harness.position_family import family_of_folder
 
     family = family_of_folder(entry.path)
@@ -187,12 +192,22 @@ def _require_length_family(entry, args: argparse.Namespace, require_rope) -> Non
             f"{entry.path} has learned absolute positions: its table has a row per position "
             "up to its trained context C and none past it, so it cannot run past C"
         )
-    if family.refusal or (family.kind == "alibi" and not family.bias_argument):
-        raise InputError(f"{entry.path}: {family.name}'s ALiBi attention is not adapted")
     if args.schemes not in (None, "none"):
         raise InputError(
             f"--schemes {args.schemes}: {entry.path} has {family.kind} positions, which run "
             "past C as they are; only the scheme none applies (the default for it)"
+        )
+    if args.decompose and not family.logits_captured:
+        raise InputError(f"--decompose: {entry.path}: {family.logits_refusal}")
+    if args.decompose and args.positions and family.bias_form == "mpt":
+        raise InputError(
+            f"--decompose with --positions: {entry.path}: MPT's capture and its moved bias "
+            "both wrap the one bias its attention adds, which posgen does not combine; drop one"
+        )
+    if args.positions and family.kind == "none":
+        raise InputError(
+            f"--positions {args.positions}: {entry.path} has no position encoding (the causal "
+            "mask is its only order signal): there are no positions to move"
         )
     args.schemes = "none"
 

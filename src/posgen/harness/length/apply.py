@@ -5,6 +5,10 @@
   config does nothing: the rotary module reads it in ``__init__``);
 - ``scale:F`` and position schemes enter inside the rotary embedding
   (:func:`posgen.harness.hf_posgen.position_hooks.rotary_positions`), combined as ``positions / F``;
+  on an ALiBi model (scheme ``none`` only) a position scheme enters the bias every block
+  is handed (:func:`posgen.harness.hf_posgen.family_positions.family_positions`), by the
+  model's position family, not by whether it has a rotary module (Falcon-ALiBi keeps one
+  its layers never apply);
 - ``lambda:G,W`` and ``infllm`` swap the attention function
   (:mod:`posgen.harness.hf_posgen.length_attention`).
 """
@@ -17,8 +21,10 @@ from typing import Any
 
 import torch
 
+from posgen.harness.hf_posgen.family_positions import family_positions
 from posgen.harness.hf_posgen.length_attention import length_attention
 from posgen.harness.hf_posgen.position_hooks import build_plan, rotary_positions
+from posgen.harness.position_family import position_family_of
 from posgen.perturbations.length import LengthPerturbation, combined_positions
 from posgen.perturbations.positions import PositionPerturbation
 
@@ -61,7 +67,15 @@ def length_forward(
         if scheme is not None and not scheme.is_identity:
             plan = build_plan(input_ids, [int(input_ids.shape[1])], (scheme,), seed)
             assert plan.positions is not None
-            stack.enter_context(rotary_positions(model, plan.positions))
+            stack.enter_context(_planned_positions(model, plan.positions))
         if length is not None and length.uses_attention:
             stack.enter_context(length_attention(model, length, block_size))
         yield
+
+
+def _planned_positions(model: Any, positions: torch.Tensor) -> Any:
+    """The context that hands ``model`` the planned ``positions`` ``[1, n]`` where its
+    positions enter: the rotary embedding, or (ALiBi) the bias of every block."""
+    if position_family_of(model).kind == "rotary":
+        return rotary_positions(model, positions)
+    return family_positions(model, positions)

@@ -29,6 +29,7 @@ from posgen.harness.length.documents import (
 )
 from posgen.harness.length.nll import head_refusal
 from posgen.harness.length.runner import run_documents
+from posgen.harness.position_family import PositionFamily, family_of_config
 from posgen.perturbations import PerturbationError
 from posgen.perturbations.length import parse_length_list
 from posgen.results.folder.config import ModelEntry
@@ -72,11 +73,29 @@ class LengthOutcome:
 
 
 def trained_context(model_config: Any, override: int | None = None) -> int:
-    """C: ``override``, else the config's ``max_position_embeddings``."""
+    """C: ``override``, else the config's ``max_position_embeddings``, else (MPT) the
+    number of keys its ALiBi bias covers (``max_seq_len``, its only length field)."""
     trained = getattr(model_config, "max_position_embeddings", None)
+    bias_keys = _bias_keys(model_config)
+    if trained is None and bias_keys is not None:
+        trained = bias_keys[1]
     if override is None and trained is None:
         raise InputError("the model config has no max_position_embeddings; pass --trained-context")
     return int(override or trained)
+
+
+def _position_family(model_config: Any) -> PositionFamily:
+    """Where the positions of a model of ``model_config`` enter (its config alone)."""
+    return family_of_config(lambda key: getattr(model_config, key, None))
+
+
+def _bias_keys(model_config: Any) -> tuple[str, int] | None:
+    """(config field, value): how many keys the model's ALiBi bias covers, where it is
+    built once over a fixed length (MPT's ``max_seq_len``); None where it is built from
+    the mask at any length (BLOOM, Falcon) or the model has no such bias."""
+    family = _position_family(model_config)
+    value = getattr(model_config, family.bias_keys, None) if family.bias_keys else None
+    return None if value is None else (family.bias_keys, int(value))
 
 
 def length_config(
@@ -121,12 +140,21 @@ def length_config(
 
 def check_model(config: LengthConfig, model_config: Any) -> None:
     """Refuse, from the model's config alone, what the run could not compute: logits that
-    are not ``lm_head(hidden)`` (final soft-capping, logit scales), a Λ or InfLLM scheme
+    are not ``lm_head(hidden)`` (final soft-capping, logit scales), a max length past the
+    keys an ALiBi bias built once covers (MPT's ``max_seq_len``), a Λ or InfLLM scheme
     the model's attention does not allow, ``decompose`` without tokens past C."""
 
     reason = head_refusal(model_config)
     if reason is not None:
         raise InputError(f"{config.model}: {reason}")
+    bias_keys = _bias_keys(model_config)
+    if bias_keys is not None and config.max_length > bias_keys[1]:
+        field, keys = bias_keys
+        raise InputError(
+            f"max length {config.max_length}: {config.model} builds its ALiBi bias over its "
+            f"{field} = {keys} keys and cannot run past them; give --max-length <= {keys} "
+            "(and --trained-context below it to measure past C)"
+        )
     for scheme in config.parsed_schemes():
         reason = config_refusal(scheme, model_config)
         if reason is not None:
@@ -184,7 +212,8 @@ def jobs_for_run(
     ``RUN/length/<model>/``, each loaded as the sweep loaded it (dtype, revision, adapter,
     remote code, attention implementation, device map) on ``device``, on the built-in
     documents (``quick``: 2 documents, schemes ``none;lambda:4,C;scale:2``; else all five
-    with ``schemes``). Reads each model's config (no weights) and checks it."""
+    with ``schemes``). Reads each model's config (no weights) and checks it: a model
+    whose positions are not rotary is refused (``posgen length`` runs its scheme none)."""
 
     quick = schemes == "quick"
     jobs = []
@@ -192,6 +221,12 @@ def jobs_for_run(
         if entry.random_init:
             continue  # the twin has no trained context to extrapolate from
         model_config = loading.load_config(entry)
+        family = _position_family(model_config)
+        if family.kind != "rotary":
+            raise InputError(
+                f"--length: {entry.label} has {family.kind} positions and the run's length "
+                "schemes are rotary; posgen length says what applies to it"
+            )
         if getattr(model_config, "max_position_embeddings", None) is None:
             raise InputError(
                 f"--length: {entry.label}'s config has no max_position_embeddings, so its "

@@ -45,6 +45,7 @@ from posgen.harness.length.nll import bucket_sums, position_nll
 from posgen.harness.length.reuse import run_prefix, run_suffix, shared_length, sharing
 from posgen.harness.length.window import context_range, window_nll
 from posgen.harness.model_family import rotary_modules
+from posgen.harness.position_family import position_family_of
 from posgen.perturbations import parse
 from posgen.perturbations.length import LengthPerturbation
 from posgen.results.folder.config import ModelEntry
@@ -107,7 +108,7 @@ def run_documents(
         model = loaded.model
         for doc in mine:
             _score_window(folder, config, loaded, doc, token_ids[doc], log)
-        if key == "plain" and positions is None and reuse and rotary_modules(model):
+        if key == "plain" and positions is None and reuse and _rotary(model):
             _score_shared(folder, config, loaded, sharing(group), token_ids, log)
         for scheme, doc in todo:
             input_ids = torch.tensor([token_ids[doc]], dtype=torch.long, device=model.device)
@@ -121,6 +122,12 @@ def run_documents(
                     folder, config, loaded, scheme, doc, token_ids[doc], positions, log
                 )
         del model, loaded
+
+
+def _rotary(model) -> bool:
+    """Whether the model's positions are rotary (Falcon-ALiBi has a rotary module its
+    layers never apply: its family says ALiBi)."""
+    return position_family_of(model).kind == "rotary" and bool(rotary_modules(model))
 
 
 def _window_missing(folder: Path, config: LengthConfig, doc: str) -> bool:

@@ -24,7 +24,8 @@ class CauseConfig:
     ``layers``: the layers replaced one at a time (empty without ``forms``); ``forms``:
     the ``logits=`` forms run in every layer and in each of ``layers``; ``controls``: the
     forms run in every layer only; ``schemes``: the position schemes whose logit change is
-    predicted (canonical strings); ``batch_size`` as given to lm-eval."""
+    predicted (canonical strings; none for a learned-absolute model, which gets no
+    prediction); ``batch_size`` as given to lm-eval."""
 
     model: ModelEntry
     seed: int
@@ -88,7 +89,7 @@ class CauseFolder(CommandFolder):
         cells/<cell>.json          per-document log-likelihoods of one cell (plain, a form
                                    of logits in every layer or in one layer)
         prediction.parquet         the predicted and measured logit change per (document,
-                                   window, scheme, layer, head)
+                                   window, scheme, layer, head); none without schemes
         layers_run.json            the --layers-run folder last given (a rerun without
                                    --layers-run relates to it again)
         cause_nll.csv, cause_prediction.csv, cause_relation.csv, cause_scores.json,

@@ -3,7 +3,9 @@
 A profile is the plain data :func:`posgen.results.scores.cause_profile.build_profile` gives: the
 NLL cells against the plain model, the predicted change pooled per scheme and per
 (scheme, layer), the relation to a ``posgen layers`` profile. The answer is read off three
-stated checks (:func:`checks`), each with its numbers, and says "no" where they fail.
+stated checks (:func:`checks`), each with its numbers, and says "no" where they fail. A
+learned-absolute model has no prediction (:func:`predicted`): the report says why. The
+figure is :mod:`posgen.results.report.cause_figure`'s.
 """
 
 from __future__ import annotations
@@ -12,21 +14,28 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from posgen.results.report.layers import relation_table, verdict
-from posgen.results.report.plots import new_figure, png_bytes
 from posgen.results.scores.association import RULE
 
 PREDICTS = 0.5  # share of ‖ΔW‖² and of the attention-row change the form must explain
 ALPHA = 0.05
-FORM_STYLE = {"additive": "tab:blue", "distance": "tab:orange", "key": "tab:green"}
 
 
 def _fmt(v: Any, digits: int = 3) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "n/a"
     return f"{v:.{digits}g}" if isinstance(v, float) else str(v)
+
+
+NO_PREDICTION = (
+    "this model's learned absolute positions enter once, before the first layer, so no "
+    "layer's positions move alone"
+)
+
+
+def predicted(prof: Mapping[str, Any]) -> bool:
+    """Whether the run made a prediction: every model but a learned-absolute one."""
+    return prof.get("positions") != "absolute"
 
 
 def _finite(v: Any) -> bool:
@@ -88,6 +97,8 @@ def _predicts(prof: Mapping[str, Any]) -> dict[str, Any]:
         f"{_fmt(p['kl_explained'])}, coverage {_fmt(p['coverage'])}"
         for p in prof["prediction"]
     )
+    if not predicted(prof):
+        text = f"does not apply: {NO_PREDICTION}"
     return {
         "name": "predicts",
         "holds": not worst if prof["prediction"] else None,
@@ -99,7 +110,8 @@ def _tracks(prof: Mapping[str, Any]) -> dict[str, Any]:
     """Check 3: the predicted change against ``posgen layers``' sensitivity across layers."""
     rel = next((r for r in prof["relation"] if r["covariate"] == "predicted_change"), None)
     if rel is None:
-        return {"name": "tracks", "holds": None, "text": "no --layers-run given"}
+        text = "no --layers-run given" if predicted(prof) else "no prediction to relate"
+        return {"name": "tracks", "holds": None, "text": text}
     tested = all(_finite(rel[k]) for k in ("rho", "p", "rho_changes", "p_changes"))
     holds = bool(rel["rho"] > 0 and rel["p"] <= ALPHA and rel["p_changes"] <= ALPHA)
     return {
@@ -118,6 +130,8 @@ def answer(prof: Mapping[str, Any]) -> str:
     """The plain answer: yes only when all three checks hold; no when the form does not
     predict the change or does not track sensitivity; partly otherwise."""
     found = {c["name"]: c["holds"] for c in checks(prof)}
+    if not predicted(prof):
+        return "Not answered (no prediction for learned absolute positions)"
     if all(v is True for v in found.values()):
         return "Yes"
     if found["predicts"] is False or found["tracks"] is False:
@@ -245,7 +259,10 @@ def survival_section(prof: Mapping[str, Any]) -> list[str]:
 
 
 def prediction_section(prof: Mapping[str, Any]) -> list[str]:
-    """The predicted change against the measured one, pooled and per layer."""
+    """The predicted change against the measured one, pooled and per layer (a line
+    saying why there is none for a learned-absolute model)."""
+    if not predicted(prof):
+        return ["### The predicted change", "", f"Not made: {NO_PREDICTION}.", ""]
     return [
         "### The predicted change",
         "",
@@ -278,80 +295,6 @@ def relation_section(prof: Mapping[str, Any]) -> list[str]:
         verdict(prof),
         "",
     ]
-
-
-def cause_figure(profiles: Sequence[Mapping[str, Any]]) -> bytes:
-    """Per model a row of three panels: D per layer (one layer replaced, each form); the
-    prediction's share per layer (each scheme); measured and predicted change per layer
-    (last scheme), with the layers run's sensitivity scaled to its largest value."""
-    fig, axes = new_figure(len(profiles), 3, figsize=(15, 3.6 * len(profiles)))
-    for row, prof in zip(axes, profiles, strict=True):
-        _nll_panel(row[0], prof)
-        _share_panel(row[1], prof)
-        _change_panel(row[2], prof)
-    fig.tight_layout()
-    return png_bytes(fig)
-
-
-def _nll_panel(ax, prof: Mapping[str, Any]) -> None:
-    for form in prof["forms"]:
-        rows = [r for r in prof["nll"] if r["form"] == form and r["layer"] != "all"]
-        if not rows:
-            continue
-        x = np.array([r["layer"] for r in rows], dtype=float)
-        d = np.array([r["degradation"] for r in rows])
-        err = [d - np.array([r["ci_lo"] for r in rows]), np.array([r["ci_hi"] for r in rows]) - d]
-        ax.errorbar(
-            x, d, yerr=err, marker=".", lw=1, capsize=2, label=form, color=FORM_STYLE.get(form)
-        )
-    ax.axhline(0, color="grey", lw=0.5)
-    ax.set_xlabel("layer replaced")
-    ax.set_ylabel("D = PPL / PPL(plain) − 1")
-    ax.set_title(f"{prof['model']}: logits replaced in one layer", fontsize=9)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
-
-
-def _share_panel(ax, prof: Mapping[str, Any]) -> None:
-    for scheme in prof["schemes"]:
-        rows = [r for r in prof["prediction_layers"] if r["scheme"] == scheme]
-        x = [r["layer"] for r in rows]
-        ax.plot(x, [r["share"] for r in rows], marker=".", lw=1, label=f"share, {scheme}")
-        ax.plot(
-            x, [r["kl_explained"] for r in rows], ls="--", lw=1, label=f"KL explained, {scheme}"
-        )
-    ax.axhline(PREDICTS, color="grey", lw=0.5, ls=":")
-    ax.set_xlabel("layer")
-    ax.set_ylabel("explained by the additive form")
-    ax.set_title("predicted vs measured change", fontsize=9)
-    ax.legend(fontsize=7)
-
-
-def _change_panel(ax, prof: Mapping[str, Any]) -> None:
-    run = prof.get("layers_run")
-    scheme = run["scheme"] if run else prof["schemes"][-1]
-    rows = [r for r in prof["prediction_layers"] if r["scheme"] == scheme]
-    x = [r["layer"] for r in rows]
-    ax.plot(x, [r["measured_change"] for r in rows], marker=".", lw=1, label="measured change")
-    ax.plot(x, [r["predicted_change"] for r in rows], marker=".", lw=1, label="predicted change")
-    ax.set_xlabel("layer")
-    ax.set_ylabel(f"mean KL of attention rows ({scheme})")
-    ax.set_title("attention-row change per layer", fontsize=9)
-    if run:
-        right = ax.twinx()
-        s = np.array([r["sensitivity"] for r in run["layers"]])
-        top = np.nanmax(np.abs(s)) if np.isfinite(s).any() else 1.0
-        right.plot(
-            [r["layer"] for r in run["layers"]],
-            s / (top or 1.0),
-            color="tab:red",
-            lw=1,
-            alpha=0.7,
-            label="sensitivity (scaled)",
-        )
-        right.set_ylabel("posgen layers sensitivity, scaled")
-        right.legend(fontsize=7, loc="upper right")
-    ax.legend(fontsize=7, loc="upper left")
 
 
 def cross_model_section(rows: Sequence[Mapping[str, Any]]) -> str:

@@ -32,8 +32,9 @@ from posgen.results.folder.cause_config import CauseFolder
 from posgen.results.folder.layers_config import LayersFolder
 from posgen.results.folder.protocol import check_writable
 from posgen.results.folder.store import RunConflictError, atomic_write_json
-from posgen.results.report.cause import cause_figure, cross_model_section
+from posgen.results.report.cause import cross_model_section
 from posgen.results.report.cause import render_markdown as cause_markdown
+from posgen.results.report.cause_figure import cause_figure
 from posgen.results.report.layers import profile_figure, render_markdown
 from posgen.results.scores.cause import cross_model_rows
 from posgen.results.scores.layers_profile import json_safe, read_scores

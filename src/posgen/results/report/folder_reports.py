@@ -22,8 +22,8 @@ from posgen.results.folder.run_store import RunStore
 from posgen.results.folder.schema import SchemaError
 from posgen.results.folder.store import atomic_write_json, read_json
 from posgen.results.report.build import regenerate as regenerate_run
-from posgen.results.report.cause import cause_figure
 from posgen.results.report.cause import render_markdown as cause_markdown
+from posgen.results.report.cause_figure import cause_figure
 from posgen.results.report.decomposition_plots import HeadMap, write_plots
 from posgen.results.report.layers import profile_figure, render_markdown
 from posgen.results.report.length import curves_png

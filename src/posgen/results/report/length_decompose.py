@@ -13,9 +13,10 @@ import numpy as np
 
 DECOMPOSITION_NOTE = (
     "Attention drift beside the decomposition W[i, j] ≈ a[i−j] + b[i] + c[j] of each "
-    "head's logits, fitted on the same ids under the same forward: per layer, r on the "
-    "query rows before C and past C and their drop, and the rms of a[d] past C about its "
-    "in-context trend (logit units); means over heads and documents. ρ: Spearman's rank "
+    "head's logits (ALiBi: its full logits, bias included), fitted on the same ids under "
+    "the same forward: per layer, r on the query rows before C and past C and their drop, "
+    "and the rms of a[d] past C about its in-context trend (logit units); means over heads "
+    "and documents. ρ: Spearman's rank "
     "correlation over layers between drift and the r drop, with the within-model test of "
     "posgen layers (layers are not independent: mirror-ring shift p of the levels and of "
     "the layer-to-layer changes; a relation counts when both are ≤ .05)."

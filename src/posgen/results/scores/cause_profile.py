@@ -79,9 +79,11 @@ def build_profile(folder: CauseFolder, layers_run: Path | None = None) -> dict[s
     import pandas as pd
 
     cfg = folder.config
-    prediction = pd.read_parquet(folder.prediction_path)
-    by_layer = pooled_prediction(prediction, ["scheme", "layer"])
-    by_scheme = pooled_prediction(prediction, ["scheme"])
+    by_layer = by_scheme = pd.DataFrame()
+    if cfg.schemes:  # none: no prediction (a learned-absolute model; the report says why)
+        prediction = pd.read_parquet(folder.prediction_path)
+        by_layer = pooled_prediction(prediction, ["scheme", "layer"])
+        by_scheme = pooled_prediction(prediction, ["scheme"])
     profile: dict[str, Any] = {
         "model": cfg.model.label,
         "random_init": cfg.model.random_init,

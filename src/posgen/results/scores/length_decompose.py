@@ -64,11 +64,16 @@ def _mean(values: list[Any]) -> float:
 
 def layer_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Tidy rows per (scheme, layer): the mean of each of ``COLUMNS`` over heads and
-    documents, ``r_drop``, and the numbers of documents and head rows averaged."""
+    documents, ``r_drop``, and the numbers of documents and head rows averaged. An ALiBi
+    record holds two fits per head (``logit_part`` ``full``, the model's own logits with
+    its bias, and ``qk``, the content part alone): the full logits' rows are averaged, as
+    for every other family (the report says so)."""
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     docs: dict[tuple[str, int], set[str]] = {}
     for record in records:
         for head in record["heads"]:
+            if head.get("logit_part", "full") != "full":
+                continue
             key = (record["scheme"], int(head["layer"]))
             groups.setdefault(key, []).append(head)
             docs.setdefault(key, set()).add(record["document"])
