@@ -139,10 +139,12 @@ def test_alibi_takes_layers_and_heads(tiny_model_dir, name):
     assert rolling(lm) not in (swapped, everywhere)
 
 
-def test_bloom_takes_logits_with_layers_and_heads(tiny_model_dir):
-    """``logits=`` runs on BLOOM (its own baddbmm's logits, replaced): from the config check
-    to the log-likelihood; generation under it is refused as on RoPE models."""
-    path = str(tiny_model_dir("bloom_qk"))
+@pytest.mark.parametrize("arch", ["bloom_qk", "falcon_alibi"])
+def test_bloom_and_falcon_take_logits_with_layers_and_heads(tiny_model_dir, arch):
+    """``logits=`` runs on BLOOM (its own baddbmm's logits, replaced) and Falcon-ALiBi (its
+    sdpa call's, through its mask): from the config check to the log-likelihood;
+    generation under it is refused as on RoPE models."""
+    path = str(tiny_model_dir(arch))
     plain = rolling(HFPosgenLM(pretrained=path, device="cpu", batch_size=4))
     lm = HFPosgenLM(pretrained=path, device="cpu", batch_size=4, logits="additive")
     everywhere = rolling(lm)
@@ -157,7 +159,6 @@ REFUSED = [
     ("opt", {"features": "rope_noise:1", "layers": "0"}, "drop layers="),
     ("gpt2", {"features": "qk_noise:0.1"}, "use features=rope_noise"),
     ("mpt", {"logits": "additive"}, r"logits=additive: .* MPT's attention \(a boolean mask"),
-    ("falcon_alibi", {"logits": "key", "layers": "1"}, "its sdpa attention never forms them"),
     ("mpt", {"features": "qk_noise:0.1"}, "use features=rope_noise"),
     ("smollm3_nope", {"positions": "swap:0.1"}, "has no position encoding"),
     ("smollm3_nope", {"features": "rope_noise:1"}, "the causal mask is its only order signal"),

@@ -124,12 +124,13 @@ def test_a_model_without_per_layer_positions_is_refused(
     assert not out.exists()
 
 
-def test_an_alibi_model_gets_its_layer_profile(tiny_model_dir, tmp_path):
-    """BLOOM's bias takes the positions in the chosen layer only: every layer's cell runs
-    and moves the NLL of the swapped documents."""
-    out = tmp_path / "bloom"
+@pytest.mark.parametrize("arch", ["bloom", "falcon_alibi"])
+def test_an_alibi_model_gets_its_layer_profile(tiny_model_dir, tmp_path, arch):
+    """BLOOM's and Falcon's bias take the positions in the chosen layer only: every
+    layer's cell runs and moves the NLL of the swapped documents."""
+    out = tmp_path / arch
     args = (*ARGS, "--decompose-tokens", "32")
-    assert run("--model", str(tiny_model_dir("bloom")), "--out", str(out), *args) == 0
+    assert run("--model", str(tiny_model_dir(arch)), "--out", str(out), *args) == 0
     assert (out / "layers.md").is_file()
     scores = json.loads((out / "layers_scores.json").read_text())
     assert [row["layer"] for row in scores["layers"]] == [0, 1]

@@ -265,7 +265,9 @@ def test_a_model_without_movable_positions_gets_the_text_cells_and_a_note(
     assert not (out / "decomposition").exists() or not any((out / "decomposition").iterdir())
 
 
-@pytest.mark.parametrize(("arch", "positions"), [("gpt2", "absolute"), ("bloom", "alibi")])
+@pytest.mark.parametrize(
+    ("arch", "positions"), [("gpt2", "absolute"), ("bloom", "alibi"), ("falcon_alibi", "alibi")]
+)
 def test_learned_absolute_and_alibi_models_get_every_kind_and_the_decomposition(
     tiny_model_dir, tmp_path, capsys, arch, positions
 ):

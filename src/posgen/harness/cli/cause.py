@@ -169,12 +169,12 @@ def resolve(args: argparse.Namespace) -> CauseConfig:
 
 _NO_ROPE = (
     "has no rotary position embedding: the predicted change of a position scheme moves one "
-    "layer's positions, which needs RoPE or BLOOM's ALiBi"
+    "layer's positions, which needs RoPE or BLOOM's or Falcon's ALiBi"
 )
 _NO_LAYER_POSITIONS = {
     "absolute": "has no rotary position embedding (its learned absolute positions enter once, "
     "before the first layer): the predicted change of a position scheme moves one layer's "
-    "positions, which needs RoPE or BLOOM's ALiBi",
+    "positions, which needs RoPE or BLOOM's or Falcon's ALiBi",
     "none": "has no position encoding (the causal mask is its only order signal): there "
     "are no positions to move",
 }

@@ -88,8 +88,8 @@ def position_kind(path: str) -> str:
     """Where a local model's positions enter, from its config.json
     (:mod:`posgen.harness.position_family`): ``rotary`` (also for a hub id, whose config is
     read when it loads), ``absolute``, ``alibi``, ``none``, or ``unadapted`` for an ALiBi
-    attention whose logits the commands do not fit (MPT, Falcon-ALiBi: hf-posgen moves
-    their positions, but ``logits=`` and the fit of the logits do not run on them)."""
+    attention whose logits the commands do not fit (MPT: hf-posgen moves its positions,
+    but ``logits=`` and the fit of the logits do not run on it)."""
 
     family = family_of_folder(path)
     if family is None:
