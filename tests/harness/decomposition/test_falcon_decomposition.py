@@ -15,6 +15,8 @@ import pytest
 import torch
 from test_alibi_change import _captures
 
+from posgen.harness import loading
+from posgen.harness.cli import main as cli_main
 from posgen.harness.decomposition.alibi_change import alibi_moved_logits, alibi_window_rows
 from posgen.harness.decomposition.pipeline import decompose_model
 from posgen.harness.decomposition.predicted_change import perturbed_positions, predict_windows
@@ -111,3 +113,17 @@ def test_a_falcon_whose_logits_are_its_bias_alone_is_predicted_exactly():
     assert len(rows) == 2 * 2 * HEADS and (rows["changed"] > 0).all()
     assert rows["r"].min() > 1 - 1e-6 and rows["share"].min() > 1 - 1e-5
     assert rows["kl_measured_predicted"].abs().max() < 1e-6
+
+
+def test_a_falcon_asked_to_run_eager_is_refused_before_it_loads(tmp_path, monkeypatch, capsys):
+    """Every command that loads Falcon-ALiBi fits its logits, read at its sdpa call."""
+    model_dir = tmp_path / "falcon"
+    build_model("falcon_alibi").save_pretrained(model_dir)
+    build_tokenizer().save_pretrained(model_dir)
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
+    capsys.readouterr()  # saving prints its progress
+    argv = ["decompose", "--model", str(model_dir), "--out", str(tmp_path / "out")]
+    assert cli_main([*argv, "--attn-implementation", "eager", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "load it with sdpa, the default" in err and "\n" not in err
+    assert not (tmp_path / "out").exists()

@@ -38,6 +38,7 @@ def model_entries(
     short = dict(zip(names, short_labels(names), strict=True))
     for name in names:
         entry = replace(_entry(name, short[name], options.revision), **options.entry_fields())
+        _check_attention(entry)
         out.append(entry)
         if random_init:
             out.append(
@@ -52,6 +53,20 @@ def model_entries(
     if len(set(labels)) != len(labels):
         raise LoadError(f"a model is named twice: {labels}")
     return out
+
+
+def _check_attention(entry: ModelEntry) -> None:
+    """Every command that loads a Falcon-ALiBi fits its logits, which are read where its
+    sdpa attention forms them (:mod:`posgen.harness.hf_posgen.falcon_sdpa`): another
+    attention implementation is refused here, before it loads."""
+    attention = entry.attn_implementation
+    family = None if attention in (None, "sdpa") else family_of_folder(entry.path)
+    if family is not None and family.bias_form == "falcon":
+        raise LoadError(
+            f"--attn-implementation {attention}: Falcon-ALiBi's logits are read where its sdpa "
+            "attention forms them (on transformers 5.24 its eager attention adds the bias "
+            "twice); load it with sdpa, the default"
+        )
 
 
 def _entry(name: str, label: str, revision: str | None) -> ModelEntry:
