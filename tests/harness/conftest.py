@@ -19,3 +19,22 @@ def offline_cache(tmp_path, monkeypatch):
     (repo / "snapshots" / HUB_SHA).mkdir(parents=True)
     (repo / "snapshots" / HUB_SHA / "config.json").write_text('{"model_type": "llama"}')
     return tmp_path
+
+
+UNFITTED = "test: this family's logits are not fitted"
+
+
+@pytest.fixture
+def unfitted_falcon(monkeypatch):
+    """Falcon-ALiBi registered, for one test, with a ``logits_refusal``: an ALiBi family
+    whose positions hf-posgen moves but whose logits the commands do not fit (no family
+    built in is one; a user's registered family may be)."""
+    from dataclasses import replace
+
+    from posgen.harness import position_family
+
+    falcon = position_family._FAMILIES["falcon-alibi"]
+    monkeypatch.setitem(
+        position_family._FAMILIES, "falcon-alibi", replace(falcon, logits_refusal=UNFITTED)
+    )
+    return UNFITTED

@@ -13,7 +13,9 @@ bias); it reads BLOOM's and Falcon's slopes from the model file's own
 decomposition and ``logits=`` wrap the bias each attention module is handed, whose
 ``baddbmm`` (BLOOM) or addition to the scores (MPT) is that module's logits (a call that
 computes none through it is refused at run time:
-:func:`posgen.harness.hf_posgen.alibi_bias.alibi_bias_calls`). Each entry
+:func:`posgen.harness.hf_posgen.alibi_bias.alibi_bias_calls`); on Falcon they wrap the
+mask each attention module is handed, whose sdpa call (``attn_mask=``) forms its logits
+(:mod:`posgen.harness.hf_posgen.falcon_sdpa`). Each entry
 below is a callable and the parameters posgen's hooks are written for (the first ones of
 its signature, or a keyword that must be among them).
 """
@@ -72,6 +74,16 @@ POSITION_FAMILY_INTERNALS: dict[str, tuple[tuple[str, ...], str]] = {
     "transformers.models.falcon.modeling_falcon:FalconAttention.forward": (
         ("self", "hidden_states"),
         "attention_mask",
+    ),
+    # Falcon's logits (decomposition, logits=): with alibi its sdpa attention hands that
+    # mask (wrapped) to torch's scaled_dot_product_attention as attn_mask, whose
+    # q·kᵀ·scale + attn_mask are its logits: 5.24's FalconAttention.forward calls it
+    # itself, 5.25's through this function, handed the mask and Falcon's 1/√d scaling (a
+    # layer call that hands its mask to no sdpa is refused at run time:
+    # posgen.harness.hf_posgen.falcon_sdpa)
+    "transformers.integrations.sdpa_attention:sdpa_attention_forward": (
+        ("module", "query", "key", "value", "attention_mask"),
+        "scaling",
     ),
 }
 

@@ -84,8 +84,11 @@ class PositionFamily:
     @property
     def logits_captured(self) -> bool:
         """Whether the decomposition captures this family's logits from the model's own
-        forward: every family but Falcon's ALiBi, whose sdpa attention never forms them."""
-        return self.kind != "alibi" or self.bias_form in ("bloom", "mpt")
+        forward: every family registered without a ``logits_refusal`` whose ALiBi form,
+        if any, it reads (BLOOM's baddbmm, MPT's bias addition, Falcon's sdpa call)."""
+        if self.logits_refusal:
+            return False
+        return self.kind != "alibi" or self.bias_form in ("bloom", "mpt", "falcon")
 
     @property
     def meaning(self) -> str:
@@ -147,10 +150,6 @@ for _family in (
         ("falcon-alibi",),
         bias_form="falcon",
         block_suffix="DecoderLayer",
-        logits_refusal=(
-            "Falcon's attention logits are not captured: its sdpa attention never forms "
-            "them (its eager attention adds the bias twice)"
-        ),
     ),
 ):
     register_position_family(_family)
@@ -220,11 +219,11 @@ def check_schemes(model: torch.nn.Module, p: Any, what: str) -> PositionFamily:
 
 def _refusals(family: PositionFamily, p: Any) -> list[tuple[bool, str]]:
     """(refused?, why) of each thing a non-rotary family may not take. ``logits=`` runs on
-    learned absolute positions (through the attention functions) and on BLOOM and MPT
-    (where their own attention adds the bias,
-    :mod:`posgen.harness.hf_posgen.alibi_logit_replacement`); an ALiBi model with a
-    ``logits_refusal`` (Falcon) takes positions, features, ``layers=`` and ``heads=`` but
-    not ``logits=``."""
+    learned absolute positions (through the attention functions), on BLOOM and MPT (where
+    their own attention adds the bias, :mod:`posgen.harness.hf_posgen.alibi_logit_replacement`)
+    and on Falcon-ALiBi (through its sdpa mask, :mod:`posgen.harness.hf_posgen.falcon_sdpa`);
+    a family registered with a ``logits_refusal`` takes positions, features, ``layers=`` and
+    ``heads=`` but not ``logits=``."""
     qk = p.features is not None and getattr(p.features, "where", "") == "qk"
     absolute = family.kind == "absolute"
     moved = p.positions is not None or p.features is not None

@@ -28,7 +28,6 @@ def models(tmp_path_factory, tiny_model_dir) -> dict[str, Path]:
         "short": short,
         "gpt2": tiny_model_dir("gpt2", 0),
         "mpt": tiny_model_dir("mpt", 0),
-        "falcon": tiny_model_dir("falcon_alibi", 0),
         "no-config": root / "no-config",
         "afile": root / "afile",
     }
@@ -120,11 +119,17 @@ MODELS = [
 ]
 
 
-@pytest.mark.parametrize("command", ["length", "decompose"])
-@pytest.mark.parametrize(("model", "message"), MODELS)
+# every position family decomposes (GPT-2, MPT and Falcon-ALiBi too): no gpt2 case there
+BAD_MODELS = [
+    (command, model, message)
+    for command in ("length", "decompose")
+    for model, message in MODELS
+    if (command, model) != ("decompose", "gpt2")
+]
+
+
+@pytest.mark.parametrize(("command", "model", "message"), BAD_MODELS)
 def test_a_bad_model_is_refused(models, no_loading, capsys, command, model, message):
-    if (command, model) == ("decompose", "gpt2"):
-        model, message = "falcon", "its sdpa attention never forms them"  # GPT-2, MPT decompose
     if (command, model) == ("length", "gpt2"):
         message = "has learned absolute positions: its table has a row per position"
     path = models.get(model, no_loading / "no-such-model")
@@ -350,7 +355,7 @@ def test_run_length_refuses_a_model_length_cannot_measure_before_the_sweep(
     _refused(argv, "final_logit_softcapping=30.0", capsys, no_weights)
 
 
-@pytest.mark.parametrize("model", ["gpt2", "falcon"])
+@pytest.mark.parametrize("model", ["gpt2", "mpt"])
 def test_run_length_refuses_a_model_whose_positions_are_not_rotary(
     models, no_weights, capsys, model
 ):
@@ -415,3 +420,23 @@ def test_run_refuses_a_task_of_its_own_folder_that_posgen_cannot_score(
         capsys,
         no_loading,
     )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["decompose"],
+        ["length", "--trained-context", "32", "--decompose"],
+        ["cause"],
+        ["layers"],
+    ],
+)
+def test_a_family_registered_with_a_logits_refusal_is_refused_by_what_fits_its_logits(
+    tiny_model_dir, unfitted_falcon, no_weights, capsys, argv
+):
+    """A family registered with a ``logits_refusal`` (Falcon-ALiBi's, for this test): each
+    command that fits its logits refuses it in one line before weights load."""
+    model = str(tiny_model_dir("falcon_alibi", 0))
+    capsys.readouterr()  # building the model prints its own progress
+    message = "no rotary position embedding" if argv[0] in ("cause", "layers") else unfitted_falcon
+    _refused([argv[0], "--model", model, *argv[1:]], message, capsys, no_weights)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+import pytest
 import torch
 
 from posgen.harness.cli import build_parser
@@ -99,9 +100,10 @@ def test_on_a_bloom_whose_qk_matters_the_prediction_misses_what_qk_made_of_dista
     assert rows["kl_measured_plain"].min() > 0
 
 
-def test_posgen_cause_runs_on_bloom(tmp_path, capsys):
-    model_dir = tmp_path / "bloom"
-    build_model("bloom_qk").save_pretrained(model_dir)
+@pytest.mark.parametrize("arch", ["bloom_qk", "falcon_alibi"])
+def test_posgen_cause_runs_on_bloom_and_falcon(tmp_path, capsys, arch):
+    model_dir = tmp_path / arch
+    build_model(arch).save_pretrained(model_dir)
     build_tokenizer().save_pretrained(model_dir)
     out = tmp_path / "cause"
     argv = ["cause", "--model", str(model_dir), "--out", str(out), "--limit", "2"]

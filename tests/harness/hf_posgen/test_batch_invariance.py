@@ -93,6 +93,18 @@ FAMILY_CASES: dict[str, tuple[str, Case]] = {
         ),
     ),
     "falcon_swap": ("falcon_alibi", Case({"positions": "swap:0.3"})),
+    "falcon_additive": ("falcon_alibi", Case({"logits": "additive"}, LOGIT_REFUSAL)),
+    "falcon_shuffled": ("falcon_alibi", Case({"logits": "shuffled"}, LOGIT_REFUSAL)),
+    "falcon_logit_heads": (
+        "falcon_alibi",
+        Case({"logits": "distance", "layers": "1", "heads": "0;2"}, LOGIT_REFUSAL),
+    ),
+    # logits= on the bias hf-posgen's position hook moved (the hook replaces the mask the
+    # block is handed; the sdpa capture reads the replaced one)
+    "falcon_logits_swap": (
+        "falcon_alibi",
+        Case({"logits": "additive", "positions": "swap:0.3"}, LOGIT_REFUSAL),
+    ),
     "falcon_layer_heads": (
         "falcon_alibi",
         Case(
@@ -211,7 +223,10 @@ def test_the_arguments_change_the_answers(llama):
         ("bloom_qk", ("bloom_additive", "bloom_logit_heads")),
         ("mpt", ("mpt_swap", "mpt_layer_heads")),
         ("mpt_qk", ("mpt_additive", "mpt_logit_heads", "mpt_logit_positions")),
-        ("falcon_alibi", ("falcon_swap", "falcon_layer_heads")),
+        (
+            "falcon_alibi",
+            ("falcon_swap", "falcon_layer_heads", "falcon_additive", "falcon_logits_swap"),
+        ),
     ],
 )
 def test_the_family_cases_change_the_answers(tiny_model_dir, arch, names):

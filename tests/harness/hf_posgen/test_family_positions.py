@@ -139,11 +139,11 @@ def test_alibi_takes_layers_and_heads(tiny_model_dir, name):
     assert rolling(lm) not in (swapped, everywhere)
 
 
-@pytest.mark.parametrize("name", ["bloom_qk", "mpt_qk"])
+@pytest.mark.parametrize("name", ["bloom_qk", "mpt_qk", "falcon_alibi"])
 def test_alibi_takes_logits_with_layers_and_heads(tiny_model_dir, name):
-    """``logits=`` runs on BLOOM and MPT (the logits their own attention forms, replaced):
-    from the config check to the log-likelihood; generation under it is refused as on
-    RoPE models."""
+    """``logits=`` runs on BLOOM and MPT (the logits their own attention forms, replaced)
+    and Falcon-ALiBi (its sdpa call's, through its mask): from the config check to the
+    log-likelihood; generation under it is refused as on RoPE models."""
     path = str(tiny_model_dir(name))
     plain = rolling(HFPosgenLM(pretrained=path, device="cpu", batch_size=4))
     lm = HFPosgenLM(pretrained=path, device="cpu", batch_size=4, logits="additive")
@@ -158,7 +158,6 @@ REFUSED = [
     ("gpt2", {"positions": "swap:0.1", "layers": "1"}, "positions enter once, before the first"),
     ("opt", {"features": "rope_noise:1", "layers": "0"}, "drop layers="),
     ("gpt2", {"features": "qk_noise:0.1"}, "use features=rope_noise"),
-    ("falcon_alibi", {"logits": "key", "layers": "1"}, "its sdpa attention never forms them"),
     ("mpt", {"features": "qk_noise:0.1"}, "use features=rope_noise"),
     ("smollm3_nope", {"positions": "swap:0.1"}, "has no position encoding"),
     ("smollm3_nope", {"features": "rope_noise:1"}, "the causal mask is its only order signal"),

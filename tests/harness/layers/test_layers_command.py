@@ -114,8 +114,10 @@ def test_bad_input_exits_2_before_any_model_loads(planted, tmp_path, argv, messa
     ],
 )
 def test_a_model_without_per_layer_positions_is_refused(
-    tiny_model_dir, tmp_path, capsys, arch, message
+    tiny_model_dir, tmp_path, capsys, unfitted_falcon, arch, message
 ):
+    """(Falcon-ALiBi is registered with a logits refusal for this test: an ALiBi family
+    whose logits the profile cannot fit.)"""
     out, model = tmp_path / "o", tiny_model_dir(arch)
     capsys.readouterr()  # the model build's own progress
     assert run("--model", str(model), "--out", str(out), *ARGS) == 2
@@ -124,11 +126,11 @@ def test_a_model_without_per_layer_positions_is_refused(
     assert not out.exists()
 
 
-@pytest.mark.parametrize("arch", ["bloom", "mpt"])
+@pytest.mark.parametrize("arch", ["bloom", "mpt", "falcon_alibi"])
 def test_an_alibi_model_gets_its_layer_profile(tiny_model_dir, tmp_path, arch):
-    """BLOOM's and MPT's bias takes the positions in the chosen layer only: every layer's
-    cell runs and moves the NLL of the swapped documents; the profile's fit r is that of
-    the full logits."""
+    """BLOOM's, MPT's and Falcon's bias take the positions in the chosen layer only: every
+    layer's cell runs and moves the NLL of the swapped documents; the profile's fit r is
+    that of the full logits."""
     out = tmp_path / arch
     args = (*ARGS, "--decompose-tokens", "32")
     assert run("--model", str(tiny_model_dir(arch)), "--out", str(out), *args) == 0

@@ -48,12 +48,33 @@ def test_mpt_and_falcon_run_past_c_with_drift(tiny_model_dir, tmp_path, capsys, 
     assert drift is not None and len(drift["region_cos"]) == 2  # both layers captured
 
 
-def test_mpt_decompose_fits_its_full_logits(tiny_model_dir, tmp_path, capsys):
-    out = tmp_path / "mpt-decompose"
-    assert cli_main(_run(tiny_model_dir("mpt", 0), out, "--decompose")) == 0
+@pytest.mark.parametrize("arch", ["mpt", "falcon_alibi"])
+def test_alibi_decompose_fits_its_full_logits(tiny_model_dir, tmp_path, capsys, arch):
+    out = tmp_path / arch
+    assert cli_main(_run(tiny_model_dir(arch, 0), out, "--decompose")) == 0
     assert "ALiBi: its full logits, bias included" in capsys.readouterr().out
     layers = json.loads((out / "length_scores.json").read_text())["decomposition"]["layers"]
     assert [(r["layer"], r["n_heads"]) for r in layers] == [(0, 4), (1, 4)]  # full part only
+
+
+def _nll(out) -> list[float]:
+    (record,) = (out / "docs").glob("*/*.json")
+    return json.loads(record.read_text())["nll_sum"]
+
+
+def test_mpt_decompose_beside_moved_positions_leaves_the_model_as_it_runs(tiny_model_dir, tmp_path):
+    """On MPT the capture and --positions' moved bias wrap the one bias its attention
+    adds; composed, the capture records the moved bias's logits and the model computes
+    what it computes with the moved bias alone."""
+    path, swap = tiny_model_dir("mpt", 0), ("--positions", "swap:0.3")
+    runs = {"plain": (), "moved": swap, "moved+fit": (*swap, "--decompose")}
+    for name, extra in runs.items():
+        assert cli_main(_run(path, tmp_path / name, *extra)) == 0
+    moved = _nll(tmp_path / "moved")
+    np.testing.assert_allclose(_nll(tmp_path / "moved+fit"), moved, rtol=1e-6)
+    assert not np.allclose(_nll(tmp_path / "plain"), moved, rtol=1e-4)
+    scores = json.loads((tmp_path / "moved+fit" / "length_scores.json").read_text())
+    assert [r["layer"] for r in scores["decomposition"]["layers"]] == [0, 1]
 
 
 @pytest.mark.parametrize("arch", ALIBI)
@@ -90,8 +111,6 @@ REFUSED = [
     ("mpt", ["--trained-context", "1024", "--factor", "3"], "give --max-length <= 2048"),
     ("mpt", ["--schemes", "scale:2"], "only the scheme none applies"),
     ("falcon_alibi", ["--schemes", "none;yarn:2"], "only the scheme none applies"),
-    ("falcon_alibi", ["--decompose"], "--decompose: "),
-    ("mpt", ["--decompose", "--positions", "swap:0.1"], "which posgen does not combine"),
     ("smollm3_nope", ["--positions", "swap:0.1"], "there are no positions to move"),
 ]
 

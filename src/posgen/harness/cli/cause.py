@@ -186,7 +186,7 @@ def _no_prediction(args: argparse.Namespace, path: str) -> list[str]:
 
 _NO_ROPE = (
     "has no rotary position embedding: the predicted change of a position scheme moves one "
-    "layer's positions, which needs RoPE or ALiBi (BLOOM's or MPT's)"
+    "layer's positions, which needs RoPE or ALiBi (BLOOM's, MPT's or Falcon's)"
 )
 _NO_LAYER_POSITIONS = {
     "none": "has no position encoding (the causal mask is its only order signal): there "

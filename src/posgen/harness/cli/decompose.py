@@ -209,7 +209,8 @@ def check_arguments(args: argparse.Namespace):
 
 
 def _require_family(entry, args: argparse.Namespace) -> None:
-    """A RoPE model takes everything; a learned-absolute, ALiBi (BLOOM, MPT) or position-free one
+    """A RoPE model takes everything; a learned-absolute, ALiBi (BLOOM, MPT, Falcon) or
+    position-free one
     (:mod:`posgen.harness.position_family`) the fit alone: no ``--length`` (rotary
     schemes), no ``--experiments`` (RoPE's controlled distance and phase measures)."""
     from posgen.harness.position_family import family_of_folder

@@ -99,7 +99,7 @@ def resolve(args: argparse.Namespace) -> LayersConfig:
         entry = model_entries([args.model], options, random_init=args.random_init, seed=args.seed)[
             -1
         ]
-        if entry.positions != "alibi":  # BLOOM's and MPT's bias take positions per layer too
+        if entry.positions != "alibi":  # an ALiBi bias takes positions per layer too
             _require_per_layer_positions(entry, require_rope)
         text = _model_config(entry).get_text_config()
         count, n_heads = int(text.num_hidden_layers), int(text.num_attention_heads)

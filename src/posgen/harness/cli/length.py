@@ -176,8 +176,8 @@ def _require_length_family(entry, args: argparse.Namespace, require_rope) -> Non
     """RoPE models take every scheme. ALiBi (BLOOM, MPT, Falcon-ALiBi) and position-free
     models run past C as they are: only the scheme ``none`` applies (their own claim,
     measured), and it is the default for them. Learned absolute positions have no table
-    row past C: refused. ``--decompose`` needs the family's logits captured (Falcon's are
-    not; MPT's not beside ``--positions``), ``--positions`` positions to move (a
+    row past C: refused. ``--decompose`` needs the family's logits captured (every built-in
+    family's are; a registered one may refuse), ``--positions`` positions to move (a
     position-free model has none). MPT's
     ``max_seq_len`` is checked against the max length in
     :func:`posgen.harness.length.job.check_model`. (:mod:`posgen.harness.position_family`.)"""
@@ -199,11 +199,6 @@ def _require_length_family(entry, args: argparse.Namespace, require_rope) -> Non
         )
     if args.decompose and not family.logits_captured:
         raise InputError(f"--decompose: {entry.path}: {family.logits_refusal}")
-    if args.decompose and args.positions and family.bias_form == "mpt":
-        raise InputError(
-            f"--decompose with --positions: {entry.path}: MPT's capture and its moved bias "
-            "both wrap the one bias its attention adds, which posgen does not combine; drop one"
-        )
     if args.positions and family.kind == "none":
         raise InputError(
             f"--positions {args.positions}: {entry.path} has no position encoding (the causal "

@@ -1,4 +1,4 @@
-"""Capture an ALiBi model's pre-softmax logits from its own forward (BLOOM, MPT).
+"""Capture an ALiBi model's pre-softmax logits from its own forward (BLOOM, MPT, Falcon).
 
 BLOOM does not run its attention through transformers' ``AttentionInterface``: each
 ``BloomAttention`` computes its logits as ``alibi.baddbmm(batch1=q, batch2=kᵀ, beta=β,
@@ -11,8 +11,9 @@ model's own. The wrapping is :func:`posgen.harness.hf_posgen.alibi_bias.alibi_bi
 the capture records, and ``logits=`` (:mod:`posgen.harness.hf_posgen.alibi_logit_replacement`)
 hands back replaced logits, which the model's own code then masks and softmaxes. MPT's
 logits are recorded where its attention adds its batch bias to ``q·kᵀ·scale`` (the same
-arguments, β = 1); Falcon's sdpa attention never forms its logits, and the capture refuses
-it in one line.
+arguments, β = 1); Falcon's where its sdpa call takes the mask that holds its bias, as
+``q·kᵀ·(1/√d) + bias`` (bias = alibi/√d, β = 1: :mod:`posgen.harness.hf_posgen.falcon_sdpa`;
+eager attention refused).
 
 Each layer reaches the consumer as an :class:`AlibiCapture` (a
 :class:`~.capture.LayerCapture` with the bias): ``logit_block`` gives the full logits

@@ -1,5 +1,5 @@
 """What the additive form predicts a position perturbation does to an ALiBi model's logits
-(BLOOM, MPT), beside :mod:`.predicted_change`'s rotary path.
+(BLOOM, MPT, Falcon), beside :mod:`.predicted_change`'s rotary path.
 
 In an ALiBi layer positions enter through the bias alone: q and k do not depend on them.
 So with only layer ℓ's positions moved to π (what ``hf-posgen layers=ℓ`` feeds it: the
@@ -17,7 +17,10 @@ are the same either way. The fit of the full logits W (bias included: what ``log
 and the decomposition's ``logit_part=full`` fit) predicts ΔŴ = a[π_i − π_j] − a[i − j]
 (:func:`.predicted_change.change_figures`); its error is what q·k made of the distance,
 which a position move does not change in this layer. A model whose logits are its bias
-alone is predicted exactly (r = 1).
+alone is predicted exactly (r = 1). Falcon's bias is bfloat16-rounded products
+bf16(m_h·j)/√d: the step is then m_h/√d, and W_π is the model's own to that rounding
+(exact while m_h·π_j is a bfloat16 number, as for slopes that are powers of 2 and
+positions below 256).
 """
 
 from __future__ import annotations

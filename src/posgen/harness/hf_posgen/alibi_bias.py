@@ -1,5 +1,5 @@
-"""The bias an ALiBi attention module (BLOOM, MPT) is handed, wrapped: where the module
-adds it to q·kᵀ is the module's logits.
+"""The bias an ALiBi attention module (BLOOM, MPT; Falcon's mask) is handed, wrapped: where
+the module adds it to q·kᵀ is the module's logits.
 
 BLOOM does not run its attention through transformers' ``AttentionInterface``: each
 ``BloomAttention`` computes its logits as ``alibi.baddbmm(batch1=q, batch2=kᵀ, beta=β,
@@ -20,7 +20,9 @@ every call to give its scores bit for bit (a forward with a KV cache, or a relea
 splits otherwise, is refused). Where hf-posgen's positions already wrap the block's bias
 (:func:`~.alibi_rows.bias_replacer`, ``positions=`` in that layer), the recorded addition
 is theirs, ``scores + rows(scores, own)``, and the bias recorded the moved one. Falcon's
-sdpa attention never forms its logits: refused.
+attention is handed its mask (the bias folded in) wrapped so that the sdpa call taking it
+hands its logits to the callback with the same arguments (:func:`.falcon_sdpa.sdpa_mask`;
+eager attention is refused).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any
 import torch
 
 from posgen.harness.hf_posgen.alibi_rows import RowsBias, row_bias, rows_of
+from posgen.harness.hf_posgen.falcon_sdpa import refuse_eager, sdpa_mask
 from posgen.harness.position_family import PositionFamily, position_family_of
 
 
@@ -63,9 +66,13 @@ OnCall = Callable[[int, torch.nn.Module, dict], Callable[..., torch.Tensor | Non
 
 
 #: the keyword each form's attention module takes its bias under
-BIAS_KEYWORDS = {"bloom": "alibi", "mpt": "position_bias"}
+BIAS_KEYWORDS = {"bloom": "alibi", "mpt": "position_bias", "falcon": "attention_mask"}
 #: where each keyword's bias forms the logits
-_WHERE = {"alibi": "alibi.baddbmm(q, kᵀ)", "position_bias": "scores + position_bias"}
+_WHERE = {
+    "alibi": "alibi.baddbmm(q, kᵀ)",
+    "position_bias": "scores + position_bias",
+    "attention_mask": "scaled_dot_product_attention(attn_mask=its mask)",
+}
 
 
 def _keyword(family: PositionFamily) -> str:
@@ -82,9 +89,12 @@ def alibi_bias_calls(
     layer) of the ALiBi ``model`` is handed its bias wrapped: where it adds the bias (the
     model's own logits) calls ``on_call``'s function. A call of the module that computes
     no logits through it is refused (a transformers release whose attention no longer
-    calls ``alibi.baddbmm``, or adds MPT's bias elsewhere, would otherwise pass unseen)."""
+    calls ``alibi.baddbmm``, or adds MPT's bias elsewhere, would otherwise pass unseen).
+    Falcon's are where its sdpa call takes its mask (:mod:`.falcon_sdpa`)."""
     family = position_family_of(model)
     name = _keyword(family)
+    if family.bias_form == "falcon":
+        refuse_eager(model)
     called: list[bool] = []
 
     def hooks_for(layer: int, attention: torch.nn.Module, qkv: list[torch.Tensor]):
@@ -100,13 +110,16 @@ def alibi_bias_calls(
                 given, rows = kwargs[name], rows_of(kwargs[name])
                 add = _mpt_add(module, qkv, seen, rows)
                 return args, {**kwargs, name: row_bias(given.as_subclass(torch.Tensor), add, rows)}
+            if family.bias_form == "falcon":
+                return args, {**kwargs, name: sdpa_mask(kwargs.get(name), seen)}
             return args, {**kwargs, name: _wrapped(kwargs[name], seen)}
 
         def post_hook(module, args, kwargs, output):
             if not called.pop():
                 raise RuntimeError(
                     f"{type(module).__name__} did not compute its logits as {_WHERE[name]}; "
-                    "posgen is tested with transformers 5.24's BLOOM and MPT attention"
+                    "posgen is tested with transformers 5.24's BLOOM and MPT attention and "
+                    "5.24's and 5.25's Falcon"
                 )
 
         return pre_hook, post_hook

@@ -109,8 +109,8 @@ LOGITS_ATTENTION = WrappedAttention(
 def logits_replaced(model: torch.nn.Module, replacement: LogitReplacement) -> Iterator[None]:
     """Within the block, forwards of ``model`` replace the logits of ``replacement``'s
     layers and heads by its form; the model's own attention is restored on exit. An ALiBi
-    model (BLOOM), whose attention bypasses the attention functions, has its logits
-    replaced where it computes them (:mod:`.alibi_logit_replacement`)."""
+    model (BLOOM, Falcon-ALiBi), whose attention bypasses the attention functions, has its
+    logits replaced where it computes them (:mod:`.alibi_logit_replacement`)."""
     if replacement.form.needs_donor and replacement.donor is None:
         raise ValueError("logits=foreign needs a donor sequence's fit (LogitDonor)")
     if position_family_of(model).kind == "alibi":

@@ -37,6 +37,7 @@ def model_entries(
     short = dict(zip(names, short_labels(names), strict=True))
     for name in names:
         entry = replace(_entry(name, short[name], options.revision), **options.entry_fields())
+        _check_attention(entry)
         out.append(entry)
         if random_init:
             out.append(
@@ -51,6 +52,20 @@ def model_entries(
     if len(set(labels)) != len(labels):
         raise LoadError(f"a model is named twice: {labels}")
     return out
+
+
+def _check_attention(entry: ModelEntry) -> None:
+    """Every command that loads a Falcon-ALiBi fits its logits, which are read where its
+    sdpa attention forms them (:mod:`posgen.harness.hf_posgen.falcon_sdpa`): another
+    attention implementation is refused here, before it loads."""
+    attention = entry.attn_implementation
+    family = None if attention in (None, "sdpa") else family_of_folder(entry.path)
+    if family is not None and family.bias_form == "falcon":
+        raise LoadError(
+            f"--attn-implementation {attention}: Falcon-ALiBi's logits are read where its sdpa "
+            "attention forms them (on transformers 5.24 its eager attention adds the bias "
+            "twice); load it with sdpa, the default"
+        )
 
 
 def _entry(name: str, label: str, revision: str | None) -> ModelEntry:
@@ -85,9 +100,9 @@ def position_kind(path: str) -> str:
     """Where a local model's positions enter, from its config.json
     (:mod:`posgen.harness.position_family`): ``rotary`` (also for a hub id, whose config is
     read when it loads), ``absolute``, ``alibi``, ``none``, or ``unadapted`` for an ALiBi
-    attention whose logits the commands do not fit (Falcon-ALiBi: hf-posgen moves its
-    positions, but ``logits=`` and the fit of the logits do not run on it; BLOOM's and
-    MPT's are ``alibi``)."""
+    attention whose logits the commands do not fit (a family registered with a
+    ``logits_refusal``: hf-posgen moves its positions, but ``logits=`` and the fit of the
+    logits do not run on it; BLOOM's, MPT's and Falcon's are ``alibi``)."""
 
     family = family_of_folder(path)
     if family is None:

@@ -103,8 +103,8 @@ def limit_notes(asked: int | None, config: RunConfig) -> list[str]:
 _NO_POSITIONS = {
     "rotary": "has no rotary position embedding (its config has no rope_* setting)",
     "none": "has no position encoding (the causal mask is its only order signal)",
-    "unadapted": "has an ALiBi attention whose logits posgen run does not fit (BLOOM's and "
-    "MPT's it does)",
+    "unadapted": "has an ALiBi attention whose logits posgen run does not fit (its position "
+    "family was registered with a logits_refusal; BLOOM's, MPT's and Falcon's it fits)",
 }
 
 

@@ -40,7 +40,7 @@ class ModelEntry:
     rope: bool = True  # False: no rotary position embedding
     # where the model's positions enter (posgen.harness.position_family): rotary, absolute,
     # alibi, none, or unadapted (an ALiBi attention whose logits the commands do not fit:
-    # Falcon-ALiBi; hf-posgen moves its positions)
+    # a family registered with a logits_refusal; hf-posgen moves its positions)
     positions: str = "rotary"
 
     @property
