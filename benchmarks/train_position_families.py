@@ -27,8 +27,8 @@ line per family gives its weights, its training wall time, its held-out loss and
 loss under ``positions=swap:0.2`` through hf-posgen's own path (the batch plan and the
 family's hooks), so the table says whether positions matter to it at all::
 
-    PYTHONPATH=src:tests python benchmarks/train_position_families.py --out runs/families
-    PYTHONPATH=src:tests python benchmarks/train_position_families.py --out runs/families --twins
+    python benchmarks/train_position_families.py --out runs/families
+    python benchmarks/train_position_families.py --out runs/families --twins
 
 (``--twins`` trains nothing: it gives the same two losses for each saved model's
 random-init twin, drawn as ``posgen run --random-init`` draws it.)
@@ -44,12 +44,15 @@ import argparse
 import json
 import math
 import re
+import sys
 import time
 from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
+# the tests' tiny configs and tokenizer, without PYTHONPATH=tests
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from tiny_models import CONFIGS, MODEL_TYPES, build_tokenizer
 
 FAMILIES = {"rope": "llama", "alibi": "bloom", "absolute": "gpt2", "none": "smollm3_nope"}
