@@ -197,3 +197,18 @@ def test_logits_that_are_not_what_sdpa_forms_are_refused(monkeypatch):
     with pytest.raises(RuntimeError, match=r"from softmax\(q·kᵀ·s \+ mask\)·v") as refused:
         alibi_capture_forward(model, _ids(1, N)[0].tolist(), lambda cap: None)
     assert "\n" not in str(refused.value)
+
+
+def test_hf_posgen_refuses_logits_on_an_eager_falcon_when_it_loads(tiny_model_dir):
+    """Through lm-eval's model arguments: ``logits=`` on a Falcon-ALiBi loaded with eager
+    attention is refused when the model is built, before any request; ``positions=``
+    alone runs on it (its hooks take eager attention too)."""
+    from posgen.harness.hf_posgen.model import HFPosgenLM
+    from posgen.perturbations.base import PerturbationError
+
+    path = str(tiny_model_dir("falcon_alibi"))
+    eager = {"pretrained": path, "device": "cpu", "attn_implementation": "eager"}
+    with pytest.raises(PerturbationError, match=r"logits=additive: .*load it with sdpa") as no:
+        HFPosgenLM(**eager, logits="additive")
+    assert "\n" not in str(no.value)
+    HFPosgenLM(**eager, positions="swap:0.1")

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from posgen.harness.hf_posgen.falcon_sdpa import refuse_eager
+from posgen.harness.hf_posgen.logit_forms import LogitForm
 from posgen.harness.model_family import require_rotary
 from posgen.harness.position_family import check_schemes
 from posgen.perturbations.base import PerturbationError
@@ -84,8 +86,20 @@ def check_on_model(p: Any, model: Any, backend: str, layers: int) -> None:
         for k, v in (("positions", p.positions), ("features", p.features))
         if v is not None
     )
-    rotary = check_schemes(model, p, what).kind == "rotary"
+    family = check_schemes(model, p, what)
+    rotary = family.kind == "rotary"
+    if p.logits is not None and family.bias_form == "falcon":
+        _refuse_falcon_eager(model, p.logits)
     if rotary and (what or p.length is not None):
         require_rotary(model, what)
     check_layers(p.layers, layers)
     check_heads(p.heads, model.config.get_text_config().num_attention_heads)
+
+
+def _refuse_falcon_eager(model: Any, logits: LogitForm) -> None:
+    """``logits=`` on a Falcon-ALiBi reads its logits at its sdpa call: refused, before any
+    request, for a model loaded with another attention."""
+    try:
+        refuse_eager(model)
+    except ValueError as error:
+        raise PerturbationError(f"logits={logits.name}: {error}") from None
