@@ -82,13 +82,16 @@ class PositionFamily:
     logits_refusal: str = ""
 
     @property
-    def logits_captured(self) -> bool:
-        """Whether the decomposition captures this family's logits from the model's own
-        forward: every family registered without a ``logits_refusal`` whose ALiBi form,
-        if any, it reads (BLOOM's baddbmm, MPT's bias addition, Falcon's sdpa call)."""
-        if self.logits_refusal:
-            return False
-        return self.kind != "alibi" or self.bias_form in ("bloom", "mpt", "falcon")
+    def logits_refused(self) -> str:
+        """Why ``logits=`` and the commands that fit the logits do not run on this family
+        ('' where they do: the capture reads them from the model's own forward): its
+        registered ``logits_refusal``, or an ALiBi form the capture does not read (it reads
+        BLOOM's baddbmm, MPT's bias addition and Falcon's sdpa call)."""
+        if self.logits_refusal or self.kind != "alibi":
+            return self.logits_refusal
+        if self.bias_form in ("bloom", "mpt", "falcon"):
+            return ""
+        return f"{self.name}: posgen reads no ALiBi logits of the form {self.bias_form!r}"
 
     @property
     def meaning(self) -> str:
@@ -164,7 +167,11 @@ def _no_rope_layers(read: Any) -> list[int] | None:
 def position_family_of(model: torch.nn.Module) -> PositionFamily:
     """The position family of ``model`` (by ``config.model_type`` and its flags); an
     unlisted model type is taken as rotary, which :mod:`.model_family` checks."""
-    config = getattr(model, "config", None)
+    return family_of_model_config(getattr(model, "config", None))
+
+
+def family_of_model_config(config: Any) -> PositionFamily:
+    """The position family of a loaded model config (``PretrainedConfig``, no weights)."""
     return family_of_config(lambda key: getattr(config, key, None))
 
 
@@ -230,7 +237,7 @@ def _refusals(family: PositionFamily, p: Any) -> list[tuple[bool, str]]:
     features = p.features.to_string() if qk else ""
     logits = p.logits.to_string() if p.logits is not None else ""
     return [
-        (bool(logits and family.logits_refusal), f"logits={logits}: {family.logits_refusal}"),
+        (bool(logits and family.logits_refused), f"logits={logits}: {family.logits_refused}"),
         (
             absolute and moved and p.layers is not None,
             "layers=: this {arch!r} model's learned absolute positions enter once, before "

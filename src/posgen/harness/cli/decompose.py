@@ -219,8 +219,8 @@ def _require_family(entry, args: argparse.Namespace) -> None:
     if family is None or family.kind == "rotary":
         require_rope(entry, "posgen decompose")
         return
-    if not family.logits_captured:
-        raise InputError(f"{entry.path}: {family.logits_refusal}")
+    if family.logits_refused:
+        raise InputError(f"{entry.path}: {family.logits_refused}")
     for flag, given in (("--length", args.length), ("--experiments", args.experiments)):
         if given:
             raise InputError(

@@ -178,9 +178,9 @@ def _require_length_family(entry, args: argparse.Namespace, require_rope) -> Non
     measured), and it is the default for them. Learned absolute positions have no table
     row past C: refused. ``--decompose`` needs the family's logits captured (every built-in
     family's are; a registered one may refuse), ``--positions`` positions to move (a
-    position-free model has none). MPT's
-    ``max_seq_len`` is checked against the max length in
-    :func:`posgen.harness.length.job.check_model`. (:mod:`posgen.harness.position_family`.)"""
+    position-free model has none). MPT's ``max_seq_len`` is checked against the max length
+    in :func:`posgen.harness.length.job.check_model`.
+    (:mod:`posgen.harness.position_family`.)"""
     from posgen.harness.position_family import family_of_folder
 
     family = family_of_folder(entry.path)
@@ -197,8 +197,8 @@ def _require_length_family(entry, args: argparse.Namespace, require_rope) -> Non
             f"--schemes {args.schemes}: {entry.path} has {family.kind} positions, which run "
             "past C as they are; only the scheme none applies (the default for it)"
         )
-    if args.decompose and not family.logits_captured:
-        raise InputError(f"--decompose: {entry.path}: {family.logits_refusal}")
+    if args.decompose and family.logits_refused:
+        raise InputError(f"--decompose: {entry.path}: {family.logits_refused}")
     if args.positions and family.kind == "none":
         raise InputError(
             f"--positions {args.positions}: {entry.path} has no position encoding (the causal "

@@ -180,8 +180,8 @@ def _family_fitters(model: PreTrainedModel, include_diagonal: bool, sink_keys: i
     and for ALiBi also ``qk``; refuses an ALiBi attention the capture is not adapted to."""
 
     family = position_family_of(model)
-    if not family.logits_captured:
-        raise ValueError(f"posgen decompose: {family.logits_refusal}")
+    if family.logits_refused:
+        raise ValueError(f"posgen decompose: {family.logits_refused}")
     options, layouts = FitOptions(include_diagonal, sink_keys), LayoutCache()
     # ALiBi: the full logits (bias included) and the content part q·k alone
     parts = ("full", "qk") if family.kind == "alibi" else ("full",)

@@ -76,8 +76,8 @@ _WHERE = {
 
 
 def _keyword(family: PositionFamily) -> str:
-    if family.bias_form not in BIAS_KEYWORDS:
-        raise RuntimeError(family.logits_refusal or f"{family.name}: no ALiBi logits to capture")
+    if family.logits_refused or family.bias_form not in BIAS_KEYWORDS:
+        raise RuntimeError(family.logits_refused or f"{family.name}: no ALiBi logits to capture")
     return BIAS_KEYWORDS[family.bias_form]
 
 

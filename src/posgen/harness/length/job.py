@@ -29,7 +29,7 @@ from posgen.harness.length.documents import (
 )
 from posgen.harness.length.nll import head_refusal
 from posgen.harness.length.runner import run_documents
-from posgen.harness.position_family import PositionFamily, family_of_config
+from posgen.harness.position_family import family_of_model_config
 from posgen.perturbations import PerturbationError
 from posgen.perturbations.length import parse_length_list
 from posgen.results.folder.config import ModelEntry
@@ -76,24 +76,19 @@ def trained_context(model_config: Any, override: int | None = None) -> int:
     """C: ``override``, else the config's ``max_position_embeddings``, else (MPT) the
     number of keys its ALiBi bias covers (``max_seq_len``, its only length field)."""
     trained = getattr(model_config, "max_position_embeddings", None)
-    bias_keys = _bias_keys(model_config)
-    if trained is None and bias_keys is not None:
-        trained = bias_keys[1]
+    if trained is None:
+        bias_keys = _bias_keys(model_config)
+        trained = bias_keys[1] if bias_keys else None
     if override is None and trained is None:
         raise InputError("the model config has no max_position_embeddings; pass --trained-context")
     return int(override or trained)
-
-
-def _position_family(model_config: Any) -> PositionFamily:
-    """Where the positions of a model of ``model_config`` enter (its config alone)."""
-    return family_of_config(lambda key: getattr(model_config, key, None))
 
 
 def _bias_keys(model_config: Any) -> tuple[str, int] | None:
     """(config field, value): how many keys the model's ALiBi bias covers, where it is
     built once over a fixed length (MPT's ``max_seq_len``); None where it is built from
     the mask at any length (BLOOM, Falcon) or the model has no such bias."""
-    family = _position_family(model_config)
+    family = family_of_model_config(model_config)
     value = getattr(model_config, family.bias_keys, None) if family.bias_keys else None
     return None if value is None else (family.bias_keys, int(value))
 
@@ -221,7 +216,7 @@ def jobs_for_run(
         if entry.random_init:
             continue  # the twin has no trained context to extrapolate from
         model_config = loading.load_config(entry)
-        family = _position_family(model_config)
+        family = family_of_model_config(model_config)
         if family.kind != "rotary":
             raise InputError(
                 f"--length: {entry.label} has {family.kind} positions and the run's length "

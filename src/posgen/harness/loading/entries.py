@@ -107,7 +107,7 @@ def position_kind(path: str) -> str:
     family = family_of_folder(path)
     if family is None:
         return "rotary"
-    return "unadapted" if family.refusal or family.logits_refusal else family.kind
+    return "unadapted" if family.refusal or family.logits_refused else family.kind
 
 
 def require_rope(entry: ModelEntry, command: str) -> None:

@@ -111,7 +111,7 @@ _NO_POSITIONS = {
 def check_model_side_kinds(config: RunConfig) -> list[str]:
     """Notes for models whose positions posgen cannot move (they get only the text
     cells); refuses a run that asked only for model-side kinds of such a model. RoPE,
-    learned absolute and BLOOM- or MPT-ALiBi models get every kind."""
+    learned absolute and ALiBi (BLOOM, MPT, Falcon) models get every kind."""
     flat = [m for m in config.models if not m.model_side and not m.random_init]
     if not flat or not any(k in config.sweep for k in MODEL_SIDE_KINDS):
         return []
@@ -120,7 +120,7 @@ def check_model_side_kinds(config: RunConfig) -> list[str]:
         raise PlanError(
             f"{m.label} {_NO_POSITIONS[m.positions]}, so position and feature perturbations "
             "do not apply; add --kinds text or choose a model with RoPE, learned absolute "
-            "or BLOOM or MPT ALiBi positions"
+            "or ALiBi (BLOOM, MPT, Falcon) positions"
         )
     return [
         f"{m.label} {_NO_POSITIONS[m.positions]}: it gets the text cells only (position and "

@@ -129,9 +129,9 @@ def _tracks(prof: Mapping[str, Any]) -> dict[str, Any]:
 def answer(prof: Mapping[str, Any]) -> str:
     """The plain answer: yes only when all three checks hold; no when the form does not
     predict the change or does not track sensitivity; partly otherwise."""
-    found = {c["name"]: c["holds"] for c in checks(prof)}
     if not predicted(prof):
         return "Not answered (no prediction for learned absolute positions)"
+    found = {c["name"]: c["holds"] for c in checks(prof)}
     if all(v is True for v in found.values()):
         return "Yes"
     if found["predicts"] is False or found["tracks"] is False:

@@ -1,0 +1,41 @@
+"""What a position family says the commands may read of its logits."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from posgen.harness.position_family import (
+    PositionFamily,
+    family_of_config,
+    register_position_family,
+)
+
+
+def _family(**settings) -> PositionFamily:
+    return family_of_config(settings.get)
+
+
+def test_every_built_in_family_has_its_logits_read():
+    for settings in (
+        {"model_type": "gpt2"},
+        {"model_type": "opt"},
+        {"model_type": "bloom"},
+        {"model_type": "mpt"},
+        {"model_type": "falcon", "alibi": True},
+        {"model_type": "llama"},
+    ):
+        assert _family(**settings).logits_refused == "", settings
+
+
+def test_a_registered_refusal_or_an_unread_alibi_form_is_refused_with_its_reason():
+    bloom = _family(model_type="bloom")
+    assert replace(bloom, logits_refusal="not fitted").logits_refused == "not fitted"
+    other = PositionFamily("alibi", "other", ("other-alibi",), bias_form="other")
+    assert "reads no ALiBi logits of the form 'other'" in other.logits_refused
+
+
+def test_a_model_type_belongs_to_one_family():
+    with pytest.raises(ValueError, match="already belongs to 'bloom'"):
+        register_position_family(PositionFamily("alibi", "mine", ("bloom",)))
