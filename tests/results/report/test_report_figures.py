@@ -155,8 +155,8 @@ def test_the_first_section_gives_one_line_and_one_figure_per_model(three_models)
     assert [r.split("|")[1].strip() for r in lines] == ["m0", "m1", "m2"]  # one line each
     cols = [c.strip() for c in header.split("|")[1:-1]]
     assert cols[:2] == ["model", "fit r (3-axis)"]
-    assert "posgen_prose (+10% PPL): position swap" in cols
-    assert "posgen_cloze (-0.05 acc): feature rope_noise" in cols
+    assert "posgen_prose: position swap" in cols and "posgen_cloze: feature rope_noise" in cols
+    assert "posgen_prose: word_perplexity, +10% PPL; posgen_cloze: acc, -0.05 acc." in section
     for line in lines:
         cells = [c.strip() for c in line.split("|")[1:-1]]
         assert re.fullmatch(r"0\.\d{3}", cells[1])  # the fit's r beside the tolerances

@@ -1,7 +1,8 @@
 """What each figure of the run report draws, written into its PNG and read back.
 
 Every run-report figure carries, in a PNG text chunk ``posgen:figure``, a record of its
-panels (one per axes, colorbars included): the title, the axis labels, the x scale (with
+panels (one per axes, colorbars included): the title, the axis labels (a panel sharing
+its y axis with another carries that one's label), the x scale (with
 its symlog parameters) and x tick labels, the y scale and limits, and what the panel
 draws:
 
@@ -70,7 +71,7 @@ def axes_record(ax: Any) -> dict[str, Any]:
     rec: dict[str, Any] = {
         "title": ax.get_title(),
         "xlabel": ax.get_xlabel(),
-        "ylabel": ax.get_ylabel(),
+        "ylabel": _ylabel(ax),
         "colorbar": hasattr(ax, "_colorbar"),
         "xscale": scale,
         "xticks": [t.get_text() for t in ax.get_xticklabels()],
@@ -85,6 +86,13 @@ def axes_record(ax: Any) -> dict[str, Any]:
         rec["linthresh"] = float(transform.linthresh)
         rec["linscale"] = float(transform.linscale)
     return rec
+
+
+def _ylabel(ax: Any) -> str:
+    """The panel's y label, or that of the panel it shares its y axis with (drawn once,
+    beside the first)."""
+    siblings = ax.get_shared_y_axes().get_siblings(ax)
+    return ax.get_ylabel() or next((a.get_ylabel() for a in siblings if a.get_ylabel()), "")
 
 
 def figure_record(fig: Any) -> dict[str, Any]:

@@ -46,10 +46,7 @@ class SweptAxis:
 
     @property
     def label(self) -> str:
-        return (
-            f"{self.what}\nsymlog scale: linear from 0 to {self.linthresh:g}, "
-            "log above; ticks at the amounts run"
-        )
+        return f"{self.what}\nsymlog scale: linear from 0 to {self.linthresh:g}, log above"
 
     @property
     def limits(self) -> tuple[float, float]:

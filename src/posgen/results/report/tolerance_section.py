@@ -87,10 +87,6 @@ def tolerance_table(cfg: RunConfig, scores: dict[str, Any]) -> tuple[list[str], 
     tolerance [range] per (task, kind, scheme)."""
     rows = tolerance_rows(scores, cfg.tasks)
     columns = list(dict.fromkeys(zip(rows["task"], rows["kind"], rows["scheme"], strict=True)))
-    labels = {}
-    for r in rows.itertuples(index=False):
-        key = (r.task, r.kind, r.scheme)
-        labels[key] = f"{r.task} ({_threshold(r)}): {r.kind} {r.scheme}"
     out = []
     for m in twins_beside(list(cfg.models)):
         fit = scores["fit"].get(m.label)
@@ -98,15 +94,32 @@ def tolerance_table(cfg: RunConfig, scores: dict[str, Any]) -> tuple[list[str], 
         mine = {(r.task, r.kind, r.scheme): r for r in rows[rows["model"] == m.label].itertuples()}
         line += [tolerance_text(mine[c]) if c in mine else "not run" for c in columns]
         out.append(line)
-    return ["model", "fit r (3-axis)", *(labels[c] for c in columns)], out
+    return ["model", "fit r (3-axis)", *(f"{t}: {k} {s}" for t, k, s in columns)], out
+
+
+def thresholds_text(cfg: RunConfig, scores: dict[str, Any]) -> str:
+    """The threshold of each task's primary metric, as one sentence."""
+    rows = tolerance_rows(scores, cfg.tasks)
+    parts = []
+    for r in rows.drop_duplicates("task").itertuples(index=False):
+        label = MetricSpec(r.metric, r.filter).label
+        if r.unit == "metric":  # relative to each model's own unperturbed figure
+            sign = "-" if r.higher_is_better else "+"
+            rule = f"{sign}{cfg.scoring.threshold_ppl:.0%} of the model's unperturbed {label}"
+        else:
+            rule = _threshold(r)
+        parts.append(f"{r.task}: {label}, {rule}")
+    return "Thresholds (each task's primary metric): " + "; ".join(parts) + "."
 
 
 def tolerance_figure(
     rows, fit: dict[str, float] | None, model: str, swept: dict[str, SweptAxis]
 ) -> bytes | None:
     """The model's tolerances with their ranges on the swept axes (a panel per axis with
-    a measurable tolerance), its fit r beside them (a panel when the fit was run); None
-    when there is neither."""
+    a measurable tolerance, a row per task shared between them), its fit r beside them
+    (a panel when the fit was run); None when there is neither."""
+    from matplotlib.figure import Figure
+
     rows = rows[rows["measurable"].astype(bool)]
     groups = [
         g for g in ("rate", "sigma") if g in swept and (rows["kind"].map(group_of) == g).any()
@@ -114,55 +127,68 @@ def tolerance_figure(
     fits = {FIT_FORMS[c]: fit[c] for c in FIT_COLUMNS if fit and np.isfinite(fit.get(c, np.nan))}
     if not groups and not fits:
         return None
-    sizes = [int((rows["kind"].map(group_of) == g).sum()) for g in groups]
-    widths = [5.0] * len(groups) + ([2.2] if fits else [])
-    height = 1.6 + 0.42 * max([*sizes, len(fits)])
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(sum(widths) + 1.5, height))
-    axes = fig.subplots(1, len(widths), width_ratios=widths, squeeze=False)
-    for ax, group in zip(axes[0], groups, strict=False):
-        _tolerance_panel(ax, rows[rows["kind"].map(group_of) == group], swept[group])
+    tasks = list(dict.fromkeys(rows["task"]))
+    widths = [4.6 if g == "rate" else 3.2 for g in groups] + ([1.9] if fits else [])
+    fig = Figure(figsize=(sum(widths) + 1.6, 1.5 + 0.8 * max(len(tasks), 2)))
+    axes = fig.subplots(1, len(widths), width_ratios=widths, squeeze=False)[0]
+    for i, group in enumerate(groups):
+        if i:
+            axes[i].sharey(axes[0])
+        _tolerance_panel(axes[i], rows[rows["kind"].map(group_of) == group], tasks, swept[group])
+        axes[i].tick_params(labelleft=i == 0)
+    if groups:
+        first = {r.task: r for r in rows.itertuples(index=False)}
+        labels = [f"{t}\n{_threshold(first[t])}" for t in tasks]
+        axes[0].set_yticks(range(len(tasks)), labels, fontsize=7)
+        axes[0].set_ylim(len(tasks) - 0.5, -0.75)  # the first task on top
+        axes[0].set_ylabel("task (primary metric's threshold)", fontsize=8)
     if fits:
-        _fit_panel(axes[0][-1], fits)
+        _fit_panel(axes[-1], fits)
     fig.suptitle(f"Position tolerance [range] and fit quality: {model}", fontsize=11)
     fig.tight_layout()
     return png_bytes(fig)
 
 
-def _tolerance_panel(ax, rows, swept: SweptAxis) -> None:
-    """A row per (task, kind, scheme): the tolerance, its range as a horizontal bar and
-    its value written beside it."""
-    rows = rows.iloc[::-1]  # the first row on top
-    for y, r in enumerate(rows.itertuples(index=False)):
-        color, marker = KIND_STYLE.get(r.kind, ("black", "o"))
-        err = [[abs(r.tolerance - r.tolerance_lo)], [abs(r.tolerance_hi - r.tolerance)]]
-        ax.errorbar([r.tolerance], [y], xerr=err, fmt=marker, color=color, capsize=3)
-        if r.tolerance >= r.max_rate:  # never passed: the tolerance may be larger
-            ax.plot([r.tolerance], [y], ">", color=color, ms=9, mfc="none", clip_on=False)
-        ax.annotate(
-            tolerance_text(r), (r.tolerance, y), xytext=(0, 6), textcoords="offset points",
-            ha="center", fontsize=7,
-        )  # fmt: skip
-    labels = [f"{r.task} ({_threshold(r)})\n{r.kind} {r.scheme}" for r in rows.itertuples()]
-    ax.set_yticks(range(len(labels)), labels, fontsize=7)
-    ax.set_ylim(-0.6, len(labels) - 0.3)
-    ax.set_ylabel("task (threshold): perturbation", fontsize=8)
+def _tolerance_panel(ax, rows, tasks: list[str], swept: SweptAxis) -> None:
+    """Per task (a row), each (kind, scheme): its tolerance, its range as a horizontal
+    bar, and both written above it."""
     swept.apply(ax)
+    for y, task in enumerate(tasks):
+        mine = list(rows[rows["task"] == task].itertuples(index=False))
+        offsets = np.linspace(-0.22, 0.22, len(mine)) if len(mine) > 1 else [0.0]
+        for dy, r in zip(offsets, mine, strict=True):
+            color, marker = KIND_STYLE.get(r.kind, ("black", "o"))
+            err = [[abs(r.tolerance - r.tolerance_lo)], [abs(r.tolerance_hi - r.tolerance)]]
+            ax.errorbar([r.tolerance], [y + dy], xerr=err, fmt=marker, color=color, capsize=3)
+            if r.tolerance >= r.max_rate:  # never passed: the tolerance may be larger
+                ax.plot([r.tolerance], [y + dy], ">", color=color, ms=9, mfc="none")
+            text = f"{r.kind} {r.scheme}: {tolerance_text(r)}"
+            left = _axes_x(ax, r.tolerance) < 0.55  # the text runs away from the nearer edge
+            ax.annotate(
+                text, (r.tolerance, y + dy), xytext=(-3 if not left else 3, 4),
+                textcoords="offset points", ha="left" if left else "right", fontsize=6.5,
+                color=color,
+            )  # fmt: skip
     ax.grid(axis="x", color="0.9", lw=0.6)
     ax.set_title("tolerance [range]: " + ("rate" if swept.group == "rate" else "σ"), fontsize=9)
 
 
+def _axes_x(ax, x: float) -> float:
+    """Where data ``x`` falls across ``ax`` (0: left edge, 1: right edge)."""
+    return float(ax.transAxes.inverted().transform(ax.transData.transform((x, 0.0)))[0])
+
+
 def _fit_panel(ax, fits: dict[str, float]) -> None:
     """The fit's mean per-head r of each form, on [0, 1]."""
-    names = list(fits)[::-1]
+    names = list(fits)
     values = [fits[n] for n in names]
     ax.plot(values, range(len(names)), "o", color="tab:purple")
     for y, v in enumerate(values):
         ax.annotate(f"{v:.3f}", (v, y), xytext=(0, 6), textcoords="offset points", fontsize=7)
     ax.set_yticks(range(len(names)), names, fontsize=7)
-    ax.set_ylim(-0.6, len(names) - 0.3)
+    ax.set_ylim(len(names) - 0.5, -0.7)  # the 3-axis form on top
     ax.set_xlim(0.0, 1.05)
+    ax.set_xticks([0.0, 0.5, 1.0], ["0", "0.5", "1"], fontsize=8)
     ax.set_xlabel("mean per-head r of the\nattention-logit decomposition fit", fontsize=8)
     ax.set_ylabel("form of the fit", fontsize=8)
     ax.set_title("fit quality", fontsize=9)
@@ -172,6 +198,7 @@ def tolerance_blocks(cfg: RunConfig, scores: dict[str, Any], swept) -> list[Bloc
     """The section: its reading note, the table (one line per model), a figure per
     model (or one line saying why a model has none)."""
     blocks: list[Block] = [("h", 2, "How position-tolerant is each model"), ("p", READING)]
+    blocks.append(("p", thresholds_text(cfg, scores)))
     blocks.append(("table", *tolerance_table(cfg, scores)))
     rows = tolerance_rows(scores, cfg.tasks)
     for m in twins_beside(list(cfg.models)):
