@@ -154,13 +154,21 @@ def test_the_first_section_gives_one_line_and_one_figure_per_model(three_models)
     header, lines = table[0], table[1:]
     assert [r.split("|")[1].strip() for r in lines] == ["m0", "m1", "m2"]  # one line each
     cols = [c.strip() for c in header.split("|")[1:-1]]
-    assert cols[:2] == ["model", "fit r (3-axis)"]
-    assert "posgen_prose: position swap" in cols and "posgen_cloze: feature rope_noise" in cols
+    assert cols == ["model", "fit r (3-axis)", "posgen_prose", "posgen_cloze"]  # task order
     assert "posgen_prose: word_perplexity, +10% PPL; posgen_cloze: acc, -0.05 acc." in section
+    amount = r"≥?[\d.]+"
+    tolerance = rf"{amount} \[{amount}, {amount}\]"
     for line in lines:
         cells = [c.strip() for c in line.split("|")[1:-1]]
         assert re.fullmatch(r"0\.\d{3}", cells[1])  # the fit's r beside the tolerances
-        assert all(re.fullmatch(r"≥?[\d.]+ \[≥?[\d.]+, ≥?[\d.]+\]", c) for c in cells[2:])
+        for cell in cells[2:]:  # each task: every perturbation's tolerance [range]
+            parts = cell.split("; ")
+            assert [p.split(":")[0] for p in parts] == [
+                "text swap",
+                "position swap",
+                "feature rope_noise",
+            ]
+            assert all(re.fullmatch(rf"[a-z_ ]+: {tolerance}", p) for p in parts), cell
     figures = re.findall(r"!\[(Position tolerance and fit quality: m\d)\]", section)
     assert figures == [f"Position tolerance and fit quality: m{i}" for i in range(3)]
     fig = records["Position tolerance and fit quality: m0"]
@@ -182,4 +190,5 @@ def test_the_first_sections_line_quotes_the_tolerance_table(three_models):
         for v in row[["tolerance", "tolerance_lo", "tolerance_hi"]]
     ]
     line = next(r for r in _first_section(md).splitlines() if r.startswith("| m1 "))
-    assert f"{shown[0]} [{shown[1]}, {shown[2]}]" in line
+    prose = line.split("|")[3]
+    assert f"position swap: {shown[0]} [{shown[1]}, {shown[2]}]" in prose

@@ -83,18 +83,27 @@ def _threshold(r: Any) -> str:
 
 
 def tolerance_table(cfg: RunConfig, scores: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """One row per model (random-init twins beside their model): fit r, then the
-    tolerance [range] per (task, kind, scheme)."""
+    """One row per model (random-init twins beside their model): fit r, then per task
+    each perturbation's tolerance [range] (``text swap: 0.05 [0.02, 0.1]; ...``)."""
     rows = tolerance_rows(scores, cfg.tasks)
-    columns = list(dict.fromkeys(zip(rows["task"], rows["kind"], rows["scheme"], strict=True)))
+    tasks = list(dict.fromkeys(rows["task"]))
+    perturbations = {
+        t: list(dict.fromkeys(zip(g["kind"], g["scheme"], strict=True)))
+        for t, g in rows.groupby("task", sort=False)
+    }
     out = []
     for m in twins_beside(list(cfg.models)):
         fit = scores["fit"].get(m.label)
         line = [m.label, f"{fit['r_3axis']:.3f}" if fit else "not run"]
         mine = {(r.task, r.kind, r.scheme): r for r in rows[rows["model"] == m.label].itertuples()}
-        line += [tolerance_text(mine[c]) if c in mine else "not run" for c in columns]
+        for t in tasks:
+            cells = [
+                f"{k} {s}: " + (tolerance_text(mine[(t, k, s)]) if (t, k, s) in mine else "not run")
+                for k, s in perturbations[t]
+            ]
+            line.append("; ".join(cells))
         out.append(line)
-    return ["model", "fit r (3-axis)", *(f"{t}: {k} {s}" for t, k, s in columns)], out
+    return ["model", "fit r (3-axis)", *tasks], out
 
 
 def thresholds_text(cfg: RunConfig, scores: dict[str, Any]) -> str:
