@@ -73,6 +73,62 @@ def test_report_says_a_model_folder_is_one(tmp_path, capsys):
     assert "model_type llama" in err
 
 
+RUN_READERS = {
+    "baseline": ["-o", "{tmp}/baseline.json"],
+    "check": ["--baseline", "{tmp}/baseline.json"],
+    "compare": ["{folder}"],
+}
+
+
+def _reader_argv(reader: str, folder: Path, tmp: Path) -> list[str]:
+    rest = [a.format(tmp=tmp, folder=folder) for a in RUN_READERS[reader]]
+    return [reader, str(folder), *rest]
+
+
+@pytest.mark.parametrize("command", ["length", "decompose", "layers", "cause"])
+@pytest.mark.parametrize("reader", RUN_READERS)
+def test_a_run_reader_names_another_commands_folder(reader, command, tmp_path, capsys):
+    """baseline, check and compare take a run folder: handed another command's, they say
+    whose it is and what they take."""
+    folder = _folder(tmp_path / "f", command)
+    before = _files(tmp_path)
+    err = _refused(_reader_argv(reader, folder, tmp_path), capsys)
+    assert (
+        f"{folder} is a posgen {command} folder (written by posgen {command}); posgen "
+        f"{reader} takes a posgen run folder (written by posgen run or posgen ingest)"
+    ) in err, err
+    assert _files(tmp_path) == before
+
+
+@pytest.mark.parametrize("reader", RUN_READERS)
+def test_a_run_reader_handed_a_length_folder_says_where_length_cells_come_from(
+    reader, tmp_path, capsys
+):
+    """A length folder of its own: the run readers read length runs as part of a run
+    folder (posgen run --length); one inside a run folder: give that run folder."""
+    alone = _folder(tmp_path / "alone", "length")
+    err = _refused(_reader_argv(reader, alone, tmp_path), capsys)
+    assert "and reads a length run only as part of one (posgen run --length writes" in err, err
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(DATA / "run_quick.config.json", run / "config.json")
+    inner = _folder(run / "length" / "tiny", "length")
+    err = _refused(_reader_argv(reader, inner, tmp_path), capsys)
+    assert (
+        f"{inner} is the length folder of the run folder {run} (written by posgen run "
+        f"--length); posgen {reader} takes a posgen run folder"
+    ) in err, err
+    assert err.endswith(f": give {run}, the run folder it belongs to"), err
+
+
+@pytest.mark.parametrize("reader", RUN_READERS)
+def test_a_run_reader_names_a_model_folder(reader, tmp_path, capsys):
+    folder = _model(tmp_path / "m")
+    err = _refused(_reader_argv(reader, folder, tmp_path), capsys)
+    assert f"{folder} is a model folder (its config.json is a Hugging Face model config" in err
+    assert f"posgen {reader} takes a posgen run folder" in err, err
+
+
 @pytest.fixture
 def no_model(monkeypatch, tmp_path):
     """Any read of a model entry, config or weights fails the test."""
