@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -179,3 +180,74 @@ def test_every_command_folder_follows_the_protocol():
     kinds = {cls.command for cls, _, _ in CASES.values()}
     assert kinds == {"run", "length", "decompose", "layers", "cause"}
     assert len(settings) == 5
+
+
+MODEL_CONFIG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 8}
+
+
+def _unchanged(root: Path):
+    """The files under ``root`` with their bytes (dot files aside)."""
+    return {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and p.name[0] != "."}
+
+
+@pytest.mark.parametrize("command", CASES)
+def test_an_out_that_is_a_model_folder_is_refused_naming_it(command, tmp_path):
+    """A Hugging Face model folder keeps a config.json too: it is named, not taken for a
+    run or length folder with other settings."""
+    cls, config, _ = CASES[command]
+    (tmp_path / "config.json").write_text(json.dumps(MODEL_CONFIG))
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    before = _unchanged(tmp_path)
+    message = (
+        f"is not a posgen {command} folder: it is a model folder (its config.json is a "
+        "Hugging Face model config, model_type llama); choose another --out"
+    )
+    with pytest.raises(RunConflictError, match=re.escape(message)), cls.create(tmp_path, config):
+        pass
+    assert _unchanged(tmp_path) == before and not (tmp_path / LOCK_FILE).exists()
+
+
+@pytest.mark.parametrize(("command", "other"), [(c, o) for c in CASES for o in CASES if c != o])
+def test_an_out_that_is_another_commands_folder_is_refused_naming_it(command, other, tmp_path):
+    cls, config, _ = CASES[command]
+    other_cls, other_config, _ = CASES[other]
+    _write_one(other_cls.start(tmp_path, other_config))
+    before = _unchanged(tmp_path)
+    message = f"is not a posgen {command} folder: it is a posgen {other} folder (written by posgen {other}"
+    with pytest.raises(RunConflictError, match=re.escape(message)), cls.create(tmp_path, config):
+        pass
+    assert _unchanged(tmp_path) == before
+
+
+FOREIGN = {"other JSON": '{"kind": "mine", "a": 1}', "invalid JSON": "{not json", "a list": "[1]"}
+
+
+@pytest.mark.parametrize("content", FOREIGN)
+@pytest.mark.parametrize("command", CASES)
+def test_a_settings_file_that_is_not_posgens_is_refused_naming_it(command, content, tmp_path):
+    """A file named as the command's settings that posgen did not write: the folder is
+    not resumed, and the refusal says the file is not posgen's."""
+    cls, config, _ = CASES[command]
+    (tmp_path / cls.settings).write_text(FOREIGN[content])
+    message = f"it is a folder whose {cls.settings} is not posgen's ("
+    with pytest.raises(RunConflictError, match=re.escape(message)), cls.create(tmp_path, config):
+        pass
+    assert (tmp_path / cls.settings).read_text() == FOREIGN[content]
+
+
+@pytest.mark.parametrize("command", ["run", "decompose", "layers", "cause"])
+def test_own_settings_this_posgen_cannot_read_are_refused_on_resume(command, tmp_path):
+    """A folder of the command written under another schema is refused in one error of
+    the protocol (not a SchemaError the command does not expect), nothing overwritten."""
+    cls, config, _ = CASES[command]
+    _write_one(cls.start(tmp_path, config))
+    path = tmp_path / cls.settings
+    key = "schema_version" if command == "run" else "schema"
+    path.write_text(json.dumps({**json.loads(path.read_text()), key: 99}))
+    before = _unchanged(tmp_path)
+    with (
+        pytest.raises(RunConflictError, match=r"99.*nothing was overwritten; choose another --out"),
+        cls.create(tmp_path, config),
+    ):
+        pass
+    assert _unchanged(tmp_path) == before

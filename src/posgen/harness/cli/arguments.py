@@ -108,16 +108,17 @@ def limit_note(asked: int, ran: int) -> str | None:
     )
 
 
-def check_out_and_layers(args: argparse.Namespace) -> None:
-    """``--out`` and ``--layers`` of ``posgen layers`` / ``posgen cause``, checked before
-    anything else (no config read yet): an unusable folder, or an empty ``--layers ''``,
-    which would silently mean every layer. Raises :class:`InputError`."""
+def check_out_and_layers(args: argparse.Namespace, folder: type) -> None:
+    """``--out`` and ``--layers`` of ``posgen layers`` / ``posgen cause`` (its folder class
+    ``folder``), checked before anything else (no config read yet): an unusable folder or
+    one holding something else, or an empty ``--layers ''``, which would silently mean
+    every layer. Raises :class:`InputError`."""
     from posgen.harness.hf_posgen.layer_selection import LAYERS_FORMS
     from posgen.harness.input_error import InputError
     from posgen.harness.out_folder import check_out_folder
 
     if args.out is not None:
-        check_out_folder(args.out)
+        check_out_folder(args.out, folder=folder)
     if args.layers is not None and not args.layers.strip():
         raise InputError(f"--layers '': give {LAYERS_FORMS}, or leave --layers out for every layer")
 

@@ -198,7 +198,9 @@ def check_arguments(args: argparse.Namespace):
         _parse_length(args.length, None)
     check_probe_size(args.docs, args.tokens)
     if args.out is not None:
-        check_out_folder(args.out)
+        from posgen.results.folder.decompose_config import DecomposeFolder
+
+        check_out_folder(args.out, folder=DecomposeFolder)
     device = check_device(args.device)
     (entry,) = model_entries([args.model], LoadOptions.from_args(args))
     _require_family(entry, args)

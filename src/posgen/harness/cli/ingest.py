@@ -31,6 +31,7 @@ def main(args: argparse.Namespace) -> int:
     from posgen.harness.out_folder import check_out_folder
     from posgen.harness.run.options import check_include_paths
     from posgen.results.folder.lock import RunLockedError
+    from posgen.results.folder.run_store import RunStore
     from posgen.results.folder.schema import SchemaError
     from posgen.results.folder.store import RunConflictError
     from posgen.results.ingest.folders import ingest
@@ -39,7 +40,7 @@ def main(args: argparse.Namespace) -> int:
         print("posgen ingest: --threshold and --threshold-acc must be > 0", file=sys.stderr)
         return 2
     try:
-        check_out_folder(args.out)
+        check_out_folder(args.out, folder=RunStore)
         include_path = check_include_paths(args.include_path)
     except InputError as e:
         print(f"posgen ingest: {e}", file=sys.stderr)

@@ -79,9 +79,9 @@ def resolve(args: argparse.Namespace) -> LayersConfig:
     from posgen.harness.loading import LoadOptions, check_device, model_entries, require_rope
     from posgen.perturbations.base import PerturbationError
     from posgen.results.folder.config import Decompose
-    from posgen.results.folder.layers_config import LayersConfig
+    from posgen.results.folder.layers_config import LayersConfig, LayersFolder
 
-    check_out_and_layers(args)
+    check_out_and_layers(args, LayersFolder)
     if args.limit < 2:
         raise InputError(f"--limit {args.limit}: need at least 2 documents for an interval")
     if args.decompose_docs < 0 or args.decompose_tokens < 8:

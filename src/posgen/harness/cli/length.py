@@ -129,11 +129,12 @@ def resolve(args: argparse.Namespace) -> LengthJob:
         require_rope,
     )
     from posgen.harness.out_folder import check_out_folder
+    from posgen.results.folder.length_config import LengthFolder
 
     _check_numbers(args)
     _check_specs(args)
     if args.out is not None:
-        check_out_folder(args.out)
+        check_out_folder(args.out, folder=LengthFolder)
     device = check_device(args.device)
     builtin = args.data is None and args.dataset is None
     if args.documents is not None and args.documents > ALL_DOCUMENTS and builtin:

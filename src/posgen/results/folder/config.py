@@ -46,8 +46,8 @@ class ModelEntry:
     @property
     def model_side(self) -> bool:
         """Whether posgen can move this model's positions: its position and feature cells
-        and the attention-logit decomposition apply (RoPE, learned absolute, BLOOM and MPT
-        ALiBi)."""
+        and the attention-logit decomposition apply (RoPE, learned absolute, BLOOM, MPT and
+        Falcon ALiBi)."""
         if self.positions == "rotary":
             return self.rope
         return self.positions in ("absolute", "alibi")

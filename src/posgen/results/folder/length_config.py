@@ -27,6 +27,7 @@ import numpy as np
 
 from posgen.perturbations.length import LengthPerturbation, parse_length
 from posgen.results.folder.config import ModelEntry
+from posgen.results.folder.folder_kind import folder_refusal
 from posgen.results.folder.protocol import CommandFolder
 from posgen.results.folder.schema import SchemaError, config_hash
 from posgen.results.folder.store import (
@@ -179,15 +180,12 @@ class LengthFolder(CommandFolder):
     config: LengthConfig
 
     @classmethod
-    def is_own(cls, root: Path) -> bool:
-        return (Path(root) / CONFIG_FILE).is_file()
-
-    @classmethod
     def open(cls, root: Path | str) -> LengthFolder:
         path = Path(root) / CONFIG_FILE
+        refusal = folder_refusal(root, cls.command)
+        if refusal is not None:  # none there, or not a length folder: say what it is
+            raise SchemaError(refusal)
         data = read_json(path, "length run config")
-        if "schema" not in data or "config_sha256" not in data:
-            raise RunConflictError(f"{path} is not a posgen length run's config")
         try:
             return cls(Path(root), LengthConfig.from_dict(data["config"]))
         except (KeyError, TypeError, ValueError) as e:
