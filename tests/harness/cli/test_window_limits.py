@@ -76,3 +76,14 @@ def test_the_library_decomposition_refuses_windows_past_the_positions(arch):
     model = build_short_context_model(arch, SHORT_TABLE)
     with pytest.raises(ValueError, match=f"tokens=256: the model's config sets {FIELDS[arch]}"):
         posgen.decompose(model, tokenizer=build_tokenizer(), docs=1, tokens=256, progress=False)
+
+
+PROFILE_ARGS = ["--limit", "2", "--no-progress", "--device", "cpu"]
+
+
+def test_cause_runs_mpt_in_windows_of_its_bias(short_table_dir, tmp_path):
+    out = tmp_path / "cause"
+    argv = ["cause", "--model", str(short_table_dir("mpt")), "--layers", "0", *PROFILE_ARGS]
+    argv += ["--forms", "additive", "--controls", "foreign", "--positions", "swap:0.2"]
+    assert cli_main([*argv, "--out", str(out)]) == 0
+    assert (out / "prediction.parquet").is_file()
