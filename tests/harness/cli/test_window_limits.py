@@ -87,3 +87,23 @@ def test_cause_runs_mpt_in_windows_of_its_bias(short_table_dir, tmp_path):
     argv += ["--forms", "additive", "--controls", "foreign", "--positions", "swap:0.2"]
     assert cli_main([*argv, "--out", str(out)]) == 0
     assert (out / "prediction.parquet").is_file()
+
+
+RUN_ARGS = ["--suite", "posgen_prose", "--kinds", "position", "--rates", "0,0.5", "--limit", "2"]
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "mpt"])
+def test_run_holds_its_windows_to_the_positions(short_table_dir, tmp_path, capsys, arch):
+    """The preset's decomposition (8 windows of 256 tokens) is held to the model's 128
+    positions, said in a note, config.json and the report; the cells' rolling windows
+    stay within them too (lm-eval reads GPT-2's n_positions, hf-posgen MPT's
+    max_seq_len)."""
+    out = tmp_path / "run"
+    argv = ["run", "--model", str(short_table_dir(arch)), *RUN_ARGS, "--no-progress"]
+    assert cli_main([*argv, "--device", "cpu", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"probe windows of {SHORT_TABLE} tokens, not 256: {arch}'s config sets" in err
+    config = json.loads((out / "config.json").read_text())["config"]
+    assert config["decompose"] == {"docs": 8, "tokens": SHORT_TABLE}
+    assert f"8 probe windows of {SHORT_TABLE} tokens" in (out / "report.md").read_text()
+    assert len(list((out / "cells").rglob("*.json"))) >= 2
