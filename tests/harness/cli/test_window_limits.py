@@ -107,3 +107,19 @@ def test_run_holds_its_windows_to_the_positions(short_table_dir, tmp_path, capsy
     assert config["decompose"] == {"docs": 8, "tokens": SHORT_TABLE}
     assert f"8 probe windows of {SHORT_TABLE} tokens" in (out / "report.md").read_text()
     assert len(list((out / "cells").rglob("*.json"))) >= 2
+
+
+def test_layers_holds_its_windows_to_mpts_bias(short_table_dir, tmp_path, capsys):
+    """MPT's cells run in rolling windows of its max_seq_len, and the default fit
+    (--decompose-tokens 256) is held to it; given past it, it is refused before load."""
+    model = str(short_table_dir("mpt"))
+    out = tmp_path / "layers"
+    argv = ["layers", "--model", model, "--layers", "0", "--decompose-docs", "1", *PROFILE_ARGS]
+    assert cli_main([*argv, "--out", str(out)]) == 0
+    assert f"note: --decompose-tokens {SHORT_TABLE}, not the default 256" in capsys.readouterr().err
+    config = json.loads((out / "layers.json").read_text())["config"]
+    assert config["decompose"] == {"docs": 1, "tokens": SHORT_TABLE}
+    again = [*argv, "--decompose-tokens", "256", "--out", str(tmp_path / "past")]
+    assert cli_main(again) == 2
+    assert "--decompose-tokens 256: " in capsys.readouterr().err
+    assert not (tmp_path / "past").exists()
