@@ -123,3 +123,16 @@ def test_layers_holds_its_windows_to_mpts_bias(short_table_dir, tmp_path, capsys
     assert cli_main(again) == 2
     assert "--decompose-tokens 256: " in capsys.readouterr().err
     assert not (tmp_path / "past").exists()
+
+
+@pytest.mark.parametrize("arch", ["bloom", "mpt", "falcon_alibi"])
+def test_layers_refuses_qk_noise_on_alibi_before_weights_load(
+    tiny_model_dir, no_weights, capsys, arch
+):
+    """qk_noise moves RoPE's rotated queries and keys: an ALiBi model has none, refused
+    from its config as hf-posgen refuses features=qk_noise, not after the plain cell."""
+    model = str(tiny_model_dir(arch))
+    argv = ["layers", "--model", model, "--positions", "none", "--features", "qk_noise:1"]
+    err = refused([*argv, "--out", str(no_weights / "o")], capsys, no_weights)
+    assert "qk_noise:1.0: qk noise perturbs rotary queries and keys" in err
+    assert "has alibi positions: use features=rope_noise" in err

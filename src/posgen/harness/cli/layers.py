@@ -83,7 +83,7 @@ def resolve(args: argparse.Namespace) -> LayersConfig:
     the model. Raises :class:`~posgen.harness.input_error.InputError`."""
     from posgen.harness.hf_posgen.layer_selection import check_layers, parse_layers
     from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
-    from posgen.harness.loading import LoadOptions, check_device, model_entries, require_rope
+    from posgen.harness.loading import LoadOptions, check_device, model_entries
     from posgen.perturbations.base import PerturbationError
     from posgen.results.folder.config import Decompose
     from posgen.results.folder.layers_config import LayersConfig
@@ -106,9 +106,7 @@ def resolve(args: argparse.Namespace) -> LayersConfig:
         entry = model_entries([args.model], options, random_init=args.random_init, seed=args.seed)[
             -1
         ]
-        if entry.positions != "alibi":  # an ALiBi bias takes positions per layer too
-            _require_per_layer_positions(entry, require_rope)
-        text = _model_config(entry).get_text_config()
+        text = _checked_family(entry, spec).get_text_config()
         count, n_heads = int(text.num_hidden_layers), int(text.num_attention_heads)
         check_layers(layers, count, entry.label)
     except PerturbationError as e:
@@ -124,6 +122,24 @@ def resolve(args: argparse.Namespace) -> LayersConfig:
         decompose=Decompose(args.decompose_docs, _decompose_tokens(args, entry)),
         heads=n_heads if args.heads else None,  # query heads per layer
     )
+
+
+def _checked_family(entry, spec):
+    """The model's config (no weights), once its position family is checked: positions
+    that enter each layer (RoPE, ALiBi) and the schemes it takes (``qk_noise`` moves RoPE's
+    rotated queries and keys: refused on ALiBi, as hf-posgen refuses it)."""
+    from types import SimpleNamespace
+
+    from posgen.harness.loading import require_rope
+    from posgen.harness.position_family import check_schemes
+
+    if entry.positions != "alibi":  # an ALiBi bias takes positions per layer too
+        _require_per_layer_positions(entry, require_rope)
+    model_config = _model_config(entry)
+    given = (("--positions", spec.positions), ("--features", spec.features))
+    what = " and ".join(f"{flag} {s.to_string()}" for flag, s in given if s is not None)
+    check_schemes(SimpleNamespace(config=model_config), spec, what)
+    return model_config
 
 
 def _decompose_tokens(args: argparse.Namespace, entry) -> int:
