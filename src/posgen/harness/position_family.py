@@ -62,6 +62,8 @@ class PositionFamily:
     - ``bias_keys``: the config field bounding the keys an ALiBi bias covers ('' when it
       is built from the mask at any length): MPT builds one bias over ``max_seq_len``
       keys and its attention slices the last K columns, so it cannot run past it.
+    - ``table_rows``: the absolute family's config field holding its table's positions
+      (GPT-2's ``n_positions``, OPT's ``max_position_embeddings``): no row past them.
     - ``refusal``: why position schemes are refused on this family ('' if they run).
     - ``logits_refusal``: why ``logits=`` and the commands that fit the attention's
       logits (decompose, cause, the run's fit) are refused on this family ('' if they run).
@@ -78,6 +80,7 @@ class PositionFamily:
     block_suffix: str = "Block"
     attention: str = "self_attention"
     bias_keys: str = ""
+    table_rows: str = ""
     refusal: str = ""
     logits_refusal: str = ""
 
@@ -92,6 +95,12 @@ class PositionFamily:
         if self.bias_form in ("bloom", "mpt", "falcon"):
             return ""
         return f"{self.name}: posgen reads no ALiBi logits of the form {self.bias_form!r}"
+
+    @property
+    def length_field(self) -> str:
+        """The config field bounding the tokens one forward takes ('' where any length
+        runs): a learned table's positions, or the keys of an ALiBi bias built once."""
+        return self.table_rows or self.bias_keys
 
     @property
     def meaning(self) -> str:
@@ -129,7 +138,7 @@ def register_position_family(family: PositionFamily) -> PositionFamily:
 
 
 for _family in (
-    PositionFamily("absolute", "gpt2", ("gpt2",), embedding="wpe"),
+    PositionFamily("absolute", "gpt2", ("gpt2",), embedding="wpe", table_rows="n_positions"),
     PositionFamily(
         "absolute",
         "opt",
@@ -137,6 +146,7 @@ for _family in (
         embedding="embed_positions",
         ids_argument="position_ids",
         offset=2,
+        table_rows="max_position_embeddings",
     ),
     PositionFamily("alibi", "bloom", ("bloom",), bias_argument="alibi", bias_form="bloom"),
     PositionFamily(
@@ -173,6 +183,18 @@ def position_family_of(model: torch.nn.Module) -> PositionFamily:
 def family_of_model_config(config: Any) -> PositionFamily:
     """The position family of a loaded model config (``PretrainedConfig``, no weights)."""
     return family_of_config(lambda key: getattr(config, key, None))
+
+
+def length_limit(config: Any) -> tuple[str, int] | None:
+    """(config field, value): the most tokens one forward of a model with this loaded
+    config takes, where its position code bounds them: a learned table's rows (GPT-2's
+    ``n_positions``, OPT's ``max_position_embeddings``: no row past them) or the keys of
+    an ALiBi bias built once (MPT's ``max_seq_len``); None where any length runs (RoPE
+    past its trained context, BLOOM's and Falcon's bias built from the mask, no positions)."""
+    family = family_of_model_config(config)
+    field = family.length_field
+    value = getattr(config, field, None) if field else None
+    return None if value is None else (field, int(value))
 
 
 def family_of_config(read: Any) -> PositionFamily:

@@ -20,6 +20,7 @@ from posgen.harness.run.options import parse_bool
 from posgen.harness.run.plan import (
     check_model_side_kinds,
     default_out,
+    hold_decomposition,
     limit_notes,
     resolve_config,
 )
@@ -151,6 +152,8 @@ def main(args: argparse.Namespace) -> int:
         length = _length_jobs(args, config, out)
         notes += check_run_metrics(config)  # reads the tasks' configs: the slowest check
         require_compatible(config.models)  # posgen.compat, before the first cell
+        config, held = hold_decomposition(config)  # each model's config read, no weights
+        notes += held
     except InputError as e:
         print(f"posgen run: {e}", file=sys.stderr)
         return 2

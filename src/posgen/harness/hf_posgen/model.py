@@ -61,6 +61,7 @@ from posgen.harness.hf_posgen.model_arguments import (
     checked_arguments,
     checked_before_load,
     checked_on_model,
+    hold_max_length,
 )
 from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
 from posgen.harness.hf_posgen.perturbed_forward import perturbed_forward, plan_forward
@@ -111,6 +112,7 @@ class HFPosgenLM(HFLM):
         kwargs.update(length_load_kwargs(pretrained, length_scheme, kwargs))
         super().__init__(pretrained=pretrained, **kwargs)
         join_launch(self, launch)
+        hold_max_length(self)
         self._response_cache = ResponseCache()
         self._rows = LoglikelihoodRows()
         # called as plan_observer(inps, plan, docs) for every padded loglikelihood batch

@@ -6,7 +6,8 @@ other; :func:`checked_before_load` checks them against the model's config and th
 installed libraries (:mod:`.pretrained_config`) and resolves the embedded model's alias
 and the length scheme; :func:`checked_on_model` checks a perturbation against the loaded
 model whenever it is set (:meth:`.model.HFPosgenLM.set_perturbation`). Each raises
-``PerturbationError`` with the argument it refuses.
+``PerturbationError`` with the argument it refuses. :func:`hold_max_length` holds the
+loaded model's ``max_length`` to the positions one forward of it takes.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation, refus
 from posgen.harness.hf_posgen.pretrained_config import (
     check_family_in_config,
     check_layers_in_config,
+    check_max_length,
     parse_length_arg,
     require_compatible,
     resolve_length,
 )
+from posgen.harness.position_family import length_limit
 from posgen.perturbations.base import PerturbationError
 from posgen.perturbations.length import LengthPerturbation
 
@@ -74,13 +77,14 @@ def checked_before_load(
     """``pretrained`` (the embedded model's alias resolved to its folder) and the length
     scheme (``infllm`` completed from the trained context), after checking from the
     config alone, before weights load, that the model takes ``perturbation``'s
-    ``layers=``/``heads=`` and schemes, and the installed libraries hold every internal
-    posgen uses with it (:func:`posgen.compat.require`). ``kwargs``: ``hf``'s model
-    arguments (``trust_remote_code``)."""
+    ``layers=``/``heads=`` and schemes and its ``max_length=``, and the installed libraries
+    hold every internal posgen uses with it (:func:`posgen.compat.require`). ``kwargs``:
+    ``hf``'s model arguments (``trust_remote_code``, ``max_length``)."""
     if isinstance(pretrained, str):
         pretrained = resolve_pretrained(pretrained)
         check_layers_in_config(pretrained, perturbation, kwargs)
         check_family_in_config(pretrained, perturbation, kwargs)
+    check_max_length(pretrained, kwargs)
     length_scheme = resolve_length(pretrained, length_scheme, kwargs)  # infllm: from C
     require_compatible(pretrained, kwargs)  # posgen.compat, before weights load
     return pretrained, length_scheme
@@ -102,6 +106,18 @@ def checked_on_model(
     if new.is_set:
         check_on_model(new, model, backend, layer_count(model))
     return new
+
+
+def hold_max_length(lm: Any) -> None:
+    """HFLM reads a model's length from ``n_positions``, ``max_position_embeddings`` or
+    ``n_ctx``, else its tokenizer's, else 2048: where the model's positions end sooner
+    under another field (MPT's ``max_seq_len``,
+    :func:`posgen.harness.position_family.length_limit`), its ``max_length`` is held to
+    them, so its rolling windows and truncated contexts fit (a ``max_length=`` past them
+    was refused before load, :func:`checked_before_load`)."""
+    limit = length_limit(lm.model.config)
+    if limit is not None and lm.max_length > limit[1]:
+        lm._max_length = limit[1]  # HFLM's max_length= (compat.LM_EVAL_ATTRIBUTES)
 
 
 def _refuse_layers_beside_length(
