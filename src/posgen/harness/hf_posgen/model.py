@@ -67,6 +67,7 @@ from posgen.harness.hf_posgen.perturbed_forward import perturbed_forward, plan_f
 from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
 from posgen.harness.hf_posgen.pretrained_config import length_load_kwargs
 from posgen.harness.hf_posgen.response_cache import ResponseCache
+from posgen.harness.loading.identity import folder_record
 from posgen.perturbations.base import Perturbation
 from posgen.perturbations.seeding import DEFAULT_SEED
 
@@ -162,8 +163,14 @@ class HFPosgenLM(HFLM):
         self._response_cache.attach(cache_hook, self._perturbation.cache_namespace())
 
     def get_model_info(self) -> dict:
+        """HFLM's, with the perturbation's record (``posgen``) and, for a local folder, its
+        resolved path and content revision (``posgen_model``, which ``posgen ingest``
+        compares across the cells of a model)."""
         info = super().get_model_info()
         info["posgen"] = self._perturbation.to_dict()
+        folder = folder_record(self.pretrained)
+        if folder is not None:
+            info["posgen_model"] = folder
         return info
 
     def chat_template(self, chat_template: bool | str = False) -> str | None:

@@ -91,6 +91,16 @@ def content_revision(folder: Path) -> str:
     return CONTENT_PREFIX + h.hexdigest()[:16]
 
 
+def folder_record(pretrained: object) -> dict[str, str] | None:
+    """What ``hf-posgen`` records of a local model folder in lm-eval's results
+    (``config.posgen_model``): its resolved path and content revision, so that ``posgen
+    ingest`` tells two models under one name apart; None for a hub id or a built model."""
+    if not isinstance(pretrained, str | os.PathLike) or not Path(pretrained).is_dir():
+        return None
+    folder = Path(pretrained).resolve()
+    return {"path": str(folder), "revision": content_revision(folder)}
+
+
 def legacy_revision(folder: Path) -> str:
     """The revision earlier releases recorded: SHA-256 of config.json and the weight
     files' names and sizes, ``local:<12 hex>`` (blind to a same-size rewrite)."""
