@@ -103,6 +103,34 @@ def refused(capsys, *argv: str) -> str:
     return capsys.readouterr().err
 
 
+def baseline_only(text: Path, where: Path) -> Path:
+    """The baseline of ``text`` (an lm-eval output of posgen_prose and its swapped task)
+    without the text cell."""
+    out = copy(text, where)
+    name = "perm_swap_50pct_posgen_prose"
+
+    def drop(data: dict) -> None:
+        for key in ("results", "configs", "versions", "n-shot", "higher_is_better", "n-samples"):
+            (data.get(key) or {}).pop(name, None)
+
+    edit_results(out, drop)
+    for samples in out.rglob(f"samples_{name}_*.jsonl"):
+        samples.unlink()
+    return out
+
+
+@pytest.mark.filterwarnings("error::UserWarning")
+def test_model_side_cells_alone_are_reported_without_a_warning(outputs, tmp_path, capsys):
+    """lm-eval's output records no realised amount of a position cell, so the common
+    realised axis places no curve: its panel says why and asks for no legend of nothing
+    (which matplotlib answered with a UserWarning on every such ingest)."""
+    base = baseline_only(outputs["text"], tmp_path / "base")
+    out = tmp_path / "ingested"
+    code = cli(["ingest", str(base), str(outputs["position"]), "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    assert "Degradation vs realised mean |Δposition|" in (out / "report.md").read_text()
+
+
 def test_a_perturbed_cell_without_its_baseline_is_refused(outputs, tmp_path, capsys):
     err = refused(capsys, str(outputs["position"]), "--out", str(tmp_path / "r"))
     assert "no baseline for" in err and "posgen_prose" in err
