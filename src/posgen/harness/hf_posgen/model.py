@@ -163,15 +163,11 @@ class HFPosgenLM(HFLM):
         self._response_cache.attach(cache_hook, self._perturbation.cache_namespace())
 
     def get_model_info(self) -> dict:
-        """HFLM's, with the perturbation's record (``posgen``) and, for a local folder, its
-        resolved path and content revision (``posgen_model``, which ``posgen ingest``
-        compares across the cells of a model)."""
-        info = super().get_model_info()
-        info["posgen"] = self._perturbation.to_dict()
+        """HFLM's, with the perturbation's record (``posgen``) and a local folder's path and
+        content revision (``posgen_model``, compared by ``posgen ingest``)."""
+        info = {**super().get_model_info(), "posgen": self._perturbation.to_dict()}
         folder = folder_record(self.pretrained)
-        if folder is not None:
-            info["posgen_model"] = folder
-        return info
+        return {**info, "posgen_model": folder} if folder else info
 
     def chat_template(self, chat_template: bool | str = False) -> str | None:
         """HFLM's; asked for by lm-eval when a run applies a chat template."""
