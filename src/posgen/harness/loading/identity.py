@@ -8,8 +8,8 @@ rerun of a command into a folder it wrote with the old weights is refused, namin
 ``revision`` (:mod:`posgen.results.folder.protocol`), before any cell is resumed.
 
 Cost: a file's digest is a SHA-256 over the SHA-256 of each 16 MiB chunk, the chunks read
-and hashed by a few threads (hashlib releases the GIL), so the first run reads the
-weights once at about the disk's or the cores' speed (``benchmarks/bench_fingerprint.py``).
+and hashed by up to 8 threads (hashlib releases the GIL, so free cores share the work):
+the first run reads the weights once (``benchmarks/bench_fingerprint.py``).
 Each digest is cached in ``<posgen cache>/file-digests.json`` under the file's real path
 with its (device, inode, size, mtime_ns, ctime_ns): any rewrite of a file changes its
 ctime, which no user tool can set back, so a later run of an unchanged checkpoint costs
