@@ -21,6 +21,18 @@ from hub_fixtures import ARC_DOCS, HELLASWAG_DOCS
 from tiny_models import CHAT_TEMPLATE, SHORT_TABLE, save_short_context, save_tiny
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _model_digest_cache(tmp_path_factory):
+    """Model files' digests (posgen.harness.loading.identity) cached in the session's own
+    folder, not in the user's posgen cache."""
+    from posgen.harness.loading import identity
+
+    path = tmp_path_factory.mktemp("digests") / identity.CACHE_FILE
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(identity, "cache_path", lambda: path)
+        yield path
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """``tiny_model_dir(arch="llama", seed=0) -> Path``: a saved tiny model + tokenizer."""

@@ -251,3 +251,78 @@ def test_own_settings_this_posgen_cannot_read_are_refused_on_resume(command, tmp
     ):
         pass
     assert _unchanged(tmp_path) == before
+LEGACY, CONTENT = "local:d7ae4e6c69d6", "local-content:0123456789abcdef"
+
+
+def _each_entry(config, change):
+    """``config`` with ``change(entry, twin_suffix)`` applied to every model entry."""
+    from dataclasses import fields
+
+    def one(e: ModelEntry) -> ModelEntry:
+        twin = (e.revision or "").partition("+")[2]
+        return change(e, f"+{twin}" if twin else "")
+
+    out = {}
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, ModelEntry):
+            out[f.name] = one(value)
+        elif isinstance(value, tuple) and value and isinstance(value[0], ModelEntry):
+            out[f.name] = tuple(one(e) for e in value)
+    return replace(config, **out)
+
+
+def _legacy(config):
+    """As a release before content identity wrote it: ``local:<12 hex>`` revisions."""
+    return _each_entry(config, lambda e, twin: replace(e, revision=LEGACY + twin))
+
+
+def _now(config, legacy: str = LEGACY):
+    """As posgen identifies the model now, with its legacy revision computed again."""
+    return _each_entry(
+        config,
+        lambda e, twin: replace(e, revision=CONTENT + twin, legacy_revision=legacy + twin),
+    )
+
+
+@pytest.mark.parametrize("command", CASES)
+def test_a_folder_from_before_content_identity_resumes_with_a_note(command, tmp_path, caplog):
+    """Its model's legacy revision is the one recorded: it resumes under that revision
+    (nothing recomputed, nothing rewritten) and says a same-size change cannot be seen."""
+    cls, config, _ = CASES[command]
+    out = tmp_path / "out"
+    with cls.create(out, _legacy(config)) as folder:
+        finished = _write_one(folder)
+    settings = (out / cls.settings).read_bytes()
+    with caplog.at_level("WARNING", logger="posgen"), cls.create(out, _now(config)) as folder:
+        assert _has_one(folder) and _typed(folder) == _legacy(config)
+    assert (out / cls.settings).read_bytes() == settings and finished.is_file()
+    (note,) = [r.getMessage() for r in caplog.records if "before posgen identified" in r.message]
+    assert str(out) in note and LEGACY in note and "cannot be detected" in note
+    assert "another --out" in note and "\n" not in note
+
+
+@pytest.mark.parametrize("command", CASES)
+def test_a_folder_from_before_with_other_weights_is_refused_naming_the_revision(
+    command, tmp_path, caplog
+):
+    cls, config, _ = CASES[command]
+    out = tmp_path / "out"
+    with cls.create(out, _legacy(config)) as folder:
+        _write_one(folder)
+    settings = (out / cls.settings).read_bytes()
+    with (
+        caplog.at_level("WARNING", logger="posgen"),
+        pytest.raises(RunConflictError, match=rf"revision: '{LEGACY}.*' -> '{CONTENT}"),
+        cls.create(out, _now(config, legacy="local:000000000000")),
+    ):
+        pass
+    assert (out / cls.settings).read_bytes() == settings
+    assert not [r for r in caplog.records if "before posgen identified" in r.message]
+
+
+def test_a_run_folder_from_before_that_finished_nothing_takes_content_identity(tmp_path):
+    out = tmp_path / "out"
+    _, config, _ = CASES["run"]
+    RunStore.start(out, _legacy(config))
+    assert RunStore.start(out, _now(config)).run_config == _now(config)

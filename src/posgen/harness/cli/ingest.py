@@ -19,7 +19,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="lm_eval --output_path folder(s) (or results_*.json files), written with "
         "--log_samples: the baseline and the perturbed cells of the same documents "
         "(hf-posgen with positions= or features= in every layer; layers=, heads=, "
-        "logits= and length= are refused)",
+        "logits= and length= are refused), each model's cells run with the same settings "
+        "that change what is scored (max_length, dtype, few-shot, chat template, ...; "
+        "docs/running.md)",
     )
     parser.add_argument("--out", type=Path, required=True, help="the run folder to write")
     add_threshold_arguments(parser)

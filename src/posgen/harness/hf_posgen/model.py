@@ -68,6 +68,7 @@ from posgen.harness.hf_posgen.perturbed_forward import perturbed_forward, plan_f
 from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
 from posgen.harness.hf_posgen.pretrained_config import length_load_kwargs
 from posgen.harness.hf_posgen.response_cache import ResponseCache
+from posgen.harness.loading.identity import folder_record
 from posgen.perturbations.base import Perturbation
 from posgen.perturbations.seeding import DEFAULT_SEED
 
@@ -164,9 +165,11 @@ class HFPosgenLM(HFLM):
         self._response_cache.attach(cache_hook, self._perturbation.cache_namespace())
 
     def get_model_info(self) -> dict:
-        info = super().get_model_info()
-        info["posgen"] = self._perturbation.to_dict()
-        return info
+        """HFLM's, with the perturbation's record (``posgen``) and a local folder's path and
+        content revision (``posgen_model``, compared by ``posgen ingest``)."""
+        info = {**super().get_model_info(), "posgen": self._perturbation.to_dict()}
+        folder = folder_record(self.pretrained)
+        return {**info, "posgen_model": folder} if folder else info
 
     def chat_template(self, chat_template: bool | str = False) -> str | None:
         """HFLM's; asked for by lm-eval when a run applies a chat template."""

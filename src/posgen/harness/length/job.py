@@ -191,13 +191,24 @@ def run_job(
     skipped, temporary files of a killed run removed)."""
 
     config, token_ids = select_documents(job, note)
-    with LengthFolder.create(job.out or config.default_folder(), config, note=note) as folder:
+    with LengthFolder.create(job.out or default_folder(config), config, note=note) as folder:
         try:
             run_documents(folder.root, config, job.entry, job.device, token_ids, progress)
         except ValueError as exc:
             raise InputError(str(exc)) from None
         paths = regenerate_length(folder)
     return LengthOutcome(folder.root, paths["md"].read_text(encoding="utf-8"))
+
+
+def default_folder(config: LengthConfig) -> Path:
+    """The run's default folder; where it does not exist but the one an earlier release
+    named after the model's legacy revision does, that one (resumed there with a note,
+    :mod:`posgen.results.folder.model_identity`)."""
+    folder, entry = config.default_folder(), config.model_entry
+    if folder.exists() or entry is None or entry.legacy_revision is None:
+        return folder
+    legacy = replace(config, model_entry=replace(entry, revision=entry.legacy_revision))
+    return legacy.default_folder() if legacy.default_folder().exists() else folder
 
 
 def jobs_for_run(

@@ -28,6 +28,7 @@ import numpy as np
 from posgen.perturbations.length import LengthPerturbation, parse_length
 from posgen.results.folder.config import ModelEntry
 from posgen.results.folder.folder_kind import folder_refusal
+from posgen.results.folder.model_identity import legacy_resume, show
 from posgen.results.folder.protocol import CommandFolder
 from posgen.results.folder.schema import SchemaError, config_hash
 from posgen.results.folder.store import (
@@ -198,15 +199,19 @@ class LengthFolder(CommandFolder):
         records it; another window stride is refused: its window records would not
         match)."""
         root = Path(root)
+        old = read_json(root / CONFIG_FILE, "length run config") if cls.is_own(root) else None
+        if old is None:
+            cls.check_not_foreign(root)
+        else:
+            config, note = legacy_resume(config, _stored_config(root), root)
         record = {"schema": LENGTH_SCHEMA, "config": config.to_dict()}
         record["config_sha256"] = config_hash(record["config"])
-        if cls.is_own(root):
-            old = read_json(root / CONFIG_FILE, "length run config")
+        if old is not None:
+            if old.get("config_sha256") != record["config_sha256"]:
+                _check_resumable(root, old, config)
+            show(note)
             if old.get("config_sha256") == record["config_sha256"]:
                 return cls(root, config)
-            _check_resumable(root, old, config)
-        else:
-            cls.check_not_foreign(root)
         atomic_write_json(root / CONFIG_FILE, record)  # new, or with --decompose added
         return cls(root, config)
 
@@ -215,6 +220,14 @@ class LengthFolder(CommandFolder):
 
     def has_results(self) -> bool:
         return any((self.root / "docs").rglob("*.json"))
+
+
+def _stored_config(root: Path) -> LengthConfig | None:
+    """The folder's config, typed; None where it cannot be read (then compared as JSON)."""
+    try:
+        return LengthFolder.open(root).config
+    except (SchemaError, RunConflictError):
+        return None
 
 
 def _check_resumable(root: Path, old: dict[str, Any], config: LengthConfig) -> None:

@@ -12,7 +12,9 @@ one folder, and each does it the same way::
 refuses a non-empty folder of something else before putting anything into it, takes the
 folder's lock (:class:`~posgen.results.folder.lock.RunLock`: one writer, a second one is
 refused at once), then starts the run or resumes it (:meth:`CommandFolder.start`: the
-same settings resume, other settings are refused naming each one that differs). A folder
+same settings resume, other settings are refused naming each one that differs; a folder
+written before a local model was identified by content resumes with a note,
+:mod:`~posgen.results.folder.model_identity`). A folder
 that ``create`` made is removed again when the run fails before any cell finished, so a
 failed first run leaves nothing behind. :meth:`CommandFolder.open` reads a folder back
 with its settings typed (:attr:`CommandFolder.config`).
@@ -38,6 +40,7 @@ from typing import Any, ClassVar, TypeVar
 
 from posgen.results.folder.folder_kind import folder_refusal, tell_folder
 from posgen.results.folder.lock import RunLock
+from posgen.results.folder.model_identity import legacy_resume, show
 from posgen.results.folder.schema import SchemaError
 from posgen.results.folder.store import (
     RunConflictError,
@@ -130,9 +133,10 @@ class CommandFolder:
         """Start a run with ``config``, or resume the one the folder holds when its settings
         are the same; refuse other settings (naming each one that differs)."""
         root = Path(root)
-        new = json.loads(json.dumps(cls.config_dict(config), sort_keys=True))
         if cls.is_own(root):
             old = cls.open(root)
+            config, note = legacy_resume(config, old.config, root)
+            new = json.loads(json.dumps(cls.config_dict(config), sort_keys=True))
             stored = json.loads(json.dumps(cls.config_dict(old.config), sort_keys=True))
             if stored != new:
                 raise RunConflictError(
@@ -140,7 +144,9 @@ class CommandFolder:
                     f"({describe_diff(stored, new)}); nothing was overwritten: use another "
                     "--out, or the same settings to resume"
                 )
+            show(note)
             return old
+        new = json.loads(json.dumps(cls.config_dict(config), sort_keys=True))
         cls.check_not_foreign(root)
         atomic_write_json(
             root / cls.settings, {"kind": cls.kind, "schema": cls.schema, "config": new}

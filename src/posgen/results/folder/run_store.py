@@ -41,6 +41,7 @@ from typing import Any
 from posgen.atomic import atomic_write_folder, atomic_write_text
 from posgen.results.folder.config import RunConfig
 from posgen.results.folder.folder_kind import folder_refusal
+from posgen.results.folder.model_identity import legacy_resume, show
 from posgen.results.folder.protocol import CommandFolder
 from posgen.results.folder.schema import (
     SCHEMA_VERSION,
@@ -89,13 +90,17 @@ class RunStore(CommandFolder):
         """Start or resume a run with ``run_config`` (stored as ``to_dict()``; a plain
         mapping is stored as given); refuse a folder holding another config."""
         root = Path(root)
+        path = root / CONFIG_FILE
+        old = cls.open(root) if cls.is_own(root) else None
+        note = None
+        if old is not None and isinstance(run_config, RunConfig) and old.has_results():
+            run_config, note = legacy_resume(run_config, old.run_config, root)
         plain = run_config.to_dict() if isinstance(run_config, RunConfig) else dict(run_config)
         config = json.loads(canonical_json(plain))
         digest = config_hash(config)
-        path = root / CONFIG_FILE
-        if cls.is_own(root):
-            old = cls.open(root)
+        if old is not None:
             if old.config_hash == digest:
+                show(note)
                 return old
             if old.has_results():
                 raise RunConflictError(

@@ -10,7 +10,9 @@ position swaps, and the mean |p'[t] − t| of the jittered positions for ``rope_
 to the others, so a kind that degrades alike at the same mean shift acts alike.
 Text indices are words, not tokens (a word is one or more tokens), so the text curve
 sits a little left of where a token count would put it. ``qk_noise`` moves no position
-and has no place on this axis; the panel says so.
+and has no place on this axis, nor has a model-side cell read from lm-eval's output
+(``posgen ingest``: the output holds no plan, so no realised amount); the panel names
+each not placed and why, and draws a legend only of the curves it placed.
 """
 
 from __future__ import annotations
@@ -48,23 +50,26 @@ def common_axis(results, degr, model: str, metrics: Mapping[str, Any]) -> bytes:
             & (joined["metric"] == spec.metric)
             & (joined["filter"] == spec.filter)
         ]
-        absent = _realised_curves(ax, g)
-        _dress_panel(ax, task, spec, g, absent)
+        _dress_panel(ax, task, spec, g, _realised_curves(ax, g))
     fig.suptitle(f"Degradation on a common realised axis (95% CI): {model}", fontsize=11)
     fig.tight_layout()
     return png_bytes(fig)
 
 
-def _realised_curves(ax, g) -> list[str]:
+def _realised_curves(ax, g) -> dict[str, list[str]]:
     """A line per (kind, scheme) of one panel's rows ``g``, from (0, 0): degradation with
-    its 95% CI against the realised mean |Δposition|; returns the (kind, scheme) that
-    moved no position (not placed)."""
-    absent = []
+    its 95% CI against the realised mean |Δposition|. Returns the (kind, scheme) names
+    ``placed``, and those not placed: ``unmoved`` (measured, no position moved: qk noise)
+    and ``unrecorded`` (no realised amount recorded: a model-side cell read from lm-eval's
+    output, which holds no plan)."""
+    out: dict[str, list[str]] = {"placed": [], "unmoved": [], "unrecorded": []}
     for (kind, scheme), h in g.groupby(["kind", "scheme"]):
         h = h.sort_values("rate")
         x = h["realised_mean_displacement"].to_numpy(dtype=float)
+        name = f"{kind} {scheme}"
         if not np.isfinite(x).any():
-            absent.append(f"{kind} {scheme}")
+            recorded = h["realised_items"].fillna(0).to_numpy().any()
+            out["unmoved" if recorded else "unrecorded"].append(name)
             continue
         color, marker = KIND_STYLE.get(kind, ("black", "o"))
         y = h["degradation"].to_numpy(dtype=float)
@@ -76,14 +81,21 @@ def _realised_curves(ax, g) -> list[str]:
             marker=marker,
             color=color,
             capsize=2,
-            label=f"{kind} {scheme}",
+            label=name,
         )
-    return absent
+        out["placed"].append(name)
+    return out
 
 
-def _dress_panel(ax, task: str, spec: MetricSpec, g, absent: list[str]) -> None:
-    """One panel's axes, labels, title, legend and notes (what was not placed, or that
-    nothing was measured)."""
+NOT_PLACED = {
+    "unmoved": "no position displacement, not placed: ",
+    "unrecorded": "no realised amount recorded (lm-eval output), not placed: ",
+}
+
+
+def _dress_panel(ax, task: str, spec: MetricSpec, g, curves: dict[str, list[str]]) -> None:
+    """One panel's axes, labels, title, legend (of the curves placed, if any) and notes
+    (what was not placed and why, or that nothing was measured)."""
     ax.axhline(0.0, color="grey", lw=0.6)
     ax.set_xscale("symlog", linthresh=0.1)
     ax.margins(x=0.08, y=0.1)
@@ -91,18 +103,12 @@ def _dress_panel(ax, task: str, spec: MetricSpec, g, absent: list[str]) -> None:
     unit = str(g["unit"].iloc[0]) if len(g) else "metric"
     ax.set_ylabel(axis_text(unit, spec.label, bool(spec.higher_is_better)))
     ax.set_title(f"{task}", fontsize=10)
-    if absent:
-        ax.text(
-            0.02,
-            0.97,
-            "no position displacement, not placed: " + ", ".join(absent),
-            transform=ax.transAxes,
-            fontsize=7,
-            va="top",
-        )
-    if ax.lines:
+    notes = [text + ", ".join(curves[k]) for k, text in NOT_PLACED.items() if curves[k]]
+    if notes:
+        ax.text(0.02, 0.97, "\n".join(notes), transform=ax.transAxes, fontsize=7, va="top")
+    if curves["placed"]:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, 0.9))
-    else:
+    elif not notes:
         ax.text(0.5, 0.5, "nothing measured", ha="center", va="center", transform=ax.transAxes)
 
 
