@@ -158,3 +158,17 @@ def test_the_lm_eval_cli_refuses_an_empty_logits_in_one_line(tiny_model_dir) -> 
         "lm_eval: hf-posgen: logits= is empty: give a form (additive, distance, key, "
         "shuffled), or leave logits= out"
     ]
+
+
+def test_the_lm_eval_cli_refuses_length_on_learned_positions_before_the_weights_load(
+    tiny_model_dir,
+) -> None:
+    """``length=`` on GPT-2 (a learned table, no row past C) was refused only after the
+    weights had loaded: now from its config, one line, exit status 2, no weights loaded."""
+    proc = _lm_eval_cli(f"pretrained={tiny_model_dir('gpt2', 0)},length=lambda:4:8")
+    assert _one_line_refusal(proc) == [
+        "lm_eval: hf-posgen: length=lambda:4,8: this 'gpt2' model has learned absolute "
+        "positions: its table has a row per position up to its trained context C and none "
+        "past it, so it cannot run past C; drop length="
+    ]
+    assert "Loading weights" not in proc.stderr, proc.stderr[-3000:]

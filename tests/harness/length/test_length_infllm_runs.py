@@ -147,7 +147,7 @@ def test_hf_posgen_refuses_infllm_without_rope(tmp_path):
 
     path = tmp_path / "gpt2"
     build_model("gpt2").save_pretrained(path)
-    with pytest.raises(PerturbationError, match="rotary position embeddings"):
+    with pytest.raises(PerturbationError, match="learned absolute positions"):
         HFPosgenLM(pretrained=str(path), device="cpu", length="infllm:n_local=16")
 
 

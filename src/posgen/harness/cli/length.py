@@ -181,22 +181,17 @@ def _require_length_family(entry, args: argparse.Namespace, require_rope) -> Non
     position-free model has none). MPT's ``max_seq_len`` is checked against the max length
     in :func:`posgen.harness.length.job.check_model`.
     (:mod:`posgen.harness.position_family`.)"""
-    from posgen.harness.position_family import family_of_folder
+    from posgen.harness.position_family import family_of_folder, length_refusal
 
     family = family_of_folder(entry.path)
     if family is None or family.kind == "rotary":
         require_rope(entry, "posgen length")
         return
     if family.kind == "absolute":
-        raise InputError(
-            f"{entry.path} has learned absolute positions: its table has a row per position "
-            "up to its trained context C and none past it, so it cannot run past C"
-        )
-    if args.schemes not in (None, "none"):
-        raise InputError(
-            f"--schemes {args.schemes}: {entry.path} has {family.kind} positions, which run "
-            "past C as they are; only the scheme none applies (the default for it)"
-        )
+        raise InputError(f"{entry.path} {length_refusal(family, ['none'])}")
+    why = length_refusal(family, (args.schemes or "none").split(";"))
+    if why:
+        raise InputError(f"--schemes {args.schemes}: {entry.path} {why} (the default for it)")
     if args.decompose and family.logits_refused:
         raise InputError(f"--decompose: {entry.path}: {family.logits_refused}")
     if args.positions and family.kind == "none":

@@ -80,7 +80,8 @@ def checked_before_load(
     if isinstance(pretrained, str):
         pretrained = resolve_pretrained(pretrained)
         check_layers_in_config(pretrained, perturbation, kwargs)
-        check_family_in_config(pretrained, perturbation, kwargs)
+        with_length = dataclasses.replace(perturbation, length=length_scheme)
+        check_family_in_config(pretrained, with_length, kwargs)  # length= included
     length_scheme = resolve_length(pretrained, length_scheme, kwargs)  # infllm: from C
     require_compatible(pretrained, kwargs)  # posgen.compat, before weights load
     return pretrained, length_scheme
