@@ -33,3 +33,44 @@ def test_the_perturbation_and_the_length_scheme_are_parsed():
 def test_arguments_that_exclude_each_other_are_refused(given, refusal):
     with pytest.raises(PerturbationError, match=refusal):
         _checked(**given)
+
+
+@pytest.mark.parametrize(
+    ("model_args", "refusal"),
+    [
+        (
+            "length=infllm:topk=2,n_local=64",
+            "length=infllm:topk=2,n_local=64: lm-eval splits --model_args at every comma, so "
+            "n_local=64 arrived as a model argument of its own; inside --model_args separate "
+            "a length scheme's values with ':' (length=infllm:topk=2:n_local=64)",
+        ),
+        (
+            "length=lambda:4,8192,max_length=16384",
+            "length=lambda:4,8192: lm-eval splits --model_args at every comma, so 8192 arrived "
+            "as a model argument of its own; inside --model_args separate a length scheme's "
+            "values with ':' (length=lambda:4:8192)",
+        ),
+        ("length=lambda:4,C", "so C arrived as a model argument of its own"),
+    ],
+)
+def test_a_length_scheme_cut_at_its_commas_by_lm_eval_is_refused_in_one_line(
+    monkeypatch, model_args, refusal
+):
+    """lm-eval splits ``--model_args`` at every comma: the comma forms of ``--schemes`` gave a
+    TypeError from the model's constructor (infllm, after the weights loaded) or told the
+    user to write the very comma that was cut (lambda). Refused before anything loads,
+    naming the separator model arguments take."""
+    from lm_eval.models.huggingface import HFLM
+
+    from posgen.harness.hf_posgen.model import HFPosgenLM
+
+    monkeypatch.setattr(HFLM, "__init__", lambda *a, **k: pytest.fail("weights loaded"))
+    with pytest.raises(PerturbationError) as refused:  # as lm-eval builds the model
+        HFPosgenLM.create_from_arg_string(f"pretrained=/nonexistent/model,{model_args}")
+    assert refusal in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_length_scheme_with_colons_takes_the_other_model_arguments():
+    _, length = _checked(length="infllm:topk=2:n_local=64", others={"max_length": 128})
+    assert length.to_string() == "infllm:n_local=64,topk=2"
+    _checked(length="lambda:4:8", others={"max_length": 128, "batch_size": ""})  # hf's own

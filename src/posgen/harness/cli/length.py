@@ -54,7 +54,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="';'-separated length schemes: none, lambda:G,W, infllm[:KEY=VALUE,...] "
         "(n_init, n_local, block_size, topk, repr_topk, exc_block_size; the rest "
         "InfLLM's defaults scaled to C), scale:F, dynamic:F, yarn:F; C stands for the "
-        "trained context (default: none;lambda:4,C;scale:F;yarn:F)",
+        "trained context (default: none;lambda:4,C;scale:F;yarn:F). hf-posgen's length= "
+        "in lm_eval's --model_args takes ':' for each ',' (lambda:4:8192, "
+        "infllm:topk=2:n_local=64)",
     )
     parser.add_argument("--positions", default=None, help="a position scheme applied too")
     parser.add_argument(

@@ -104,7 +104,7 @@ class HFPosgenLM(HFLM):
         weights load (:mod:`.model_arguments`); rope scalings (``dynamic:F``, ``yarn:F``)
         are passed to ``from_pretrained``."""
         p, length_scheme = checked_arguments(
-            positions, features, perturb_seed, length, layers, heads, logits
+            positions, features, perturb_seed, length, layers, heads, logits, kwargs
         )
         pretrained, length_scheme = checked_before_load(pretrained, p, length_scheme, kwargs)
         launch = launch_accelerator()  # before any weights load
