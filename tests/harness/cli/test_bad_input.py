@@ -74,6 +74,7 @@ LENGTH = [
     (["--device", "bogus"], "--device 'bogus': give cpu, cuda, cuda:N or mps"),
     (["--dtype", "float8"], "--dtype: 'float8'"),
     (["--peft", "/no/such/adapter"], "no such adapter folder"),
+    (["--schemes", "lambda:4,C,7"], "length scheme 'lambda:4,C,7': write lambda:GLOBAL,WINDOW"),
 ]
 
 
@@ -291,6 +292,7 @@ DECOMPOSE = [
     (["--tokens", "100000000"], "the probe text"),
     (["--length", "none;scale:2"], "--length 'none;scale:2': one scheme only (got 2)"),
     (["--length", "scale"], "--length: length scheme 'scale' needs a value"),
+    (["--length", "lambda:4,C,7"], "--length: length scheme 'lambda:4,C,7': write"),
 ]
 
 
