@@ -86,7 +86,15 @@ def test_length_refuses_bad_numbers_and_flags(models, no_loading, capsys, args, 
 
 WINDOW = [
     (["--window-stride", "33"], "must be an integer in [1, C/2] = [1, 32], got 33"),
-    (["--window-stride", "8", "--max-length", "64"], "needs a max length > C, got 64"),
+    (
+        ["--max-length", "50"],
+        "--max-length 50: a max length of 50 tokens does not pass the trained context C = 64, "
+        "and posgen length measures past C; give --max-length > 64 (or --factor > 1; the "
+        "default F = 2 runs to 128), or --trained-context below 50",
+    ),
+    (["--window-stride", "8", "--max-length", "64"], "--max-length 64: a max length of 64"),
+    (["--factor", "0.5"], "--factor 0.5: a max length of 32 tokens does not pass"),
+    (["--factor", "1"], "--factor 1: a max length of 64 tokens does not pass"),
 ]
 
 
@@ -94,7 +102,9 @@ WINDOW = [
 def test_length_refuses_a_window_stride_the_trained_context_rules_out(
     models, monkeypatch, tmp_path, capsys, args, message
 ):
-    """Checked against C from the model's config, before any weight or tokenizer loads."""
+    """Checked against C from the model's config, before any weight or tokenizer loads: a
+    window stride past C/2, and a max length that does not pass C (which ran, measured
+    nothing past C and reported an effective length ≥ the max length)."""
     from posgen.harness import loading
 
     def refuse(*a, **k):

@@ -45,8 +45,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="a local folder, a hub id, or 'embedded' (SmolLM2-135M, the default)",
     )
     size = parser.add_mutually_exclusive_group()
-    size.add_argument("--max-length", type=int, default=None, help="tokens per document")
-    size.add_argument("--factor", type=float, default=None, help="max length = F × C (default 2)")
+    size.add_argument(
+        "--max-length", type=int, default=None, help="tokens per document, > C (default F × C)"
+    )
+    size.add_argument(
+        "--factor", type=float, default=None, help="max length = F × C, F > 1 (default 2)"
+    )
     parser.add_argument("--trained-context", type=int, default=None, help="override C")
     parser.add_argument(
         "--schemes",
