@@ -452,3 +452,11 @@ def test_a_family_registered_with_a_logits_refusal_is_refused_by_what_fits_its_l
     capsys.readouterr()  # building the model prints its own progress
     message = "no rotary position embedding" if argv[0] in ("cause", "layers") else unfitted_falcon
     _refused([argv[0], "--model", model, *argv[1:]], message, capsys, no_weights)
+
+
+@pytest.mark.parametrize("command", ["layers", "cause"])
+def test_layers_and_cause_refuse_a_seed_out_of_range_first(no_loading, capsys, command):
+    """The seed hf-posgen is set with must be in [0, 2**32), as posgen run's: refused with
+    the other arguments, not by the model once its weights have loaded."""
+    argv = [command, "--seed", "-1", "--out", str(no_loading / "out")]
+    _refused(argv, "--seed must be an integer in [0, 2**32), got -1", capsys, no_loading)

@@ -91,7 +91,7 @@ class HFPosgenLM(HFLM):
         **kwargs: Any,
     ) -> None:
         """Same arguments as lm-eval's ``hf`` model plus ``positions``, ``features``,
-        ``perturb_seed``, ``length`` (a length scheme; write ``lambda:G:W`` and
+        ``perturb_seed`` (an integer in [0, 2**32)), ``length`` (a length scheme; write ``lambda:G:W`` and
         ``infllm:KEY=VALUE:...`` in ``--model_args``, which splits at commas) and
         ``layers`` (the decoder layers the position and feature schemes act in: ``12``,
         ``0-5``, ``3;7;11``; default all) and ``heads`` (query heads within those layers,
