@@ -29,6 +29,7 @@ The hooks that move positions for the non-rotary families are in
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -224,14 +225,35 @@ def _arch(model: torch.nn.Module) -> str:
     return str(getattr(getattr(model, "config", None), "model_type", type(model).__name__))
 
 
+def length_refusal(family: PositionFamily, schemes: Iterable[str]) -> str:
+    """Why the length schemes ``schemes`` (their strings) do not run on a model of
+    ``family`` ('' where they do), worded to follow the model's name: a learned absolute
+    table has no row past the trained context C, so no scheme runs past it; ALiBi and a
+    model without positions run past C as they are, so only the scheme ``none`` applies.
+    ``posgen length`` and ``hf-posgen length=`` refuse with these same words."""
+    if family.kind == "absolute":
+        return (
+            "has learned absolute positions: its table has a row per position up to its "
+            "trained context C and none past it, so it cannot run past C"
+        )
+    if family.kind in ("alibi", "none") and any(s.strip() not in ("", "none") for s in schemes):
+        signal = {"alibi": "ALiBi positions", "none": "no position encoding"}[family.kind]
+        return f"has {signal} and runs past C as it is; only the scheme none applies"
+    return ""
+
+
 def check_schemes(model: torch.nn.Module, p: Any, what: str) -> PositionFamily:
     """Refuse, in one line, what ``p`` (a ``ModelPerturbation``) asks that ``model``'s
-    position family cannot take (``what``: its position and feature specs, '' if none).
-    Rotary models are checked by :mod:`.model_family` as before. Returns the family."""
+    position family cannot take (``what``: its position and feature specs, '' if none;
+    a length scheme: :func:`length_refusal`). Rotary models are checked by
+    :mod:`.model_family` as before. Returns the family."""
     family = position_family_of(model)
     if family.kind == "rotary" or not (what or p.length is not None or p.logits is not None):
         return family
     arch = _arch(model)
+    _refuse_length(family, p.length, arch)
+    if not (what or p.logits is not None):
+        return family  # length=none on a model that runs past C as it is
     if family.kind == "none":
         raise PerturbationError(
             f"{what or 'this scheme'}: this {arch!r} model has no position encoding (no "
@@ -244,6 +266,15 @@ def check_schemes(model: torch.nn.Module, p: Any, what: str) -> PositionFamily:
         if refused:
             raise PerturbationError(why.format(arch=arch, family=family.kind))
     return family
+
+
+def _refuse_length(family: PositionFamily, length: Any, arch: str) -> None:
+    """Refuse ``length=`` (a ``LengthPerturbation`` or None) where :func:`length_refusal`
+    says it does not run."""
+    why = "" if length is None else length_refusal(family, [length.to_string()])
+    if why:
+        todo = "drop length=" if family.kind == "absolute" else "give length=none or drop it"
+        raise PerturbationError(f"length={length.to_string()}: this {arch!r} model {why}; {todo}")
 
 
 def _refusals(family: PositionFamily, p: Any) -> list[tuple[bool, str]]:
@@ -270,10 +301,5 @@ def _refusals(family: PositionFamily, p: Any) -> list[tuple[bool, str]]:
             f"{features}: qk noise perturbs rotary queries and keys; this {{arch!r}} model "
             "has {family} positions: use features=rope_noise:σ (a jitter of the positions "
             "it sees)",
-        ),
-        (
-            p.length is not None,
-            "length=: the length schemes are rotary; this {arch!r} model has {family} "
-            "positions (posgen length says what applies)",
         ),
     ]

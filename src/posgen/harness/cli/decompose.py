@@ -85,7 +85,7 @@ def _parse_length(text: str, context: int | None):
     """``--length``: one length scheme, ``C`` in it read as the trained context (a stand-in
     value when ``context`` is None: syntax only)."""
     from posgen.perturbations.base import PerturbationError
-    from posgen.perturbations.length import parse_length, with_context
+    from posgen.perturbations.length import parse_in_context
 
     if ";" in text:
         n = len([t for t in text.split(";") if t.strip()])
@@ -94,7 +94,7 @@ def _parse_length(text: str, context: int | None):
             "scheme, or posgen length --decompose for several"
         )
     try:
-        return parse_length(with_context(text, 2 if context is None else context))
+        return parse_in_context(text, 2 if context is None else context)
     except (PerturbationError, ValueError) as exc:
         raise InputError(f"--length: {exc}") from None
 

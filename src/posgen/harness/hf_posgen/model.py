@@ -93,7 +93,7 @@ class HFPosgenLM(HFLM):
         **kwargs: Any,
     ) -> None:
         """Same arguments as lm-eval's ``hf`` model plus ``positions``, ``features``,
-        ``perturb_seed``, ``length`` (a length scheme; write ``lambda:G:W`` and
+        ``perturb_seed`` (an integer in [0, 2**32)), ``length`` (a length scheme; write ``lambda:G:W`` and
         ``infllm:KEY=VALUE:...`` in ``--model_args``, which splits at commas) and
         ``layers`` (the decoder layers the position and feature schemes act in: ``12``,
         ``0-5``, ``3;7;11``; default all) and ``heads`` (query heads within those layers,
@@ -106,7 +106,7 @@ class HFPosgenLM(HFLM):
         weights load (:mod:`.model_arguments`); rope scalings (``dynamic:F``, ``yarn:F``)
         are passed to ``from_pretrained``."""
         p, length_scheme = checked_arguments(
-            positions, features, perturb_seed, length, layers, heads, logits
+            positions, features, perturb_seed, length, layers, heads, logits, kwargs
         )
         pretrained, length_scheme = checked_before_load(pretrained, p, length_scheme, kwargs)
         launch = launch_accelerator()  # before any weights load

@@ -101,8 +101,9 @@ def length_load_kwargs(
 def check_family_in_config(pretrained: str, p: ModelPerturbation, given: dict[str, Any]) -> None:
     """Refuse what the model's position family cannot take
     (:func:`posgen.harness.position_family.check_schemes`: ``layers=`` on learned absolute
-    positions, any scheme on a model without positions, ...) from the config alone, before
-    weights load."""
+    positions, a length scheme past a learned table or other than ``none`` on ALiBi, any
+    other scheme on a model without positions, ...) from the config alone, before weights
+    load."""
     if not p.is_set:
         return
     from types import SimpleNamespace

@@ -105,13 +105,23 @@ def length_config(
     **settings: Any,
 ) -> LengthConfig:
     """The config of a run of ``entry`` with trained context ``c``: max length
-    ``max_length`` or ``round(factor · C)`` (F = 2), ``schemes`` with ``C`` resolved (default
+    ``max_length`` or ``round(factor · C)`` (F = 2), refused unless it passes C (the run
+    measures past C), ``schemes`` with ``C`` resolved (default
     ``none;lambda:4,C;scale:F;yarn:F``), buckets of ``bucket_width`` (default C/8);
     in-distribution windows of stride ``window_stride`` (default :data:`WINDOW_DIVISOR`:
     S = C/2) when max length > C; ``settings`` are the other :class:`LengthConfig` fields
     (positions, seed, chunk, block_size, threshold, decompose)."""
     factor = DEFAULT_FACTOR if factor is None else factor
+    given = f"--max-length {max_length}" if max_length is not None else f"--factor {factor:g}"
     max_length = max_length if max_length is not None else round(factor * c)
+    if max_length <= c:
+        default = round(DEFAULT_FACTOR * c)
+        raise InputError(
+            f"{given}: a max length of {max_length} tokens does not pass the trained context "
+            f"C = {c}, and posgen length measures past C; give --max-length > {c} (or "
+            f"--factor > 1; the default F = {DEFAULT_FACTOR:g} runs to {default}), or "
+            f"--trained-context below {max_length}"
+        )
     f_text = f"{max_length / c:g}"
     text = schemes or f"none;lambda:4,C;scale:{f_text};yarn:{f_text}"
     if window_stride is None and max_length > c:

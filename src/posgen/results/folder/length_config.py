@@ -36,6 +36,7 @@ from posgen.results.folder.store import (
     atomic_write_json,
     describe_diff,
     read_json,
+    slug,
 )
 
 LENGTH_SCHEMA = 1
@@ -163,6 +164,18 @@ def reference_buckets(width: int, n_buckets: int, trained_context: int) -> np.nd
             f"[{trained_context // 2}, {trained_context}); use a smaller bucket width"
         )
     return inside
+
+
+def scheme_folder(parent: Path, scheme: str) -> Path:
+    """The folder of one scheme's records under ``parent`` (a length folder's ``docs/`` or
+    ``decompose/``): the scheme's :func:`slug` with its name kept
+    (``infllm_n_init_128_n_local_4096_…-<hash>``). Earlier releases kept the tail of a
+    scheme longer than 48 characters (``_size_128_topk_16_…-<hash>``, the same hash):
+    where such a folder exists and the new one does not, it is the scheme's folder, so
+    their runs resume and re-report in place."""
+    named = Path(parent) / slug(scheme, front=True)
+    earlier = Path(parent) / slug(scheme)
+    return earlier if earlier.is_dir() and not named.is_dir() else named
 
 
 def read_length_config(folder: Path | str) -> LengthConfig:

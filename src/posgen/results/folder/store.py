@@ -38,9 +38,13 @@ def json_default(obj: Any) -> Any:
     return handle_non_serializable(obj)
 
 
-def slug(text: str) -> str:
-    """A file-name-safe, collision-free name: readable prefix + 8 hex of SHA-256."""
-    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", text.strip("/")).strip("._")[-48:] or "x"
+def slug(text: str, *, front: bool = False) -> str:
+    """A file-name-safe, collision-free name of at most 57 characters: a readable part of
+    ``text`` + ``-`` + 8 hex of its SHA-256. The readable part is the last 48 safe
+    characters (a label's or a path's tail names it), with ``front`` the first 48 (a
+    scheme's name leads: ``infllm_n_init_128_n_local_4096_…``)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", text.strip("/")).strip("._")
+    readable = (safe[:48] if front else safe[-48:]) or "x"
     return f"{readable}-{hashlib.sha256(text.encode('utf-8')).hexdigest()[:8]}"
 
 
