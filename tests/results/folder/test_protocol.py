@@ -251,6 +251,8 @@ def test_own_settings_this_posgen_cannot_read_are_refused_on_resume(command, tmp
     ):
         pass
     assert _unchanged(tmp_path) == before
+
+
 LEGACY, CONTENT = "local:d7ae4e6c69d6", "local-content:0123456789abcdef"
 
 
