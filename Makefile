@@ -26,7 +26,8 @@ NEWEST_TESTS ?= tests/test_compat.py tests/test_compat_rotary.py tests/test_comp
 	tests/harness/hf_posgen/test_family_positions.py tests/harness/decomposition/test_family_decomposition.py \
 	tests/harness/length/test_length_infllm.py tests/harness/hf_posgen/test_alibi_logits.py \
 	tests/harness/decomposition/test_mpt_change.py tests/harness/hf_posgen/test_falcon_logits.py \
-	tests/harness/decomposition/test_falcon_decomposition.py tests/test_compat_position_families.py
+	tests/harness/decomposition/test_falcon_decomposition.py tests/test_compat_position_families.py \
+	tests/harness/hf_posgen/test_max_length_limits.py
 
 .PHONY: install run test test-newest lint bench clean
 

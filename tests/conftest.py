@@ -18,7 +18,19 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from hub_fixtures import ARC_DOCS, HELLASWAG_DOCS
-from tiny_models import CHAT_TEMPLATE, save_tiny
+from tiny_models import CHAT_TEMPLATE, SHORT_TABLE, save_short_context, save_tiny
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _model_digest_cache(tmp_path_factory):
+    """Model files' digests (posgen.harness.loading.identity) cached in the session's own
+    folder, not in the user's posgen cache."""
+    from posgen.harness.loading import identity
+
+    path = tmp_path_factory.mktemp("digests") / identity.CACHE_FILE
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(identity, "cache_path", lambda: path)
+        yield path
 
 
 @pytest.fixture(scope="session")
@@ -32,6 +44,22 @@ def tiny_model_dir(tmp_path_factory):
                 tmp_path_factory.mktemp(f"tiny-{arch}-{seed}"), arch, seed
             )
         return made[(arch, seed)]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def short_table_dir(tmp_path_factory):
+    """``short_table_dir(arch) -> Path``: a saved tiny model whose positions end at
+    :data:`SHORT_TABLE` (GPT-2's ``n_positions``, OPT's ``max_position_embeddings``, MPT's
+    ``max_seq_len``), shorter than the commands' default windows."""
+    made: dict[str, Path] = {}
+
+    def make(arch: str) -> Path:
+        if arch not in made:
+            folder = tmp_path_factory.mktemp(f"short-{arch}") / arch
+            made[arch] = save_short_context(folder, arch, SHORT_TABLE)
+        return made[arch]
 
     return make
 

@@ -332,8 +332,12 @@ def test_the_hflm_attributes_hf_posgen_sets_exist_and_are_read(tiny_model_dir):
         "HFLM._rank",
         "HFLM._world_size",
         "HFLM.logits_cache",
+        "HFLM._max_length",
     }
     assert lm.logits_cache is True  # HFLM's default, which hf-posgen turns off and back
+    assert lm._max_length is None and lm.max_length == 2048  # the tiny Llama's config
+    lm._max_length = 7  # where hf-posgen holds it (MPT's max_seq_len)
+    assert lm.max_length == 7
 
     class Accelerator:  # HFLM sets one only when it counts several GPUs
         waited = 0

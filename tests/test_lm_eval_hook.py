@@ -118,13 +118,13 @@ def test_other_errors_keep_their_traceback() -> None:
     assert "ZeroDivisionError" in proc.stderr
 
 
-def _lm_eval_cli(model_args: str) -> subprocess.CompletedProcess:
-    """The real console script on posgen_prose (one document), hf-posgen with ``model_args``."""
+def _lm_eval_cli(model_args: str, task: str = "posgen_prose") -> subprocess.CompletedProcess:
+    """The real console script on ``task`` (one document), hf-posgen with ``model_args``."""
     import shutil
 
     script = shutil.which("lm_eval", path=os.path.dirname(sys.executable))
     assert script, "the lm_eval console script is not installed next to this Python"
-    cmd = [script, "--model", "hf-posgen", "--model_args", model_args, "--tasks", "posgen_prose"]
+    cmd = [script, "--model", "hf-posgen", "--model_args", model_args, "--tasks", task]
     env = {k: v for k, v in os.environ.items() if k != "POSGEN_DISABLE_LM_EVAL_HOOK"}
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     return subprocess.run(
@@ -158,3 +158,27 @@ def test_the_lm_eval_cli_refuses_an_empty_logits_in_one_line(tiny_model_dir) -> 
         "lm_eval: hf-posgen: logits= is empty: give a form (additive, distance, key, "
         "shuffled), or leave logits= out"
     ]
+
+
+def test_the_lm_eval_cli_refuses_length_on_learned_positions_before_the_weights_load(
+    tiny_model_dir,
+) -> None:
+    """``length=`` on GPT-2 (a learned table, no row past C) was refused only after the
+    weights had loaded: now from its config, one line, exit status 2, no weights loaded."""
+    proc = _lm_eval_cli(f"pretrained={tiny_model_dir('gpt2', 0)},length=lambda:4:8")
+    assert _one_line_refusal(proc) == [
+        "lm_eval: hf-posgen: length=lambda:4,8: this 'gpt2' model has learned absolute "
+        "positions: its table has a row per position up to its trained context C and none "
+        "past it, so it cannot run past C; drop length="
+    ]
+    assert "Loading weights" not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_the_lm_eval_cli_refuses_a_generative_task_under_infllm_in_one_line(tiny_model_dir):
+    """posgen_recall (the offline suite's generative task) under ``length=infllm`` ended in
+    a NotImplementedError traceback: now one line naming the schemes generation runs
+    under, exit status 2, before any generation request runs."""
+    proc = _lm_eval_cli(f"pretrained={tiny_model_dir('llama', 0)},length=infllm", "posgen_recall")
+    (line,) = _one_line_refusal(proc)
+    assert line.startswith("lm_eval: hf-posgen: generate_until under length=infllm:"), line
+    assert "generation runs under length=none, dynamic:FACTOR, scale:FACTOR, yarn:FACTOR" in line

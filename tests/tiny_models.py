@@ -176,15 +176,28 @@ CHAT_TEMPLATE = (
 )
 
 
+# the config field of a trained context where it is not max_position_embeddings
+CONTEXT_FIELDS = {"gpt2": "n_positions", "mpt": "max_seq_len", "mpt_qk": "max_seq_len"}
+SHORT_TABLE = 128  # positions of the conftest's short_table_dir models
+
+
 def build_short_context_model(
     arch: str = "llama", max_positions: int = 64, seed: int = 0
 ) -> torch.nn.Module:
-    """``build_model`` with a small trained context (``max_position_embeddings``), for
-    length-generalization tests that run past it."""
-    overrides = {"n_positions" if arch == "gpt2" else "max_position_embeddings": max_positions}
-    cfg = AutoConfig.for_model(arch, **dict(CONFIGS[arch], **overrides))
+    """``build_model`` with a small trained context (``max_position_embeddings``; GPT-2's
+    ``n_positions``, MPT's ``max_seq_len``), for tests that run past it or up to it."""
+    overrides = {CONTEXT_FIELDS.get(arch, "max_position_embeddings"): max_positions}
+    cfg = AutoConfig.for_model(MODEL_TYPES.get(arch, arch), **dict(CONFIGS[arch], **overrides))
     torch.manual_seed(seed)
     return AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+
+
+def save_short_context(path: Path, arch: str, max_positions: int, seed: int = 0) -> Path:
+    """:func:`build_short_context_model` and the tokenizer, saved to ``path``."""
+    path = Path(path)
+    build_short_context_model(arch, max_positions, seed).save_pretrained(path)
+    build_tokenizer().save_pretrained(path)
+    return path
 
 
 def save_tiny_adapter(model_dir: Path, out: Path, seed: int = 0) -> Path:

@@ -92,7 +92,8 @@ def activate() -> None:
 def refuse_bad_model_args_in_one_line() -> None:
     """In the ``lm_eval`` CLI, a posgen ``PerturbationError`` that reaches the top (bad
     ``hf-posgen`` model arguments: ``layers=99``, ``layers=a``, ``heads=`` without
-    ``layers=``, ...) or ``CompatError`` (an installed release moved an internal
+    ``layers=``, ...; a generative task under a scheme generation does not run, refused
+    as ``generate_until`` starts) or ``CompatError`` (an installed release moved an internal
     ``hf-posgen`` uses: checked as the model is built, before its weights load) ends the
     process with its one-line message on stderr and exit status 2, not under lm-eval's
     traceback; any other exception is shown as before."""

@@ -39,3 +39,20 @@ def test_a_registered_refusal_or_an_unread_alibi_form_is_refused_with_its_reason
 def test_a_model_type_belongs_to_one_family():
     with pytest.raises(ValueError, match="already belongs to 'bloom'"):
         register_position_family(PositionFamily("alibi", "mine", ("bloom",)))
+
+
+def test_the_tokens_one_forward_takes_are_bounded_by_a_table_or_a_bias_built_once():
+    from types import SimpleNamespace
+
+    from posgen.harness.position_family import length_limit
+
+    def limit(**settings):
+        return length_limit(SimpleNamespace(**settings))
+
+    assert limit(model_type="gpt2", n_positions=128) == ("n_positions", 128)
+    assert limit(model_type="opt", max_position_embeddings=64) == ("max_position_embeddings", 64)
+    assert limit(model_type="mpt", max_seq_len=2048) == ("max_seq_len", 2048)
+    # RoPE runs past its trained context; BLOOM's and Falcon's bias is built from the mask
+    assert limit(model_type="llama", max_position_embeddings=2048) is None
+    assert limit(model_type="bloom") is None
+    assert limit(model_type="falcon", alibi=True, max_position_embeddings=2048) is None

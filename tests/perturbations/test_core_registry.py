@@ -61,6 +61,25 @@ def test_bad_short_forms_say_what_to_write(text: str, message: str) -> None:
         parse("text", text)
 
 
+@pytest.mark.parametrize(
+    ("kind", "text", "message"),
+    [
+        ("position", "shift:1e30", "OFFSET takes an integer written in digits, got '1e30'"),
+        ("text", "local_shuffle:2.0", "WINDOW takes an integer written in digits, got '2.0'"),
+        ("position", "shift:inf", "OFFSET takes a finite integer, got 'inf'"),
+        ("position", "shift:" + "9" * 20, "OFFSET takes an integer below 2**63 (a 64-bit"),
+        ("position", "local_shuffle:" + "9" * 20, "WINDOW takes an integer below 2**63"),
+    ],
+)
+def test_an_integer_parameter_says_what_is_wrong_with_a_number(kind, text, message) -> None:
+    """``shift:1e30`` was refused as "'1e30' is not a number" (it is one), and digits past
+    what a 64-bit integer holds were taken, to fail later with an OverflowError: the
+    refusal says what the parameter takes."""
+    with pytest.raises(PerturbationError) as refused:
+        parse(kind, text)
+    assert message in str(refused.value) and "is not a number" not in str(refused.value)
+
+
 def test_spec_round_trips_and_refuses_other_versions() -> None:
     p = parse("text", "adjacent:0.2")
     spec = p.spec

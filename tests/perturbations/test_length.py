@@ -14,6 +14,7 @@ from posgen.perturbations.length import (
     LengthNone,
     LengthScale,
     LengthYarn,
+    check_length_list,
     parse_length,
     parse_length_list,
 )
@@ -70,6 +71,27 @@ def test_list_uses_semicolons():
     ]
     with pytest.raises(PerturbationError):
         parse_length_list(" ; ")
+
+
+@pytest.mark.parametrize("context", [None, 8192])
+@pytest.mark.parametrize(
+    ("text", "typed"),
+    [
+        ("lambda:4,C,7", "'lambda:4,C,7'"),
+        ("none;lambda:C", "'lambda:C'"),
+        ("scale:C.5x", "'scale:C.5x'"),
+        ("infllm:n_local=C,topk=x", "'infllm:n_local=C,topk=x'"),
+    ],
+)
+def test_errors_quote_a_scheme_as_written_with_c(text, typed, context):
+    """``--schemes "lambda:4,C,7"`` was refused quoting 'lambda:4,2,7' (C replaced by the
+    stand-in of the syntax check, or by the trained context): the scheme as typed."""
+    with pytest.raises(PerturbationError) as refused:
+        if context is None:
+            check_length_list(text)  # the syntax check, before C is known
+        else:
+            parse_length_list(text, context)
+    assert typed in str(refused.value), str(refused.value)
 
 
 def test_mechanisms():

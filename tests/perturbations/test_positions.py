@@ -39,6 +39,8 @@ def test_every_scheme_is_registered_under_kind_position():
         "scale:0",
         "scale:-1",
         "shift:1.5",
+        f"shift:{2**62 + 1}",
+        f"shift:{2**63 - 1}",
         "shuffle:3",
     ],
 )
@@ -80,6 +82,11 @@ def test_swap_moves_the_rounded_pair_count_and_is_nested():
 def test_local_shuffle_stays_within_windows():
     values = parse("position", "local_shuffle:4").apply(IDS, seed=1).values
     assert np.array_equal(values // 4, np.arange(IDS.size) // 4)
+
+
+def test_the_largest_shift_does_not_wrap_around():
+    values = parse("position", f"shift:{2**62}").apply([1, 2, 3], 0).values
+    assert values.tolist() == [2**62, 2**62 + 1, 2**62 + 2]
 
 
 def test_shift_and_scale_values():

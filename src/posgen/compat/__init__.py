@@ -142,6 +142,8 @@ LM_EVAL_ATTRIBUTES = {
     "HFLM._rank": "read by HFLM.rank: which documents this process scores",
     "HFLM._world_size": "read by HFLM.world_size: how many processes share the documents",
     "HFLM.logits_cache": "off while one request group needs two forwards (perturbed contexts)",
+    "HFLM._max_length": "HFLM's max_length= (read by HFLM.max_length): held to the positions "
+    "a model takes in one forward where lm-eval does not read them (MPT's max_seq_len)",
 }
 # per model family of harness/model_family.py: the function that rotates its queries and
 # keys, which heads= wraps (patched_rotary); check() verifies it takes ROTARY_PARAMETERS

@@ -29,6 +29,7 @@ The hooks that move positions for the non-rotary families are in
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,6 +63,8 @@ class PositionFamily:
     - ``bias_keys``: the config field bounding the keys an ALiBi bias covers ('' when it
       is built from the mask at any length): MPT builds one bias over ``max_seq_len``
       keys and its attention slices the last K columns, so it cannot run past it.
+    - ``table_rows``: the absolute family's config field holding its table's positions
+      (GPT-2's ``n_positions``, OPT's ``max_position_embeddings``): no row past them.
     - ``refusal``: why position schemes are refused on this family ('' if they run).
     - ``logits_refusal``: why ``logits=`` and the commands that fit the attention's
       logits (decompose, cause, the run's fit) are refused on this family ('' if they run).
@@ -78,6 +81,7 @@ class PositionFamily:
     block_suffix: str = "Block"
     attention: str = "self_attention"
     bias_keys: str = ""
+    table_rows: str = ""
     refusal: str = ""
     logits_refusal: str = ""
 
@@ -92,6 +96,12 @@ class PositionFamily:
         if self.bias_form in ("bloom", "mpt", "falcon"):
             return ""
         return f"{self.name}: posgen reads no ALiBi logits of the form {self.bias_form!r}"
+
+    @property
+    def length_field(self) -> str:
+        """The config field bounding the tokens one forward takes ('' where any length
+        runs): a learned table's positions, or the keys of an ALiBi bias built once."""
+        return self.table_rows or self.bias_keys
 
     @property
     def meaning(self) -> str:
@@ -129,7 +139,7 @@ def register_position_family(family: PositionFamily) -> PositionFamily:
 
 
 for _family in (
-    PositionFamily("absolute", "gpt2", ("gpt2",), embedding="wpe"),
+    PositionFamily("absolute", "gpt2", ("gpt2",), embedding="wpe", table_rows="n_positions"),
     PositionFamily(
         "absolute",
         "opt",
@@ -137,6 +147,7 @@ for _family in (
         embedding="embed_positions",
         ids_argument="position_ids",
         offset=2,
+        table_rows="max_position_embeddings",
     ),
     PositionFamily("alibi", "bloom", ("bloom",), bias_argument="alibi", bias_form="bloom"),
     PositionFamily(
@@ -175,6 +186,18 @@ def family_of_model_config(config: Any) -> PositionFamily:
     return family_of_config(lambda key: getattr(config, key, None))
 
 
+def length_limit(config: Any) -> tuple[str, int] | None:
+    """(config field, value): the most tokens one forward of a model with this loaded
+    config takes, where its position code bounds them: a learned table's rows (GPT-2's
+    ``n_positions``, OPT's ``max_position_embeddings``: no row past them) or the keys of
+    an ALiBi bias built once (MPT's ``max_seq_len``); None where any length runs (RoPE
+    past its trained context, BLOOM's and Falcon's bias built from the mask, no positions)."""
+    family = family_of_model_config(config)
+    field = family.length_field
+    value = getattr(config, field, None) if field else None
+    return None if value is None else (field, int(value))
+
+
 def family_of_config(read: Any) -> PositionFamily:
     """The position family from a config's settings, ``read(key)`` (None when unset)."""
     model_type = read("model_type")
@@ -202,14 +225,35 @@ def _arch(model: torch.nn.Module) -> str:
     return str(getattr(getattr(model, "config", None), "model_type", type(model).__name__))
 
 
+def length_refusal(family: PositionFamily, schemes: Iterable[str]) -> str:
+    """Why the length schemes ``schemes`` (their strings) do not run on a model of
+    ``family`` ('' where they do), worded to follow the model's name: a learned absolute
+    table has no row past the trained context C, so no scheme runs past it; ALiBi and a
+    model without positions run past C as they are, so only the scheme ``none`` applies.
+    ``posgen length`` and ``hf-posgen length=`` refuse with these same words."""
+    if family.kind == "absolute":
+        return (
+            "has learned absolute positions: its table has a row per position up to its "
+            "trained context C and none past it, so it cannot run past C"
+        )
+    if family.kind in ("alibi", "none") and any(s.strip() not in ("", "none") for s in schemes):
+        signal = {"alibi": "ALiBi positions", "none": "no position encoding"}[family.kind]
+        return f"has {signal} and runs past C as it is; only the scheme none applies"
+    return ""
+
+
 def check_schemes(model: torch.nn.Module, p: Any, what: str) -> PositionFamily:
     """Refuse, in one line, what ``p`` (a ``ModelPerturbation``) asks that ``model``'s
-    position family cannot take (``what``: its position and feature specs, '' if none).
-    Rotary models are checked by :mod:`.model_family` as before. Returns the family."""
+    position family cannot take (``what``: its position and feature specs, '' if none;
+    a length scheme: :func:`length_refusal`). Rotary models are checked by
+    :mod:`.model_family` as before. Returns the family."""
     family = position_family_of(model)
     if family.kind == "rotary" or not (what or p.length is not None or p.logits is not None):
         return family
     arch = _arch(model)
+    _refuse_length(family, p.length, arch)
+    if not (what or p.logits is not None):
+        return family  # length=none on a model that runs past C as it is
     if family.kind == "none":
         raise PerturbationError(
             f"{what or 'this scheme'}: this {arch!r} model has no position encoding (no "
@@ -222,6 +266,15 @@ def check_schemes(model: torch.nn.Module, p: Any, what: str) -> PositionFamily:
         if refused:
             raise PerturbationError(why.format(arch=arch, family=family.kind))
     return family
+
+
+def _refuse_length(family: PositionFamily, length: Any, arch: str) -> None:
+    """Refuse ``length=`` (a ``LengthPerturbation`` or None) where :func:`length_refusal`
+    says it does not run."""
+    why = "" if length is None else length_refusal(family, [length.to_string()])
+    if why:
+        todo = "drop length=" if family.kind == "absolute" else "give length=none or drop it"
+        raise PerturbationError(f"length={length.to_string()}: this {arch!r} model {why}; {todo}")
 
 
 def _refusals(family: PositionFamily, p: Any) -> list[tuple[bool, str]]:
@@ -248,10 +301,5 @@ def _refusals(family: PositionFamily, p: Any) -> list[tuple[bool, str]]:
             f"{features}: qk noise perturbs rotary queries and keys; this {{arch!r}} model "
             "has {family} positions: use features=rope_noise:σ (a jitter of the positions "
             "it sees)",
-        ),
-        (
-            p.length is not None,
-            "length=: the length schemes are rotary; this {arch!r} model has {family} "
-            "positions (posgen length says what applies)",
         ),
     ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
@@ -248,13 +249,33 @@ def _build(
             raise PerturbationError(f"{kind} perturbation {name!r} takes no value: write {name}")
         return cls()
     field_type = {f.name: f.type for f in dataclasses.fields(cls)}[cls.short_param]
-    try:
-        parsed: Any = int(value) if field_type in (int, "int") else float(value)
-    except ValueError:
-        raise PerturbationError(
-            f"{kind} perturbation {text!r}: {value!r} is not a number; write {cls.usage()}"
-        ) from None
+    parsed = _short_value(value, cls.short_param.upper(), field_type in (int, "int"))
+    if isinstance(parsed, str):
+        raise PerturbationError(f"{kind} perturbation {text!r}: {parsed}; write {cls.usage()}")
     return cls(**{cls.short_param: parsed})
+
+
+INT64_LIMIT = 2**63  # integer parameters (offsets, windows) become 64-bit integers
+
+
+def _short_value(value: str, param: str, integer: bool) -> int | float | str:
+    """A short form's value as its field takes it (an int or a float), or why it cannot
+    be: a float parameter takes any number; an integer one (``param``) digits, below
+    2**63 in magnitude (``1e3``, ``2.0`` and ``inf`` are numbers, not integers in digits)."""
+    try:
+        number = float(value)
+    except ValueError:
+        return f"{value!r} is not a number"
+    if not integer:
+        return number
+    try:
+        whole = int(value)
+    except ValueError:
+        what = "an integer written in digits" if math.isfinite(number) else "a finite integer"
+        return f"{param} takes {what}, got {value!r}"
+    if abs(whole) >= INT64_LIMIT:
+        return f"{param} takes an integer below 2**63 (a 64-bit integer), got {value}"
+    return whole
 
 
 registry = Registry()

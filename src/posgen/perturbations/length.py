@@ -46,6 +46,7 @@ __all__ = [
     "LengthYarn",
     "check_length_list",
     "combined_positions",
+    "parse_in_context",
     "parse_length",
     "parse_length_list",
     "with_context",
@@ -239,15 +240,25 @@ def with_context(text: str, trained_context: int) -> str:
     return _CONTEXT.sub(str(trained_context), text)
 
 
+def parse_in_context(text: str, trained_context: int) -> LengthPerturbation:
+    """One scheme with every stand-alone ``C`` read as ``trained_context``
+    (:func:`with_context`); an error quotes the scheme as written (``'lambda:4,C,7'``),
+    never with ``C`` replaced by its value."""
+    spec = text.strip()
+    resolved = with_context(spec, trained_context)
+    try:
+        return parse_length(resolved)
+    except PerturbationError as exc:
+        if resolved == spec:
+            raise
+        raise PerturbationError(str(exc).replace(repr(resolved), repr(spec))) from None
+
+
 def parse_length_list(text: str, trained_context: int | None = None) -> list[LengthPerturbation]:
     """Parse a ``;``-separated list (``lambda`` uses the comma): ``none;lambda:4,2048;yarn:2``;
     ``C`` stands for ``trained_context`` (:func:`with_context`), which also sets the
     parameters an ``infllm`` scheme leaves out. A scheme listed twice is refused."""
     return [s for s in _parse_items(text, trained_context, False) if s is not None]
-
-
-def _resolved(item: str, context: int | None) -> str:
-    return item if context is None else with_context(item, context)
 
 
 def check_length_list(text: str) -> None:
@@ -268,7 +279,8 @@ def _parse_items(
     out: list[LengthPerturbation | None] = []
     for item in items:
         symbolic = unresolved and context is None and _CONTEXT.search(item) is not None
-        scheme = parse_length(with_context(item, 2) if symbolic else _resolved(item, context))
+        stand_in = 2 if symbolic else context  # C's value, or a stand-in for the syntax
+        scheme = parse_length(item) if stand_in is None else parse_in_context(item, stand_in)
         if context is not None and hasattr(scheme, "for_context"):
             scheme = scheme.for_context(context)  # infllm: its defaults scaled to C
         key = " ".join(item.split()) if symbolic else scheme.to_string()

@@ -181,9 +181,18 @@ class PositionShift(PositionPerturbation):
     uses_rng: ClassVar[bool] = False
     offset: int = 0
 
+    #: positions are int64 (torch's position ids): an offset past this would wrap around
+    #: once the tokens' own positions are added to it
+    MAX_OFFSET: ClassVar[int] = 2**62
+
     def validate(self) -> None:
         if isinstance(self.offset, bool) or not isinstance(self.offset, int) or self.offset < 0:
             raise PerturbationError(f"shift: offset must be an int >= 0, got {self.offset!r}")
+        if self.offset > self.MAX_OFFSET:
+            raise PerturbationError(
+                f"shift: offset {self.offset} is past 2**62; positions are 64-bit integers, "
+                "so the shifted positions would wrap around: pass a smaller offset"
+            )
 
     @property
     def is_identity(self) -> bool:

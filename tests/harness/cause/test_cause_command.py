@@ -213,7 +213,9 @@ def test_a_folder_not_a_layers_run_is_refused(planted, tmp_path, capsys):
     """(A model without positions: tests/harness/cause/test_cause_absolute.py.)"""
     out = tmp_path / "out"
     assert run("--model", str(planted), "--out", str(out), "--layers-run", str(planted)) == 2
-    assert "layers run settings not found" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"--layers-run {planted}: {planted} is a model folder (its config.json is a " in err
+    assert "not a posgen layers folder (written by posgen layers)" in err, err
     assert not out.exists()
 
 

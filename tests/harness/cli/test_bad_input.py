@@ -74,6 +74,7 @@ LENGTH = [
     (["--device", "bogus"], "--device 'bogus': give cpu, cuda, cuda:N or mps"),
     (["--dtype", "float8"], "--dtype: 'float8'"),
     (["--peft", "/no/such/adapter"], "no such adapter folder"),
+    (["--schemes", "lambda:4,C,7"], "length scheme 'lambda:4,C,7': write lambda:GLOBAL,WINDOW"),
 ]
 
 
@@ -85,7 +86,15 @@ def test_length_refuses_bad_numbers_and_flags(models, no_loading, capsys, args, 
 
 WINDOW = [
     (["--window-stride", "33"], "must be an integer in [1, C/2] = [1, 32], got 33"),
-    (["--window-stride", "8", "--max-length", "64"], "needs a max length > C, got 64"),
+    (
+        ["--max-length", "50"],
+        "--max-length 50: a max length of 50 tokens does not pass the trained context C = 64, "
+        "and posgen length measures past C; give --max-length > 64 (or --factor > 1; the "
+        "default F = 2 runs to 128), or --trained-context below 50",
+    ),
+    (["--window-stride", "8", "--max-length", "64"], "--max-length 64: a max length of 64"),
+    (["--factor", "0.5"], "--factor 0.5: a max length of 32 tokens does not pass"),
+    (["--factor", "1"], "--factor 1: a max length of 64 tokens does not pass"),
 ]
 
 
@@ -93,7 +102,9 @@ WINDOW = [
 def test_length_refuses_a_window_stride_the_trained_context_rules_out(
     models, monkeypatch, tmp_path, capsys, args, message
 ):
-    """Checked against C from the model's config, before any weight or tokenizer loads."""
+    """Checked against C from the model's config, before any weight or tokenizer loads: a
+    window stride past C/2, and a max length that does not pass C (which ran, measured
+    nothing past C and reported an effective length ≥ the max length)."""
     from posgen.harness import loading
 
     def refuse(*a, **k):
@@ -291,6 +302,7 @@ DECOMPOSE = [
     (["--tokens", "100000000"], "the probe text"),
     (["--length", "none;scale:2"], "--length 'none;scale:2': one scheme only (got 2)"),
     (["--length", "scale"], "--length: length scheme 'scale' needs a value"),
+    (["--length", "lambda:4,C,7"], "--length: length scheme 'lambda:4,C,7': write"),
 ]
 
 
@@ -440,3 +452,11 @@ def test_a_family_registered_with_a_logits_refusal_is_refused_by_what_fits_its_l
     capsys.readouterr()  # building the model prints its own progress
     message = "no rotary position embedding" if argv[0] in ("cause", "layers") else unfitted_falcon
     _refused([argv[0], "--model", model, *argv[1:]], message, capsys, no_weights)
+
+
+@pytest.mark.parametrize("command", ["layers", "cause"])
+def test_layers_and_cause_refuse_a_seed_out_of_range_first(no_loading, capsys, command):
+    """The seed hf-posgen is set with must be in [0, 2**32), as posgen run's: refused with
+    the other arguments, not by the model once its weights have loaded."""
+    argv = [command, "--seed", "-1", "--out", str(no_loading / "out")]
+    _refused(argv, "--seed must be an integer in [0, 2**32), got -1", capsys, no_loading)

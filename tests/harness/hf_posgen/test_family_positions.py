@@ -159,6 +159,8 @@ REFUSED = [
     ("opt", {"features": "rope_noise:1", "layers": "0"}, "drop layers="),
     ("gpt2", {"features": "qk_noise:0.1"}, "use features=rope_noise"),
     ("mpt", {"features": "qk_noise:0.1"}, "use features=rope_noise"),
+    ("bloom", {"features": "qk_noise:0.1"}, "has alibi positions: use features=rope_noise"),
+    ("falcon_alibi", {"features": "qk_noise:0.1"}, "use features=rope_noise"),
     ("smollm3_nope", {"positions": "swap:0.1"}, "has no position encoding"),
     ("smollm3_nope", {"features": "rope_noise:1"}, "the causal mask is its only order signal"),
 ]

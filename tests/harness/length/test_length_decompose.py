@@ -154,7 +154,7 @@ def test_rerun_resumes_and_decompose_is_added_not_dropped(tiny_path, tmp_path, c
 
 @pytest.mark.parametrize(
     ("args", "match"),
-    [(["--max-length", str(C)], r"past C = 64: it needs a max length > C, got 64")],
+    [(["--max-length", str(C)], r"does not pass the trained context C = 64")],
 )
 def test_bad_decompose_input_is_refused_before_the_model_loads(
     tiny_path, tmp_path, args, match, capsys, monkeypatch

@@ -134,3 +134,70 @@ def test_what_a_family_cannot_take_is_refused_before_weights_load(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
     assert not out.exists()
+
+
+HF_POSGEN_REFUSED = [
+    ("gpt2", "lambda:4:8", "has learned absolute positions", "cannot run past C; drop length="),
+    ("opt", "none", "has learned absolute positions", "cannot run past C; drop length="),
+    ("bloom", "infllm", "has ALiBi positions", "only the scheme none applies"),
+    ("mpt", "yarn:2", "has ALiBi positions", "only the scheme none applies"),
+    ("falcon_alibi", "scale:2", "has ALiBi positions", "only the scheme none applies"),
+    ("smollm3_nope", "lambda:4:8", "has no position encoding", "only the scheme none applies"),
+]
+
+
+@pytest.mark.parametrize(("arch", "length", "family", "why"), HF_POSGEN_REFUSED)
+def test_hf_posgen_refuses_a_length_scheme_from_the_config_before_weights_load(
+    tiny_model_dir, monkeypatch, arch, length, family, why
+):
+    """``lm_eval --model hf-posgen --model_args ...,length=`` on a model whose positions are
+    not rotary is refused from its config, in one line and in posgen length's words,
+    before any weight loads (it was refused only once the weights had loaded)."""
+    from lm_eval.models.huggingface import HFLM
+
+    from posgen.harness.hf_posgen.model import HFPosgenLM
+    from posgen.perturbations import PerturbationError
+
+    path = str(tiny_model_dir(arch, 0))
+    monkeypatch.setattr(HFLM, "__init__", lambda *a, **k: pytest.fail("weights loaded"))
+    with pytest.raises(PerturbationError) as refused:
+        HFPosgenLM(pretrained=path, device="cpu", length=length)
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(f"length={length.split(':')[0]}")
+    assert family in message and why in message, message
+
+
+def test_posgen_length_and_hf_posgen_refuse_in_the_same_words(tiny_model_dir, monkeypatch, capsys):
+    from lm_eval.models.huggingface import HFLM
+
+    from posgen.harness import loading
+    from posgen.harness.hf_posgen.model import HFPosgenLM
+    from posgen.perturbations import PerturbationError
+
+    path = tiny_model_dir("bloom", 0)
+    monkeypatch.setattr(HFLM, "__init__", lambda *a, **k: pytest.fail("weights loaded"))
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
+    with pytest.raises(PerturbationError) as refused:
+        HFPosgenLM(pretrained=str(path), device="cpu", length="scale:2")
+    capsys.readouterr()
+    argv = ["length", "--model", str(path), "--trained-context", "32", "--schemes", "scale:2"]
+    assert cli_main(argv) == 2
+    words = "has ALiBi positions and runs past C as it is; only the scheme none applies"
+    assert words in capsys.readouterr().err and words in str(refused.value)
+
+
+def test_hf_posgen_runs_length_none_on_alibi_as_the_plain_model(tiny_model_dir):
+    """``none`` is the scheme posgen length runs on ALiBi: hf-posgen takes it too, and it is
+    the plain model."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    from posgen.harness.hf_posgen.model import HFPosgenLM
+    from tiny_models import training_text
+
+    path = str(tiny_model_dir("bloom", 0))
+    texts = [t[:200] for t in training_text()[:3]]
+    reqs = [Instance("loglikelihood_rolling", None, (t,), i) for i, t in enumerate(texts)]
+    plain = HFLM(pretrained=path, device="cpu", batch_size=2).loglikelihood_rolling(reqs)
+    lm = HFPosgenLM(pretrained=path, device="cpu", batch_size=2, length="none")
+    assert lm.loglikelihood_rolling(reqs) == plain

@@ -147,7 +147,7 @@ def test_hf_posgen_refuses_infllm_without_rope(tmp_path):
 
     path = tmp_path / "gpt2"
     build_model("gpt2").save_pretrained(path)
-    with pytest.raises(PerturbationError, match="rotary position embeddings"):
+    with pytest.raises(PerturbationError, match="learned absolute positions"):
         HFPosgenLM(pretrained=str(path), device="cpu", length="infllm:n_local=16")
 
 
@@ -233,3 +233,38 @@ def test_posgen_decompose_runs_infllm_completed_from_c(tiny_model_dir, tmp_path,
     assert decompose.main(parser.parse_args([*argv, "infllm:n_local=24"])) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "must be < the trained context C = 24" in err, err
+
+
+def test_a_long_schemes_folder_keeps_its_name_and_an_earlier_folder_resumes(
+    tiny_path, tmp_path, monkeypatch, capsys
+):
+    """A scheme's records folder was named by the last 48 characters of a long scheme
+    (``block_size_4_topk_2_…``, its name cut off): now by its first, within 57 characters, the
+    hash unchanged. A folder an earlier release wrote under the old name resumes (nothing
+    recomputed, no model loaded) and re-reports in place."""
+    import shutil
+
+    from posgen.results.folder.store import slug
+    from posgen.results.scores.length import result_path
+
+    out = tmp_path / "run"
+    argv = ["length", "--model", str(tiny_path), "--documents", "1", "--out", str(out)]
+    argv += ["--schemes", f"none;{SCHEME}", "--max-length", str(2 * C), "--bucket-width", "16"]
+    assert cli_main(argv) == 0
+    names = sorted(p.name for p in (out / "docs").iterdir())
+    assert names == sorted([slug("none"), slug(SCHEME, front=True)])  # none: as before
+    (doc,) = json.loads((out / "config.json").read_text())["config"]["documents"]
+    folder = result_path(out, SCHEME, doc).parent
+    assert folder.name.startswith("infllm_n_init_2_n_local_16_") and len(folder.name) <= 57
+    assert folder.name.endswith(slug(SCHEME)[-9:])  # the same hash as the old name
+    earlier = out / "docs" / slug(SCHEME)  # the name today's release gave it
+    assert earlier.name.startswith("block_size_4_topk_2_")  # its front cut off
+    shutil.move(folder, earlier)
+    (out / "length.md").unlink()
+    _no_load(monkeypatch)
+    capsys.readouterr()
+    assert cli_main(argv) == 0
+    assert result_path(out, SCHEME, doc).parent == earlier
+    assert SCHEME in (out / "length.md").read_text()  # re-reported from the earlier folder
+    assert SCHEME in json.loads((out / "length_scores.json").read_text())["effective"]
+    assert sorted(p.name for p in (out / "docs").iterdir()) == sorted([slug("none"), earlier.name])

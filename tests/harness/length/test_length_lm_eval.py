@@ -94,3 +94,22 @@ def test_an_lm_eval_task_runs_under_lambda(short_model, task_dir):
         ppl[name] = out["results"][TASK]["word_perplexity,none"]
     assert ppl["hf-posgen"] != pytest.approx(ppl["hf"], rel=1e-6)
     assert out["config"]["model_args"].endswith("length=lambda:2:16")
+
+
+@pytest.mark.parametrize("length", ["infllm", "lambda:2:16"])
+def test_generation_under_an_attention_scheme_is_refused_in_one_line(tiny_model_dir, length):
+    """``lm_eval ... length=infllm --tasks posgen_recall`` (a generative task) ended in a
+    NotImplementedError traceback: now a refusal in one line (a PerturbationError, which
+    the lm_eval command prints alone with exit status 2) as generate_until starts, naming
+    the schemes generation runs under."""
+    from posgen.harness.hf_posgen.generation import GenerationRefused
+
+    lm = HFPosgenLM(pretrained=str(tiny_model_dir("llama")), device="cpu", length=length)
+    gen = Instance("generate_until", None, ("hello", {"max_gen_toks": 4}), 0)
+    with pytest.raises(PerturbationError) as refused:
+        lm.generate_until([gen], disable_tqdm=True)
+    message = str(refused.value)
+    assert isinstance(refused.value, GenerationRefused) and "\n" not in message
+    assert f"generate_until under length={length.split(':')[0]}" in message
+    assert "runs under length=none, dynamic:FACTOR, scale:FACTOR, yarn:FACTOR" in message
+    assert "run this scheme on loglikelihood tasks" in message

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -179,3 +180,151 @@ def test_every_command_folder_follows_the_protocol():
     kinds = {cls.command for cls, _, _ in CASES.values()}
     assert kinds == {"run", "length", "decompose", "layers", "cause"}
     assert len(settings) == 5
+
+
+MODEL_CONFIG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 8}
+
+
+def _unchanged(root: Path):
+    """The files under ``root`` with their bytes (dot files aside)."""
+    return {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and p.name[0] != "."}
+
+
+@pytest.mark.parametrize("command", CASES)
+def test_an_out_that_is_a_model_folder_is_refused_naming_it(command, tmp_path):
+    """A Hugging Face model folder keeps a config.json too: it is named, not taken for a
+    run or length folder with other settings."""
+    cls, config, _ = CASES[command]
+    (tmp_path / "config.json").write_text(json.dumps(MODEL_CONFIG))
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    before = _unchanged(tmp_path)
+    message = (
+        f"is not a posgen {command} folder: it is a model folder (its config.json is a "
+        "Hugging Face model config, model_type llama); choose another --out"
+    )
+    with pytest.raises(RunConflictError, match=re.escape(message)), cls.create(tmp_path, config):
+        pass
+    assert _unchanged(tmp_path) == before and not (tmp_path / LOCK_FILE).exists()
+
+
+@pytest.mark.parametrize(("command", "other"), [(c, o) for c in CASES for o in CASES if c != o])
+def test_an_out_that_is_another_commands_folder_is_refused_naming_it(command, other, tmp_path):
+    cls, config, _ = CASES[command]
+    other_cls, other_config, _ = CASES[other]
+    _write_one(other_cls.start(tmp_path, other_config))
+    before = _unchanged(tmp_path)
+    message = f"is not a posgen {command} folder: it is a posgen {other} folder (written by posgen {other}"
+    with pytest.raises(RunConflictError, match=re.escape(message)), cls.create(tmp_path, config):
+        pass
+    assert _unchanged(tmp_path) == before
+
+
+FOREIGN = {"other JSON": '{"kind": "mine", "a": 1}', "invalid JSON": "{not json", "a list": "[1]"}
+
+
+@pytest.mark.parametrize("content", FOREIGN)
+@pytest.mark.parametrize("command", CASES)
+def test_a_settings_file_that_is_not_posgens_is_refused_naming_it(command, content, tmp_path):
+    """A file named as the command's settings that posgen did not write: the folder is
+    not resumed, and the refusal says the file is not posgen's."""
+    cls, config, _ = CASES[command]
+    (tmp_path / cls.settings).write_text(FOREIGN[content])
+    message = f"it is a folder whose {cls.settings} is not posgen's ("
+    with pytest.raises(RunConflictError, match=re.escape(message)), cls.create(tmp_path, config):
+        pass
+    assert (tmp_path / cls.settings).read_text() == FOREIGN[content]
+
+
+@pytest.mark.parametrize("command", ["run", "decompose", "layers", "cause"])
+def test_own_settings_this_posgen_cannot_read_are_refused_on_resume(command, tmp_path):
+    """A folder of the command written under another schema is refused in one error of
+    the protocol (not a SchemaError the command does not expect), nothing overwritten."""
+    cls, config, _ = CASES[command]
+    _write_one(cls.start(tmp_path, config))
+    path = tmp_path / cls.settings
+    key = "schema_version" if command == "run" else "schema"
+    path.write_text(json.dumps({**json.loads(path.read_text()), key: 99}))
+    before = _unchanged(tmp_path)
+    with (
+        pytest.raises(RunConflictError, match=r"99.*nothing was overwritten; choose another --out"),
+        cls.create(tmp_path, config),
+    ):
+        pass
+    assert _unchanged(tmp_path) == before
+
+
+LEGACY, CONTENT = "local:d7ae4e6c69d6", "local-content:0123456789abcdef"
+
+
+def _each_entry(config, change):
+    """``config`` with ``change(entry, twin_suffix)`` applied to every model entry."""
+    from dataclasses import fields
+
+    def one(e: ModelEntry) -> ModelEntry:
+        twin = (e.revision or "").partition("+")[2]
+        return change(e, f"+{twin}" if twin else "")
+
+    out = {}
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, ModelEntry):
+            out[f.name] = one(value)
+        elif isinstance(value, tuple) and value and isinstance(value[0], ModelEntry):
+            out[f.name] = tuple(one(e) for e in value)
+    return replace(config, **out)
+
+
+def _legacy(config):
+    """As a release before content identity wrote it: ``local:<12 hex>`` revisions."""
+    return _each_entry(config, lambda e, twin: replace(e, revision=LEGACY + twin))
+
+
+def _now(config, legacy: str = LEGACY):
+    """As posgen identifies the model now, with its legacy revision computed again."""
+    return _each_entry(
+        config,
+        lambda e, twin: replace(e, revision=CONTENT + twin, legacy_revision=legacy + twin),
+    )
+
+
+@pytest.mark.parametrize("command", CASES)
+def test_a_folder_from_before_content_identity_resumes_with_a_note(command, tmp_path, caplog):
+    """Its model's legacy revision is the one recorded: it resumes under that revision
+    (nothing recomputed, nothing rewritten) and says a same-size change cannot be seen."""
+    cls, config, _ = CASES[command]
+    out = tmp_path / "out"
+    with cls.create(out, _legacy(config)) as folder:
+        finished = _write_one(folder)
+    settings = (out / cls.settings).read_bytes()
+    with caplog.at_level("WARNING", logger="posgen"), cls.create(out, _now(config)) as folder:
+        assert _has_one(folder) and _typed(folder) == _legacy(config)
+    assert (out / cls.settings).read_bytes() == settings and finished.is_file()
+    (note,) = [r.getMessage() for r in caplog.records if "before posgen identified" in r.message]
+    assert str(out) in note and LEGACY in note and "cannot be detected" in note
+    assert "another --out" in note and "\n" not in note
+
+
+@pytest.mark.parametrize("command", CASES)
+def test_a_folder_from_before_with_other_weights_is_refused_naming_the_revision(
+    command, tmp_path, caplog
+):
+    cls, config, _ = CASES[command]
+    out = tmp_path / "out"
+    with cls.create(out, _legacy(config)) as folder:
+        _write_one(folder)
+    settings = (out / cls.settings).read_bytes()
+    with (
+        caplog.at_level("WARNING", logger="posgen"),
+        pytest.raises(RunConflictError, match=rf"revision: '{LEGACY}.*' -> '{CONTENT}"),
+        cls.create(out, _now(config, legacy="local:000000000000")),
+    ):
+        pass
+    assert (out / cls.settings).read_bytes() == settings
+    assert not [r for r in caplog.records if "before posgen identified" in r.message]
+
+
+def test_a_run_folder_from_before_that_finished_nothing_takes_content_identity(tmp_path):
+    out = tmp_path / "out"
+    _, config, _ = CASES["run"]
+    RunStore.start(out, _legacy(config))
+    assert RunStore.start(out, _now(config)).run_config == _now(config)

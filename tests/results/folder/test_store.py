@@ -13,7 +13,7 @@ from posgen import atomic
 from posgen.results.folder import store as store_mod
 from posgen.results.folder.run_store import RunStore
 from posgen.results.folder.schema import SCHEMA_VERSION, SchemaError, config_hash
-from posgen.results.folder.store import RunConflictError, atomic_write_text
+from posgen.results.folder.store import RunConflictError, atomic_write_text, describe_diff
 
 CONFIG = {"models": ["embedded"], "rates": [0.0, 0.05], "seed": 1234}
 
@@ -163,3 +163,38 @@ def test_slug_is_file_safe_and_distinguishes_paths():
 def test_written_files_get_the_usual_mode(tmp_path):
     atomic_write_text(tmp_path / "f.txt", "x")
     assert (tmp_path / "f.txt").stat().st_mode & 0o777 == 0o666 & ~atomic._UMASK
+
+
+def test_a_long_differing_value_shows_where_it_differs(tmp_path):
+    """A value longer than a line is not cut: the refusal shows the span that differs,
+    here past its 120th character."""
+    base = "/models/" + "checkpoints-of-a-long-training-run/" * 5
+    old = {**CONFIG, "model": {"path": base + "step-1000"}}
+    RunStore.start(tmp_path, old).write_cell("m", "c", {"cell": {}})
+    with pytest.raises(RunConflictError) as info:
+        RunStore.start(tmp_path, {**CONFIG, "model": {"path": base + "step-2000"}})
+    message = str(info.value)
+    assert f"model.path: from character {len(base) + 5}:" in message, message
+    assert "...'g-training-run/step-1000' -> ...'g-training-run/step-2000'" in message, message
+
+
+def test_a_long_list_shows_the_items_that_differ():
+    docs = [f"corpus/shard-{i:03d}/document.txt" for i in range(12)]
+    moved = [*docs[:9], "corpus/other/document.txt", *docs[10:]]
+    assert describe_diff({"documents": docs}, {"documents": moved}) == (
+        "documents[9]: 'corpus/shard-009/document.txt' -> 'corpus/other/document.txt'"
+    )
+    assert describe_diff({"documents": docs}, {"documents": [*docs, "extra.txt"]}) == (
+        "documents: 12 -> 13 items, added ['extra.txt']"
+    )
+    assert describe_diff({"documents": docs}, {"documents": docs[1:]}) == (
+        f"documents: 12 -> 11 items, removed [{docs[0]!r}]"
+    )
+
+
+def test_every_differing_setting_is_named():
+    old = {k: 1 for k in "abcdef"}
+    text = describe_diff(old, {**old, **{k: 2 for k in "abcdef"}})
+    assert text.startswith("a: 1 -> 2; b: 1 -> 2; c: 1 -> 2; d: 1 -> 2") and text.endswith(
+        "and 2 more: e, f"
+    )

@@ -68,6 +68,30 @@ def test_a_length_folder_from_before_reads_typed_with_its_hash_and_folder(name, 
     assert json.loads((tmp_path / "new" / "config.json").read_text()) == stored
 
 
+def test_a_length_run_without_out_finds_the_folder_an_earlier_release_named(tmp_path, monkeypatch):
+    """Its default folder is named by the config's hash, the model's revision in it: a
+    folder named after the legacy revision is the one it resumes (with a note)."""
+    from dataclasses import replace
+
+    from posgen.harness.length.job import default_folder
+
+    stored = LengthConfig.from_dict(_stored(LENGTHS[0])["config"])
+    entry = stored.model_entry
+    assert entry is not None and entry.revision.startswith("local:")
+    now = replace(
+        stored,
+        model_entry=replace(
+            entry, revision="local-content:0123456789abcdef", legacy_revision=entry.revision
+        ),
+    )
+    monkeypatch.chdir(tmp_path)
+    assert default_folder(now) == now.default_folder() != stored.default_folder()
+    stored.default_folder().mkdir(parents=True)
+    assert default_folder(now) == stored.default_folder()
+    now.default_folder().mkdir(parents=True)
+    assert default_folder(now) == now.default_folder()
+
+
 def test_a_length_rerun_with_other_settings_names_them(tmp_path):
     config = LengthConfig.from_dict(_stored(LENGTHS[0])["config"])
     LengthFolder.start(tmp_path, config)

@@ -103,6 +103,34 @@ def refused(capsys, *argv: str) -> str:
     return capsys.readouterr().err
 
 
+def baseline_only(text: Path, where: Path) -> Path:
+    """The baseline of ``text`` (an lm-eval output of posgen_prose and its swapped task)
+    without the text cell."""
+    out = copy(text, where)
+    name = "perm_swap_50pct_posgen_prose"
+
+    def drop(data: dict) -> None:
+        for key in ("results", "configs", "versions", "n-shot", "higher_is_better", "n-samples"):
+            (data.get(key) or {}).pop(name, None)
+
+    edit_results(out, drop)
+    for samples in out.rglob(f"samples_{name}_*.jsonl"):
+        samples.unlink()
+    return out
+
+
+@pytest.mark.filterwarnings("error::UserWarning")
+def test_model_side_cells_alone_are_reported_without_a_warning(outputs, tmp_path, capsys):
+    """lm-eval's output records no realised amount of a position cell, so the common
+    realised axis places no curve: its panel says why and asks for no legend of nothing
+    (which matplotlib answered with a UserWarning on every such ingest)."""
+    base = baseline_only(outputs["text"], tmp_path / "base")
+    out = tmp_path / "ingested"
+    code = cli(["ingest", str(base), str(outputs["position"]), "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    assert "Degradation vs realised mean |Δposition|" in (out / "report.md").read_text()
+
+
 def test_a_perturbed_cell_without_its_baseline_is_refused(outputs, tmp_path, capsys):
     err = refused(capsys, str(outputs["position"]), "--out", str(tmp_path / "r"))
     assert "no baseline for" in err and "posgen_prose" in err
@@ -231,6 +259,44 @@ def test_settings_are_read_from_the_model_args_too(outputs, settings, tmp_path, 
     edit_results(plain, lambda d: d["config"]["model_args"].update(length="none"))
     out = tmp_path / "ingested"
     assert cli(["ingest", str(outputs["text"]), str(plain), "--out", str(out)]) == 0
+
+
+def test_hf_posgen_records_the_model_folder_and_its_content(outputs, tiny_model_dir):
+    """What ingest compares across a model's cells: the folder the name resolved to, and
+    its content revision (another checkpoint in place is another model)."""
+    from posgen.harness.loading.identity import content_revision
+
+    (results,) = outputs["position"].rglob("results_*.json")
+    model = tiny_model_dir("llama", 0).resolve()
+    assert json.loads(results.read_text())["config"]["posgen_model"] == {
+        "path": str(model),
+        "revision": content_revision(model),
+    }
+
+
+@pytest.fixture(scope="module")
+def short_window(outputs, tiny_model_dir) -> Path:
+    """An hf-posgen position cell run with max_length=64 (the model's own window: 2048)."""
+    model, out = str(tiny_model_dir("llama", 0)), outputs["root"] / "short"
+    lm_eval(outputs["root"], out, "hf-posgen",
+            f"pretrained={model},dtype=float32,positions=swap:0.5,perturb_seed=1234,max_length=64",
+            "posgen_prose")  # fmt: skip
+    return out
+
+
+def test_a_cell_run_in_another_window_is_refused_naming_max_length(
+    outputs, short_window, tmp_path, capsys
+):
+    """Beside a baseline scored in the model's own window, its degradation would be the
+    shorter window's (+187 % perplexity at swap 0.01 on a real model), not the swap's."""
+    out = tmp_path / "r"
+    err = refused(capsys, str(outputs["text"]), str(short_window), "--out", str(out))
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
+    assert "the cells were run with different max_length: " in err
+    assert "64 in " in err and "2048 in " in err and "the window each document" in err
+    for folder in (outputs["text"], short_window):
+        (results,) = folder.rglob("results_*.json")
+        assert str(results) in err
 
 
 def test_an_interrupted_ingest_resumes_and_other_settings_are_refused(

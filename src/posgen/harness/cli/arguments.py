@@ -58,7 +58,10 @@ def add_profile_arguments(parser: argparse.ArgumentParser, default_limit: int) -
         "--limit", type=int, default=default_limit, help=f"posgen_prose documents ({default_limit})"
     )
     parser.add_argument(
-        "--seed", type=int, default=DEFAULT_SEED, help=f"perturbation seed ({DEFAULT_SEED})"
+        "--seed",
+        type=int,
+        default=DEFAULT_SEED,
+        help=f"perturbation seed, in [0, 2**32) ({DEFAULT_SEED})",
     )
 
 
@@ -108,18 +111,22 @@ def limit_note(asked: int, ran: int) -> str | None:
     )
 
 
-def check_out_and_layers(args: argparse.Namespace) -> None:
-    """``--out`` and ``--layers`` of ``posgen layers`` / ``posgen cause``, checked before
-    anything else (no config read yet): an unusable folder, or an empty ``--layers ''``,
-    which would silently mean every layer. Raises :class:`InputError`."""
+def check_out_and_layers(args: argparse.Namespace, folder: type) -> None:
+    """``--out``, ``--layers`` and ``--seed`` of ``posgen layers`` / ``posgen cause`` (its
+    folder class ``folder``), checked before anything else (no config read yet): an
+    unusable folder or one holding something else, an empty ``--layers ''``, which would
+    silently mean every layer, a seed outside [0, 2**32) (``posgen run``'s range, and
+    hf-posgen's ``perturb_seed``'s, which it sets). Raises :class:`InputError`."""
     from posgen.harness.hf_posgen.layer_selection import LAYERS_FORMS
     from posgen.harness.input_error import InputError
     from posgen.harness.out_folder import check_out_folder
 
     if args.out is not None:
-        check_out_folder(args.out)
+        check_out_folder(args.out, folder=folder)
     if args.layers is not None and not args.layers.strip():
         raise InputError(f"--layers '': give {LAYERS_FORMS}, or leave --layers out for every layer")
+    if not 0 <= args.seed < 2**32:
+        raise InputError(f"--seed must be an integer in [0, 2**32), got {args.seed}")
 
 
 COMBINE_KEEPS = {"combine", "out", "no_progress"}  # what --combine takes besides folders

@@ -20,11 +20,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from posgen.results.folder.folder_kind import require_folder
     from posgen.results.folder.schema import SchemaError
     from posgen.results.folder.store import atomic_write_json
     from posgen.results.gate.check import baseline_payload
 
     try:
+        require_folder(args.run, "run", "posgen baseline")
         payload = baseline_payload(args.run, args.model)
         atomic_write_json(args.output, payload)
     except (GateInputError, SchemaError, OSError) as e:

@@ -136,9 +136,9 @@ def resolve(args: argparse.Namespace) -> CauseConfig:
     from posgen.harness.hf_posgen.layer_selection import check_layers, parse_layers
     from posgen.harness.loading import LoadOptions, check_device, load_config, model_entries
     from posgen.perturbations.base import PerturbationError
-    from posgen.results.folder.cause_config import CauseConfig
+    from posgen.results.folder.cause_config import CauseConfig, CauseFolder
 
-    check_out_and_layers(args)
+    check_out_and_layers(args, CauseFolder)
     if args.limit < 2:
         raise InputError(f"--limit {args.limit}: need at least 2 documents for an interval")
     try:

@@ -119,6 +119,7 @@ def _dest(flag: str) -> str:
 
 def _gate(args: argparse.Namespace) -> tuple[list, dict]:
     """The compared cells and the summary's info; writes the JUnit XML where asked."""
+    from posgen.results.folder.folder_kind import require_folder
     from posgen.results.folder.store import atomic_write_text
     from posgen.results.gate.check import compare, gate_payload, load_baseline
     from posgen.results.gate.output import junit_xml
@@ -126,6 +127,7 @@ def _gate(args: argparse.Namespace) -> tuple[list, dict]:
 
     margins = _options(args)
     _writable(args.junit_xml)
+    require_folder(args.run, "run", "posgen check")
     baseline = load_baseline(args.baseline)
     current = gate_payload(args.run, args.model)
     draw = check_pairing(baseline["pairing"], current["pairing"], args.allow_other_seed)

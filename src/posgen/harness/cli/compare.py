@@ -13,11 +13,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from posgen.results.folder.folder_kind import require_folder
     from posgen.results.folder.run_store import RunStore
     from posgen.results.folder.schema import SchemaError
 
     try:
         for run in (args.run_a, args.run_b):
+            require_folder(run, "run", "posgen compare")  # what it is, if not a run folder
             RunStore.open(run)  # a bad folder is refused before the libraries load
         from posgen.results.report.compare import compare_runs
 

@@ -15,6 +15,7 @@ from posgen.harness.loading import (
     add_loading_arguments,
     check_device,
     default_device,
+    held_to_limit,
     model_entries,
     require_rope,
 )
@@ -41,8 +42,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tokens",
         type=_positive,
-        default=DEFAULT_TOKENS,
-        help=f"tokens per window, n (default {DEFAULT_TOKENS})",
+        default=None,
+        help=f"tokens per window, n (default {DEFAULT_TOKENS}, held to the positions a "
+        "learned position table or MPT's ALiBi bias covers; a value past them is refused)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random-init twin")
     parser.add_argument(
@@ -83,7 +85,7 @@ def _parse_length(text: str, context: int | None):
     """``--length``: one length scheme, ``C`` in it read as the trained context (a stand-in
     value when ``context`` is None: syntax only)."""
     from posgen.perturbations.base import PerturbationError
-    from posgen.perturbations.length import parse_length, with_context
+    from posgen.perturbations.length import parse_in_context
 
     if ";" in text:
         n = len([t for t in text.split(";") if t.strip()])
@@ -92,7 +94,7 @@ def _parse_length(text: str, context: int | None):
             "scheme, or posgen length --decompose for several"
         )
     try:
-        return parse_length(with_context(text, 2 if context is None else context))
+        return parse_in_context(text, 2 if context is None else context)
     except (PerturbationError, ValueError) as exc:
         raise InputError(f"--length: {exc}") from None
 
@@ -189,23 +191,37 @@ def check_probe_windows(entry, docs: int, tokens: int) -> None:
 def check_arguments(args: argparse.Namespace):
     """Every argument checked before any model loads: the model entry, the device, the
     trained context C of the past-context figures (None when they are not asked for) and
-    the length scheme (None without ``--length``)."""
+    the length scheme (None without ``--length``). ``args.tokens`` is set: the default
+    held to the positions the model takes in one forward (:func:`_tokens`)."""
     if not 0 <= args.seed < 2**32:
         raise InputError(f"--seed must be an integer in [0, 2**32), got {args.seed}")
     if args.trained_context is not None and args.trained_context < 2:
         raise InputError(f"--trained-context must be an integer >= 2, got {args.trained_context}")
     if args.length is not None:
         _parse_length(args.length, None)
-    check_probe_size(args.docs, args.tokens)
+    check_probe_size(args.docs, args.tokens or DEFAULT_TOKENS)
     if args.out is not None:
-        check_out_folder(args.out)
+        from posgen.results.folder.decompose_config import DecomposeFolder
+
+        check_out_folder(args.out, folder=DecomposeFolder)
     device = check_device(args.device)
     (entry,) = model_entries([args.model], LoadOptions.from_args(args))
     _require_family(entry, args)
+    _tokens(args, entry)
     context = _context(args, entry)
     length = _resolve_length(args, entry, context)
     _check_tokens_past(args, context)
     return entry, device, context, length
+
+
+def _tokens(args: argparse.Namespace, entry) -> None:
+    """``args.tokens``: as given, refused past the positions one forward of the model
+    takes (a learned table's rows, MPT's ``max_seq_len``: read from its config), or the
+    default held to them, noted in ``args.tokens_note``."""
+    limit = loading.position_limit(entry)
+    args.tokens, args.tokens_note = held_to_limit(
+        entry.path, limit, "--tokens", args.tokens, DEFAULT_TOKENS
+    )
 
 
 def _require_family(entry, args: argparse.Namespace) -> None:
@@ -265,6 +281,8 @@ def main(args: argparse.Namespace) -> int:
     except InputError as e:
         print(f"posgen decompose: {e}", file=sys.stderr)
         return 2
+    if args.tokens_note:
+        note(f"note: {args.tokens_note}")
     out = args.out or Path("posgen-runs") / "decompose" / slug(config.model.label)
     try:
         with DecomposeFolder.create(out, config, note=note) as folder:

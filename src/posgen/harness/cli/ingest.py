@@ -19,7 +19,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="lm_eval --output_path folder(s) (or results_*.json files), written with "
         "--log_samples: the baseline and the perturbed cells of the same documents "
         "(hf-posgen with positions= or features= in every layer; layers=, heads=, "
-        "logits= and length= are refused)",
+        "logits= and length= are refused), each model's cells run with the same settings "
+        "that change what is scored (max_length, dtype, few-shot, chat template, ...; "
+        "docs/running.md)",
     )
     parser.add_argument("--out", type=Path, required=True, help="the run folder to write")
     add_threshold_arguments(parser)
@@ -31,6 +33,7 @@ def main(args: argparse.Namespace) -> int:
     from posgen.harness.out_folder import check_out_folder
     from posgen.harness.run.options import check_include_paths
     from posgen.results.folder.lock import RunLockedError
+    from posgen.results.folder.run_store import RunStore
     from posgen.results.folder.schema import SchemaError
     from posgen.results.folder.store import RunConflictError
     from posgen.results.ingest.folders import ingest
@@ -39,7 +42,7 @@ def main(args: argparse.Namespace) -> int:
         print("posgen ingest: --threshold and --threshold-acc must be > 0", file=sys.stderr)
         return 2
     try:
-        check_out_folder(args.out)
+        check_out_folder(args.out, folder=RunStore)
         include_path = check_include_paths(args.include_path)
     except InputError as e:
         print(f"posgen ingest: {e}", file=sys.stderr)

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 DEFAULT_POSITIONS = "swap:0.2"
 DEFAULT_LIMIT = 12  # posgen run's default posgen_prose documents
+DEFAULT_DECOMPOSE_TOKENS = 256  # posgen decompose's
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -56,7 +57,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         default=8,
         help="probe windows of the decomposition (8; 0: no fit-quality relation)",
     )
-    parser.add_argument("--decompose-tokens", type=int, default=256, help="tokens per window")
+    parser.add_argument(
+        "--decompose-tokens",
+        type=int,
+        default=None,
+        help=f"tokens per window ({DEFAULT_DECOMPOSE_TOKENS}, held to the positions MPT's "
+        "ALiBi bias covers; a value past them is refused)",
+    )
     parser.add_argument(
         "--length-run",
         type=Path,
@@ -76,15 +83,15 @@ def resolve(args: argparse.Namespace) -> LayersConfig:
     the model. Raises :class:`~posgen.harness.input_error.InputError`."""
     from posgen.harness.hf_posgen.layer_selection import check_layers, parse_layers
     from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
-    from posgen.harness.loading import LoadOptions, check_device, model_entries, require_rope
+    from posgen.harness.loading import LoadOptions, check_device, model_entries
     from posgen.perturbations.base import PerturbationError
     from posgen.results.folder.config import Decompose
-    from posgen.results.folder.layers_config import LayersConfig
+    from posgen.results.folder.layers_config import LayersConfig, LayersFolder
 
-    check_out_and_layers(args)
+    check_out_and_layers(args, LayersFolder)
     if args.limit < 2:
         raise InputError(f"--limit {args.limit}: need at least 2 documents for an interval")
-    if args.decompose_docs < 0 or args.decompose_tokens < 8:
+    if args.decompose_docs < 0 or (args.decompose_tokens or 8) < 8:
         raise InputError("--decompose-docs must be >= 0 and --decompose-tokens >= 8")
     _check_schemes_given(args)
     if args.length_run is not None:
@@ -99,9 +106,7 @@ def resolve(args: argparse.Namespace) -> LayersConfig:
         entry = model_entries([args.model], options, random_init=args.random_init, seed=args.seed)[
             -1
         ]
-        if entry.positions != "alibi":  # an ALiBi bias takes positions per layer too
-            _require_per_layer_positions(entry, require_rope)
-        text = _model_config(entry).get_text_config()
+        text = _checked_family(entry, spec).get_text_config()
         count, n_heads = int(text.num_hidden_layers), int(text.num_attention_heads)
         check_layers(layers, count, entry.label)
     except PerturbationError as e:
@@ -114,9 +119,43 @@ def resolve(args: argparse.Namespace) -> LayersConfig:
         limit=documents_limit(args.limit),
         layers=tuple(layers if layers is not None else range(count)),
         batch_size=args.batch_size,
-        decompose=Decompose(args.decompose_docs, args.decompose_tokens),
+        decompose=Decompose(args.decompose_docs, _decompose_tokens(args, entry)),
         heads=n_heads if args.heads else None,  # query heads per layer
     )
+
+
+def _checked_family(entry, spec):
+    """The model's config (no weights), once its position family is checked: positions
+    that enter each layer (RoPE, ALiBi) and the schemes it takes (``qk_noise`` moves RoPE's
+    rotated queries and keys: refused on ALiBi, as hf-posgen refuses it)."""
+    from types import SimpleNamespace
+
+    from posgen.harness.loading import require_rope
+    from posgen.harness.position_family import check_schemes
+
+    if entry.positions != "alibi":  # an ALiBi bias takes positions per layer too
+        _require_per_layer_positions(entry, require_rope)
+    model_config = _model_config(entry)
+    given = (("--positions", spec.positions), ("--features", spec.features))
+    what = " and ".join(f"{flag} {s.to_string()}" for flag, s in given if s is not None)
+    check_schemes(SimpleNamespace(config=model_config), spec, what)
+    return model_config
+
+
+def _decompose_tokens(args: argparse.Namespace, entry) -> int:
+    """``--decompose-tokens``: as given, refused past the positions one forward of the
+    model takes (MPT's ``max_seq_len``, read from its config), or the default held to
+    them, noted in ``args.tokens_note``."""
+    from posgen.harness import loading
+
+    if not args.decompose_docs:
+        args.tokens_note = None
+        return args.decompose_tokens or DEFAULT_DECOMPOSE_TOKENS
+    limit = loading.position_limit(entry)
+    tokens, args.tokens_note = loading.held_to_limit(
+        entry.path, limit, "--decompose-tokens", args.decompose_tokens, DEFAULT_DECOMPOSE_TOKENS
+    )
+    return tokens
 
 
 # what --positions and --features take, named when one is given empty
@@ -176,9 +215,9 @@ def main(args: argparse.Namespace) -> int:
     except InputError as e:
         print(f"posgen layers: {e}", file=sys.stderr)
         return 2
-    note = limit_note(args.limit, config.limit)
-    if note is not None:
-        print(f"posgen layers: note: {note}", file=sys.stderr)
+    for note in (limit_note(args.limit, config.limit), args.tokens_note):
+        if note is not None:
+            print(f"posgen layers: note: {note}", file=sys.stderr)
     import time
 
     from posgen.harness.layers.runner import run

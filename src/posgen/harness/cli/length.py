@@ -45,8 +45,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="a local folder, a hub id, or 'embedded' (SmolLM2-135M, the default)",
     )
     size = parser.add_mutually_exclusive_group()
-    size.add_argument("--max-length", type=int, default=None, help="tokens per document")
-    size.add_argument("--factor", type=float, default=None, help="max length = F × C (default 2)")
+    size.add_argument(
+        "--max-length", type=int, default=None, help="tokens per document, > C (default F × C)"
+    )
+    size.add_argument(
+        "--factor", type=float, default=None, help="max length = F × C, F > 1 (default 2)"
+    )
     parser.add_argument("--trained-context", type=int, default=None, help="override C")
     parser.add_argument(
         "--schemes",
@@ -54,7 +58,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="';'-separated length schemes: none, lambda:G,W, infllm[:KEY=VALUE,...] "
         "(n_init, n_local, block_size, topk, repr_topk, exc_block_size; the rest "
         "InfLLM's defaults scaled to C), scale:F, dynamic:F, yarn:F; C stands for the "
-        "trained context (default: none;lambda:4,C;scale:F;yarn:F)",
+        "trained context (default: none;lambda:4,C;scale:F;yarn:F). hf-posgen's length= "
+        "in lm_eval's --model_args takes ':' for each ',' (lambda:4:8192, "
+        "infllm:topk=2:n_local=64)",
     )
     parser.add_argument("--positions", default=None, help="a position scheme applied too")
     parser.add_argument(
@@ -129,11 +135,12 @@ def resolve(args: argparse.Namespace) -> LengthJob:
         require_rope,
     )
     from posgen.harness.out_folder import check_out_folder
+    from posgen.results.folder.length_config import LengthFolder
 
     _check_numbers(args)
     _check_specs(args)
     if args.out is not None:
-        check_out_folder(args.out)
+        check_out_folder(args.out, folder=LengthFolder)
     device = check_device(args.device)
     builtin = args.data is None and args.dataset is None
     if args.documents is not None and args.documents > ALL_DOCUMENTS and builtin:
@@ -181,22 +188,17 @@ def _require_length_family(entry, args: argparse.Namespace, require_rope) -> Non
     position-free model has none). MPT's ``max_seq_len`` is checked against the max length
     in :func:`posgen.harness.length.job.check_model`.
     (:mod:`posgen.harness.position_family`.)"""
-    from posgen.harness.position_family import family_of_folder
+    from posgen.harness.position_family import family_of_folder, length_refusal
 
     family = family_of_folder(entry.path)
     if family is None or family.kind == "rotary":
         require_rope(entry, "posgen length")
         return
     if family.kind == "absolute":
-        raise InputError(
-            f"{entry.path} has learned absolute positions: its table has a row per position "
-            "up to its trained context C and none past it, so it cannot run past C"
-        )
-    if args.schemes not in (None, "none"):
-        raise InputError(
-            f"--schemes {args.schemes}: {entry.path} has {family.kind} positions, which run "
-            "past C as they are; only the scheme none applies (the default for it)"
-        )
+        raise InputError(f"{entry.path} {length_refusal(family, ['none'])}")
+    why = length_refusal(family, (args.schemes or "none").split(";"))
+    if why:
+        raise InputError(f"--schemes {args.schemes}: {entry.path} {why} (the default for it)")
     if args.decompose and family.logits_refused:
         raise InputError(f"--decompose: {entry.path}: {family.logits_refused}")
     if args.positions and family.kind == "none":

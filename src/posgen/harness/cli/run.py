@@ -20,6 +20,7 @@ from posgen.harness.run.options import parse_bool
 from posgen.harness.run.plan import (
     check_model_side_kinds,
     default_out,
+    hold_decomposition,
     limit_notes,
     resolve_config,
 )
@@ -137,19 +138,22 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from posgen.harness.loading import require_compatible
+    from posgen.results.folder.run_store import RunStore
 
     try:
         if args.out is not None:
-            check_out_folder(args.out)  # before any model's config is read
+            check_out_folder(args.out, folder=RunStore)  # before any model's config is read
         config = resolve_config(args)  # every check before any model loads
         notes = check_model_side_kinds(config) + limit_notes(args.limit, config)
         if args.length and args.length != "quick":
             _check_length(args.length)
         check_device(args.device)
-        out = check_out_folder(args.out or default_out(config))
+        out = check_out_folder(args.out or default_out(config), folder=RunStore)
         length = _length_jobs(args, config, out)
         notes += check_run_metrics(config)  # reads the tasks' configs: the slowest check
         require_compatible(config.models)  # posgen.compat, before the first cell
+        config, held = hold_decomposition(config)  # each model's config read, no weights
+        notes += held
     except InputError as e:
         print(f"posgen run: {e}", file=sys.stderr)
         return 2

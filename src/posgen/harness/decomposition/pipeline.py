@@ -31,7 +31,7 @@ from posgen.harness.decomposition.capture import capture_forward
 from posgen.harness.decomposition.probe import DEFAULT_DOCS, DEFAULT_TOKENS, probe_token_windows
 from posgen.harness.decomposition.streaming_fit import LayerFitter
 from posgen.harness.hf_posgen.length_attention import active_scheme
-from posgen.harness.position_family import position_family_of
+from posgen.harness.position_family import length_limit, position_family_of
 from posgen.results.folder.config import ModelEntry
 from posgen.results.report.decomposition_plots import HeadMap
 
@@ -88,6 +88,7 @@ def decompose_model(
     itself is :func:`decompose_windows`.
     """
     net, tokenizer, name = _resolve(model, tokenizer, random_init, seed, device, length)
+    _check_tokens(net, tokens)
     windows = probe_token_windows(tokenizer, docs=docs, tokens=tokens)
     rows = decompose_windows(
         net,
@@ -101,6 +102,18 @@ def decompose_model(
         forward_context=forward_context,
     )
     return _tidy_table(rows, name, seed, random_init, include_diagonal, sink_keys, length, context)
+
+
+def _check_tokens(model, tokens: int) -> None:
+    """Refuse windows past the positions one forward of ``model`` takes (a learned table's
+    rows, MPT's ``max_seq_len``), naming its config field, before any forward."""
+    limit = length_limit(getattr(model, "config", None))
+    if limit is not None and tokens > limit[1]:
+        field, most = limit
+        raise ValueError(
+            f"tokens={tokens}: the model's config sets {field} = {most}, the most positions "
+            f"one forward of it takes; pass tokens <= {most}"
+        )
 
 
 def _tidy_table(

@@ -23,8 +23,10 @@ whole ``generate`` call once; :func:`generating` follows it step by step:
   context token is drawn once, per token, never per step); with ``heads=`` and moved
   positions it keeps the perturbed twin keys of every column.
 
-Refused (:func:`check_generation`): Λ attention, ``logits=``, chunked prefill, and
-``heads=`` with moved positions under beam search.
+Refused in one line (:func:`check_generation`, :class:`GenerationRefused`) as
+``generate_until`` starts, before any of its requests runs: the length schemes that
+replace attention (Λ, InfLLM), ``logits=``, chunked prefill, and ``heads=`` with moved
+positions under beam search.
 """
 
 from __future__ import annotations
@@ -46,30 +48,47 @@ from posgen.harness.hf_posgen.position_hooks import BatchPlan
 from posgen.harness.hf_posgen.qk_noise import mix_heads, perturb, twin_rotation
 from posgen.harness.model_family import require_rotary, rotary_modules
 from posgen.harness.position_family import position_family_of
+from posgen.perturbations.base import PerturbationError, registry
+
+
+class GenerationRefused(PerturbationError, NotImplementedError):
+    """What generation under a model-side perturbation does not run: a refusal in one line
+    (the ``lm_eval`` command ends with it and exit status 2, as for bad model arguments),
+    and the ``NotImplementedError`` it is."""
+
+
+def generating_length_forms() -> list[str]:
+    """The length schemes generation runs under (those that do not replace the attention
+    function), in their written forms: ``none``, ``scale:FACTOR``, ..."""
+    schemes = (cls for cls in registry if cls.kind == "length")
+    forms = [cls.usage() for cls in schemes if not cls().uses_attention]
+    return sorted(forms, key=lambda form: form != "none")  # none first
 
 
 def check_generation(p: ModelPerturbation, generation_kwargs: dict[str, Any]) -> None:
-    """Refuse what generation under ``p`` does not run, before any forward."""
+    """Refuse what generation under ``p`` does not run (:class:`GenerationRefused`),
+    before any forward."""
     if p.length is not None and p.length.uses_attention:
-        raise NotImplementedError(
-            f"hf-posgen does not run generate_until under length={p.length.to_string()}: its "
-            "attention (Λ, InfLLM) re-rotates the keys beyond its window for every query, "
-            "which a KV cache of rotated keys cannot give; use loglikelihood tasks or "
-            "posgen length for it"
+        raise GenerationRefused(
+            f"generate_until under length={p.length.to_string()}: hf-posgen does not run it, "
+            "its attention (Λ, InfLLM) re-rotates the keys beyond its window for every query, "
+            "which a KV cache of rotated keys cannot give; generation runs under length="
+            f"{', '.join(generating_length_forms())}: run this scheme on loglikelihood tasks "
+            "(or posgen length), or a generative task under one of those"
         )
     if p.logits is not None:
-        raise NotImplementedError(
-            f"hf-posgen does not run generate_until under logits={p.logits.to_string()}: the "
+        raise GenerationRefused(
+            f"generate_until under logits={p.logits.to_string()}: hf-posgen does not run it, the "
             "fit replaces the logits of whole forwards, which a KV cache's decode steps are "
             "not; use loglikelihood tasks or posgen cause for it"
         )
     if generation_kwargs.get("prefill_chunk_size"):
-        raise NotImplementedError(
+        raise GenerationRefused(
             "hf-posgen plans the prompt as one prefill forward; drop prefill_chunk_size"
         )
     beams = int(generation_kwargs.get("num_beams") or 1)
     if beams > 1 and p.heads is not None and p.positions is not None:
-        raise NotImplementedError(
+        raise GenerationRefused(
             "heads= with positions= keeps perturbed keys per beam, which beam search "
             "reorders; generate with num_beams=1 (greedy or sampling)"
         )

@@ -61,12 +61,14 @@ from posgen.harness.hf_posgen.model_arguments import (
     checked_arguments,
     checked_before_load,
     checked_on_model,
+    hold_max_length,
 )
 from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
 from posgen.harness.hf_posgen.perturbed_forward import perturbed_forward, plan_forward
 from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
 from posgen.harness.hf_posgen.pretrained_config import length_load_kwargs
 from posgen.harness.hf_posgen.response_cache import ResponseCache
+from posgen.harness.loading.identity import folder_record
 from posgen.perturbations.base import Perturbation
 from posgen.perturbations.seeding import DEFAULT_SEED
 
@@ -91,7 +93,7 @@ class HFPosgenLM(HFLM):
         **kwargs: Any,
     ) -> None:
         """Same arguments as lm-eval's ``hf`` model plus ``positions``, ``features``,
-        ``perturb_seed``, ``length`` (a length scheme; write ``lambda:G:W`` and
+        ``perturb_seed`` (an integer in [0, 2**32)), ``length`` (a length scheme; write ``lambda:G:W`` and
         ``infllm:KEY=VALUE:...`` in ``--model_args``, which splits at commas) and
         ``layers`` (the decoder layers the position and feature schemes act in: ``12``,
         ``0-5``, ``3;7;11``; default all) and ``heads`` (query heads within those layers,
@@ -104,13 +106,14 @@ class HFPosgenLM(HFLM):
         weights load (:mod:`.model_arguments`); rope scalings (``dynamic:F``, ``yarn:F``)
         are passed to ``from_pretrained``."""
         p, length_scheme = checked_arguments(
-            positions, features, perturb_seed, length, layers, heads, logits
+            positions, features, perturb_seed, length, layers, heads, logits, kwargs
         )
         pretrained, length_scheme = checked_before_load(pretrained, p, length_scheme, kwargs)
         launch = launch_accelerator()  # before any weights load
         kwargs.update(length_load_kwargs(pretrained, length_scheme, kwargs))
         super().__init__(pretrained=pretrained, **kwargs)
         join_launch(self, launch)
+        hold_max_length(self)
         self._response_cache = ResponseCache()
         self._rows = LoglikelihoodRows()
         # called as plan_observer(inps, plan, docs) for every padded loglikelihood batch
@@ -162,9 +165,11 @@ class HFPosgenLM(HFLM):
         self._response_cache.attach(cache_hook, self._perturbation.cache_namespace())
 
     def get_model_info(self) -> dict:
-        info = super().get_model_info()
-        info["posgen"] = self._perturbation.to_dict()
-        return info
+        """HFLM's, with the perturbation's record (``posgen``) and a local folder's path and
+        content revision (``posgen_model``, compared by ``posgen ingest``)."""
+        info = {**super().get_model_info(), "posgen": self._perturbation.to_dict()}
+        folder = folder_record(self.pretrained)
+        return {**info, "posgen_model": folder} if folder else info
 
     def chat_template(self, chat_template: bool | str = False) -> str | None:
         """HFLM's; asked for by lm-eval when a run applies a chat template."""

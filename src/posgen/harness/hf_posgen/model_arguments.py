@@ -6,12 +6,14 @@ other; :func:`checked_before_load` checks them against the model's config and th
 installed libraries (:mod:`.pretrained_config`) and resolves the embedded model's alias
 and the length scheme; :func:`checked_on_model` checks a perturbation against the loaded
 model whenever it is set (:meth:`.model.HFPosgenLM.set_perturbation`). Each raises
-``PerturbationError`` with the argument it refuses.
+``PerturbationError`` with the argument it refuses. :func:`hold_max_length` holds the
+loaded model's ``max_length`` to the positions one forward of it takes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from posgen.harness.embedded import resolve_pretrained
@@ -22,12 +24,15 @@ from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation, refus
 from posgen.harness.hf_posgen.pretrained_config import (
     check_family_in_config,
     check_layers_in_config,
+    check_max_length,
     parse_length_arg,
     require_compatible,
     resolve_length,
 )
+from posgen.harness.position_family import length_limit
 from posgen.perturbations.base import PerturbationError
 from posgen.perturbations.length import LengthPerturbation
+from posgen.perturbations.length_infllm import FIELDS as INFLLM_FIELDS
 
 
 def checked_arguments(
@@ -38,10 +43,14 @@ def checked_arguments(
     layers: str | None,
     heads: str | None,
     logits: str | None,
+    others: Mapping[str, Any] | None = None,
 ) -> tuple[ModelPerturbation, LengthPerturbation | None]:
     """hf-posgen's own model arguments checked and parsed before any weights load: the
-    model-side perturbation and the length scheme (or None). Raises ``PerturbationError``
-    (an empty value, an unknown or invalid spec, settings that exclude each other)."""
+    model-side perturbation and the length scheme (or None). ``others``: the model's other
+    arguments (``hf``'s), where a length scheme cut at its commas leaves its pieces.
+    Raises ``PerturbationError`` (an empty value, an unknown or invalid spec, a length
+    scheme cut by lm-eval, settings that exclude each other)."""
+    refuse_split_length(length, others or {})
     refuse_empty(
         {
             "positions": positions,
@@ -65,6 +74,34 @@ def checked_arguments(
     return perturbation, length_scheme
 
 
+def refuse_split_length(length: Any, others: Mapping[str, Any]) -> None:
+    """Refuse a length scheme that lm-eval's ``--model_args`` cut at its commas (it splits
+    them at every comma): ``length=infllm:topk=2,n_local=64`` arrives as
+    ``length=infllm:topk=2`` beside a model argument ``n_local=64`` (which ``hf`` would
+    hand to the model's constructor), ``length=lambda:4,8192`` as ``length=lambda:4``
+    beside an argument named ``8192`` (and no value). Such a piece is an argument whose
+    name is no keyword (``8192``), a ``C`` without a value beside ``lambda``, or one named
+    after an InfLLM parameter beside ``infllm``."""
+    name = length.partition(":")[0].strip() if isinstance(length, str) else ""
+    if name not in ("lambda", "infllm"):
+        return
+    pieces = [
+        key if value == "" else f"{key}={value}"
+        for key, value in others.items()
+        if not str(key).isidentifier()
+        or (name == "lambda" and key == "C" and value == "")
+        or (name == "infllm" and key in INFLLM_FIELDS)
+    ]
+    if pieces:
+        typed = ",".join([length, *pieces])
+        own = "a model argument of its own" if len(pieces) == 1 else "model arguments of their own"
+        raise PerturbationError(
+            f"length={typed}: lm-eval splits --model_args at every comma, so "
+            f"{', '.join(pieces)} arrived as {own}; inside --model_args separate a length "
+            f"scheme's values with ':' (length={typed.replace(',', ':')})"
+        )
+
+
 def checked_before_load(
     pretrained: Any,
     perturbation: ModelPerturbation,
@@ -74,13 +111,15 @@ def checked_before_load(
     """``pretrained`` (the embedded model's alias resolved to its folder) and the length
     scheme (``infllm`` completed from the trained context), after checking from the
     config alone, before weights load, that the model takes ``perturbation``'s
-    ``layers=``/``heads=`` and schemes, and the installed libraries hold every internal
-    posgen uses with it (:func:`posgen.compat.require`). ``kwargs``: ``hf``'s model
-    arguments (``trust_remote_code``)."""
+    ``layers=``/``heads=`` and schemes and its ``max_length=``, and the installed libraries
+    hold every internal posgen uses with it (:func:`posgen.compat.require`). ``kwargs``:
+    ``hf``'s model arguments (``trust_remote_code``, ``max_length``)."""
     if isinstance(pretrained, str):
         pretrained = resolve_pretrained(pretrained)
         check_layers_in_config(pretrained, perturbation, kwargs)
-        check_family_in_config(pretrained, perturbation, kwargs)
+        with_length = dataclasses.replace(perturbation, length=length_scheme)
+        check_family_in_config(pretrained, with_length, kwargs)  # length= included
+    check_max_length(pretrained, kwargs)
     length_scheme = resolve_length(pretrained, length_scheme, kwargs)  # infllm: from C
     require_compatible(pretrained, kwargs)  # posgen.compat, before weights load
     return pretrained, length_scheme
@@ -102,6 +141,18 @@ def checked_on_model(
     if new.is_set:
         check_on_model(new, model, backend, layer_count(model))
     return new
+
+
+def hold_max_length(lm: Any) -> None:
+    """HFLM reads a model's length from ``n_positions``, ``max_position_embeddings`` or
+    ``n_ctx``, else its tokenizer's, else 2048: where the model's positions end sooner
+    under another field (MPT's ``max_seq_len``,
+    :func:`posgen.harness.position_family.length_limit`), its ``max_length`` is held to
+    them, so its rolling windows and truncated contexts fit (a ``max_length=`` past them
+    was refused before load, :func:`checked_before_load`)."""
+    limit = length_limit(lm.model.config)
+    if limit is not None and lm.max_length > limit[1]:
+        lm._max_length = limit[1]  # HFLM's max_length= (compat.LM_EVAL_ATTRIBUTES)
 
 
 def _refuse_layers_beside_length(

@@ -45,7 +45,7 @@ def parse_spec(kind: str, value: str | Perturbation | None) -> Perturbation | No
 ARGUMENT_FORMS = {
     "positions": "a position scheme (e.g. swap:0.05)",
     "features": "a feature scheme (e.g. rope_noise:0.5)",
-    "perturb_seed": "an integer seed",
+    "perturb_seed": "an integer seed in [0, 2**32)",
     "length": "a length scheme (e.g. lambda:4:64, yarn:2)",
     "layers": "a layer (12), a range (0-5) or ';'-separated ones (3;7;11)",
     "heads": "a query head (2), a range (0-3) or ';'-separated ones (0;5)",
@@ -62,6 +62,27 @@ def refuse_empty(given: Mapping[str, Any]) -> None:
             raise PerturbationError(
                 f"{name}= is empty: give {ARGUMENT_FORMS[name]}, or leave {name}= out"
             )
+
+
+SEED_LIMIT = 2**32  # perturb_seed < 2**32, as posgen run's --seed (which it is set from)
+
+
+def _seed_problem(seed: Any) -> str:
+    """What is wrong with ``perturb_seed`` ('' when it is an integer in [0, 2**32): lm-eval
+    hands ``perturb_seed=-1.0`` over as the float -1.0)."""
+    if isinstance(seed, bool):
+        return "a boolean"
+    text = str(seed).strip()
+    if text.isdigit():
+        return "" if int(text) < SEED_LIMIT else "2**32 or more"
+    try:
+        number = float(text)
+    except ValueError:
+        return "not a number"
+    wrong = ["negative"] if number < 0 else []
+    if not (isinstance(seed, int) or text.lstrip("-").isdigit()):
+        wrong.append("not written as an integer")
+    return " and ".join(wrong)
 
 
 @dataclass(frozen=True)
@@ -88,8 +109,12 @@ class ModelPerturbation:
         logits: str | LogitForm | None = None,
     ) -> ModelPerturbation:
         seed = DEFAULT_SEED if seed is None else seed
-        if isinstance(seed, bool) or not str(seed).lstrip("-").isdigit():
-            raise PerturbationError(f"perturb_seed must be an int, got {seed!r}")
+        problem = _seed_problem(seed)
+        if problem:
+            raise PerturbationError(
+                "perturb_seed must be an integer in [0, 2**32) written in digits (e.g. "
+                f"perturb_seed=7); {seed!r} is {problem}"
+            )
         new = cls(
             parse_spec("position", positions),
             parse_spec("feature", features),  # type: ignore[arg-type]

@@ -5,7 +5,9 @@ config's trained context, :func:`resolve_length`); a rope-scaling scheme
 (``dynamic:F``, ``yarn:F``) becomes ``from_pretrained`` kwargs built from the config
 (:func:`length_load_kwargs`), and ``layers=``/``heads=`` past the model's last layer or
 head are refused from the config alone (:func:`check_layers_in_config`), as is what the
-model's position family cannot take (:func:`check_family_in_config`), and the installed
+model's position family cannot take (:func:`check_family_in_config`), as is a
+``max_length=`` past the positions one forward of the model takes
+(:func:`check_max_length`), and the installed
 libraries are checked for what posgen uses with this model (:func:`require_compatible`).
 """
 
@@ -18,7 +20,7 @@ from posgen.harness.hf_posgen.layer_selection import check_heads, check_layers
 from posgen.harness.hf_posgen.length_attention import config_refusal
 from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
 from posgen.harness.model_family import family_of, family_of_type
-from posgen.harness.position_family import check_schemes
+from posgen.harness.position_family import check_schemes, length_limit
 from posgen.perturbations.base import PerturbationError
 from posgen.perturbations.length import LengthInfLLM, LengthPerturbation, parse_length
 
@@ -99,8 +101,9 @@ def length_load_kwargs(
 def check_family_in_config(pretrained: str, p: ModelPerturbation, given: dict[str, Any]) -> None:
     """Refuse what the model's position family cannot take
     (:func:`posgen.harness.position_family.check_schemes`: ``layers=`` on learned absolute
-    positions, any scheme on a model without positions, ...) from the config alone, before
-    weights load."""
+    positions, a length scheme past a learned table or other than ``none`` on ALiBi, any
+    other scheme on a model without positions, ...) from the config alone, before weights
+    load."""
     if not p.is_set:
         return
     from types import SimpleNamespace
@@ -108,6 +111,27 @@ def check_family_in_config(pretrained: str, p: ModelPerturbation, given: dict[st
     specs = (("positions", p.positions), ("features", p.features))
     what = " and ".join(f"{k}={v.to_string()}" for k, v in specs if v is not None)
     check_schemes(SimpleNamespace(config=_config(pretrained, given)), p, what)
+
+
+def check_max_length(pretrained: Any, given: dict[str, Any]) -> None:
+    """Refuse ``max_length=`` (``hf``'s) past the positions one forward of the model takes
+    (a learned table's rows, MPT's ``max_seq_len``:
+    :func:`posgen.harness.position_family.length_limit`), from the config alone, before
+    weights load."""
+    asked = given.get("max_length")
+    if asked is None:
+        return
+    if isinstance(pretrained, str):
+        config = _config(pretrained, given)
+    else:
+        config = getattr(pretrained, "config", None)
+    limit = None if config is None else length_limit(config)
+    if limit is not None and int(asked) > limit[1]:
+        field, most = limit
+        raise PerturbationError(
+            f"max_length={asked}: the model's config sets {field} = {most}, the most "
+            f"positions one forward of it takes; give max_length <= {most} or leave it out"
+        )
 
 
 def require_compatible(pretrained: Any, given: dict[str, Any]) -> None:

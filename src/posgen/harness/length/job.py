@@ -105,13 +105,23 @@ def length_config(
     **settings: Any,
 ) -> LengthConfig:
     """The config of a run of ``entry`` with trained context ``c``: max length
-    ``max_length`` or ``round(factor · C)`` (F = 2), ``schemes`` with ``C`` resolved (default
+    ``max_length`` or ``round(factor · C)`` (F = 2), refused unless it passes C (the run
+    measures past C), ``schemes`` with ``C`` resolved (default
     ``none;lambda:4,C;scale:F;yarn:F``), buckets of ``bucket_width`` (default C/8);
     in-distribution windows of stride ``window_stride`` (default :data:`WINDOW_DIVISOR`:
     S = C/2) when max length > C; ``settings`` are the other :class:`LengthConfig` fields
     (positions, seed, chunk, block_size, threshold, decompose)."""
     factor = DEFAULT_FACTOR if factor is None else factor
+    given = f"--max-length {max_length}" if max_length is not None else f"--factor {factor:g}"
     max_length = max_length if max_length is not None else round(factor * c)
+    if max_length <= c:
+        default = round(DEFAULT_FACTOR * c)
+        raise InputError(
+            f"{given}: a max length of {max_length} tokens does not pass the trained context "
+            f"C = {c}, and posgen length measures past C; give --max-length > {c} (or "
+            f"--factor > 1; the default F = {DEFAULT_FACTOR:g} runs to {default}), or "
+            f"--trained-context below {max_length}"
+        )
     f_text = f"{max_length / c:g}"
     text = schemes or f"none;lambda:4,C;scale:{f_text};yarn:{f_text}"
     if window_stride is None and max_length > c:
@@ -191,13 +201,24 @@ def run_job(
     skipped, temporary files of a killed run removed)."""
 
     config, token_ids = select_documents(job, note)
-    with LengthFolder.create(job.out or config.default_folder(), config, note=note) as folder:
+    with LengthFolder.create(job.out or default_folder(config), config, note=note) as folder:
         try:
             run_documents(folder.root, config, job.entry, job.device, token_ids, progress)
         except ValueError as exc:
             raise InputError(str(exc)) from None
         paths = regenerate_length(folder)
     return LengthOutcome(folder.root, paths["md"].read_text(encoding="utf-8"))
+
+
+def default_folder(config: LengthConfig) -> Path:
+    """The run's default folder; where it does not exist but the one an earlier release
+    named after the model's legacy revision does, that one (resumed there with a note,
+    :mod:`posgen.results.folder.model_identity`)."""
+    folder, entry = config.default_folder(), config.model_entry
+    if folder.exists() or entry is None or entry.legacy_revision is None:
+        return folder
+    legacy = replace(config, model_entry=replace(entry, revision=entry.legacy_revision))
+    return legacy.default_folder() if legacy.default_folder().exists() else folder
 
 
 def jobs_for_run(

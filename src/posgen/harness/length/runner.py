@@ -6,7 +6,8 @@ Layout (every file written atomically)::
     RUN/
       config.json                       the LengthConfig + its SHA-256
                                         (posgen.results.folder.length_config)
-      docs/<scheme>/<document>.json     one finished (scheme, document): bucket NLL sums
+      docs/<scheme>/<document>.json     one finished (scheme, document) (<scheme>:
+                                        length_config.scheme_folder): bucket NLL sums
                                         and counts, drift sums, seconds and what they
                                         cover (seconds_cover; prefix_tokens,
                                         prefix_seconds, prefix_shared_by where it

@@ -14,6 +14,7 @@ map) plus a device, built and loaded here. The API::
     loaded = load_model(entries[0], device, length=scheme)   # LoadedModel(model, tokenizer, record)
     tokenizer = load_tokenizer(entries[0])                    # no weights
     config = load_config(entries[0])                          # no weights
+    position_limit(entries[0])             # (config field, value) bounding one forward, or None
     require_compatible(entries)            # compat.check() for these models, before any work
     hflm_kwargs(entry, device)             # the same entry as lm-eval's hf model arguments
 
@@ -33,10 +34,12 @@ from posgen.harness.loading.entries import has_rotary_embedding, model_entries, 
 from posgen.harness.loading.load import (
     LoadedModel,
     default_device,
+    held_to_limit,
     hflm_kwargs,
     load_config,
     load_model,
     load_tokenizer,
+    position_limit,
     random_init_twin,
     require_compatible,
 )
@@ -57,11 +60,13 @@ __all__ = [
     "check_device_map",
     "default_device",
     "has_rotary_embedding",
+    "held_to_limit",
     "hflm_kwargs",
     "load_config",
     "load_model",
     "load_tokenizer",
     "model_entries",
+    "position_limit",
     "random_init_twin",
     "require_compatible",
     "require_rope",

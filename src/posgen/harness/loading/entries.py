@@ -2,21 +2,22 @@
 once for every command, without loading anything.
 
 A name is ``embedded`` (the model shipped with posgen), a local Hugging Face folder (its
-revision: a fingerprint of config.json and the weight files' names and sizes) or a hub
-id (its revision: the resolved commit, :mod:`posgen.harness.loading.hub`). ``--revision``
+revision: the content of its weights, config and tokenizer files,
+:mod:`posgen.harness.loading.identity`) or a hub id (its revision: the resolved commit,
+:mod:`posgen.harness.loading.hub`). ``--revision``
 picks a hub model's branch, tag or commit; given with a local folder or the embedded
 model it is refused, not ignored.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import replace
 from pathlib import Path
 
 from posgen.harness import embedded  # looked up at call time (tests replace it)
 from posgen.harness.loading.hub import HubModelError, resolve_commit
+from posgen.harness.loading.identity import content_revision, legacy_revision
 from posgen.harness.loading.options import HUB_ID, LoadError, LoadOptions
 from posgen.harness.position_family import family_of_folder
 from posgen.results.folder.config import ModelEntry
@@ -46,6 +47,8 @@ def model_entries(
                     label=f"{entry.label}+random-init",
                     random_init=True,
                     revision=f"{entry.revision}+random-init(seed={seed})",
+                    legacy_revision=entry.legacy_revision
+                    and f"{entry.legacy_revision}+random-init(seed={seed})",
                 )
             )
     labels = [e.label for e in out]
@@ -87,7 +90,14 @@ def _entry(name: str, label: str, revision: str | None) -> ModelEntry:
                 f"--revision {revision}: {name} is a local folder, which has no revisions "
                 "(--revision picks a hub model's branch, tag or commit); drop --revision"
             )
-        entry = ModelEntry(label, path, False, _fingerprint(Path(path)))
+        folder = Path(path)
+        entry = ModelEntry(
+            label,
+            path,
+            False,
+            content_revision(folder),
+            legacy_revision=legacy_revision(folder),
+        )
     else:
         entry = ModelEntry(label, path, False, _hub_commit(name, revision))
     positions = position_kind(path)
@@ -156,15 +166,6 @@ def _check_model_config(path: Path) -> None:
             f"{path} has no model_type, so transformers cannot tell which architecture to "
             'build; add it (e.g. "model_type": "llama") or re-download the model'
         )
-
-
-def _fingerprint(path: Path) -> str:
-    """A local folder's revision: SHA-256 of config.json and the weight files' names and
-    sizes (12 hex)."""
-    h = hashlib.sha256((path / "config.json").read_bytes())
-    for f in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin")):
-        h.update(f"{f.name}:{f.stat().st_size}".encode())
-    return f"local:{h.hexdigest()[:12]}"
 
 
 def _hub_commit(name: str, revision: str | None) -> str:

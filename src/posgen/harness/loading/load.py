@@ -13,6 +13,7 @@ from posgen.compat import CompatError, require
 from posgen.harness import embedded  # looked up at call time (tests replace it)
 from posgen.harness.loading.options import LoadError
 from posgen.harness.model_family import family_of_type
+from posgen.harness.position_family import length_limit
 from posgen.perturbations.seeding import item_rng
 from posgen.results.folder.config import ModelEntry, decode_device_map
 
@@ -115,6 +116,30 @@ def load_config(entry: ModelEntry, **overrides: Any) -> Any:
     return AutoConfig.from_pretrained(
         embedded.resolve_pretrained(entry.path), **_hub_kwargs(entry), **overrides
     )
+
+
+def position_limit(entry: ModelEntry) -> tuple[str, int] | None:
+    """(config field, value): the most tokens one forward of the entry's model takes,
+    where its position code bounds them (a learned table's rows, the keys of an ALiBi
+    bias built once: :func:`posgen.harness.position_family.length_limit`); None where any
+    length runs. Reads the config, no weights."""
+    return length_limit(load_config(entry))
+
+
+def held_to_limit(
+    model: str, limit: tuple[str, int] | None, flag: str, given: int | None, default: int
+) -> tuple[int, str | None]:
+    """The tokens per window of ``flag`` for ``model`` (its path) with ``limit``, its
+    :func:`position_limit`: ``given``, refused past the limit; else ``default`` held to
+    it, with a note that says so (None when the default fits)."""
+    value = default if given is None else given
+    if limit is None or value <= limit[1]:
+        return value, None
+    field, most = limit
+    why = f"{model}'s config sets {field} = {most}, the most positions one forward of it takes"
+    if given is not None:
+        raise LoadError(f"{flag} {given}: {why}; pass {flag} {most} or less")
+    return most, f"{flag} {most}, not the default {default}: {why}"
 
 
 def require_compatible(entries: Iterable[ModelEntry]) -> None:

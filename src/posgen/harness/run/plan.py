@@ -13,11 +13,13 @@ import importlib.metadata
 import math
 import re
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from posgen import __version__
 from posgen.harness.loading.entries import model_entries
+from posgen.harness.loading.load import position_limit
 from posgen.harness.loading.options import LoadOptions
 from posgen.harness.run.options import (
     PlanError,
@@ -227,6 +229,25 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
         include_path=include_path,
         **prompt_options(args),
     )
+
+
+def hold_decomposition(config: RunConfig) -> tuple[RunConfig, list[str]]:
+    """``config`` with its probe windows held to the fewest positions one forward of a
+    model it fits takes (a learned table's rows, MPT's ``max_seq_len``: each model's
+    config read, no weights), so that every model is fitted on the same windows, and a
+    note naming the model that holds them (none when the preset's windows fit)."""
+    spec = config.decompose
+    fitted = [m for m in config.models if m.model_side and not m.random_init]
+    limits = [(limit[1], limit[0], m.label) for m in fitted if (limit := position_limit(m))]
+    if not spec.docs or not limits or min(limits)[0] >= spec.tokens:
+        return config, []
+    most, field, label = min(limits)
+    note = (
+        f"the decomposition fits {spec.docs} probe windows of {most} tokens, not "
+        f"{spec.tokens}: {label}'s config sets {field} = {most}, the most positions one "
+        "forward of it takes (every model is fitted on the same windows)"
+    )
+    return replace(config, decompose=replace(spec, tokens=most)), [note]
 
 
 def _checked_numbers(args: argparse.Namespace) -> int | str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
@@ -23,7 +23,12 @@ class ModelEntry:
     """One model of a run: how to load it and how to name it.
 
     ``label`` names it in folders, tables and printed output; ``path`` is what loads it (a
-    local folder, a hub id or ``embedded``); ``revision`` pins the weights that were read.
+    local folder, a hub id or ``embedded``); ``revision`` pins the weights that were read
+    (a local folder's: ``local-content:<16 hex>`` of its files' content). A local folder's
+    ``legacy_revision`` is the revision earlier releases recorded for it (``local:<12
+    hex>``: config.json and the weight files' names and sizes), never stored and never
+    compared: what lets a folder written by them resume
+    (:mod:`posgen.results.folder.model_identity`).
     """
 
     label: str
@@ -42,12 +47,13 @@ class ModelEntry:
     # alibi, none, or unadapted (an ALiBi attention whose logits the commands do not fit:
     # a family registered with a logits_refusal; hf-posgen moves its positions)
     positions: str = "rotary"
+    legacy_revision: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def model_side(self) -> bool:
         """Whether posgen can move this model's positions: its position and feature cells
-        and the attention-logit decomposition apply (RoPE, learned absolute, BLOOM and MPT
-        ALiBi)."""
+        and the attention-logit decomposition apply (RoPE, learned absolute, BLOOM, MPT and
+        Falcon ALiBi)."""
         if self.positions == "rotary":
             return self.rope
         return self.positions in ("absolute", "alibi")

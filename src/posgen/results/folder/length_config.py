@@ -27,6 +27,8 @@ import numpy as np
 
 from posgen.perturbations.length import LengthPerturbation, parse_length
 from posgen.results.folder.config import ModelEntry
+from posgen.results.folder.folder_kind import folder_refusal
+from posgen.results.folder.model_identity import legacy_resume, show
 from posgen.results.folder.protocol import CommandFolder
 from posgen.results.folder.schema import SchemaError, config_hash
 from posgen.results.folder.store import (
@@ -34,6 +36,7 @@ from posgen.results.folder.store import (
     atomic_write_json,
     describe_diff,
     read_json,
+    slug,
 )
 
 LENGTH_SCHEMA = 1
@@ -163,6 +166,18 @@ def reference_buckets(width: int, n_buckets: int, trained_context: int) -> np.nd
     return inside
 
 
+def scheme_folder(parent: Path, scheme: str) -> Path:
+    """The folder of one scheme's records under ``parent`` (a length folder's ``docs/`` or
+    ``decompose/``): the scheme's :func:`slug` with its name kept
+    (``infllm_n_init_128_n_local_4096_…-<hash>``). Earlier releases kept the tail of a
+    scheme longer than 48 characters (``_size_128_topk_16_…-<hash>``, the same hash):
+    where such a folder exists and the new one does not, it is the scheme's folder, so
+    their runs resume and re-report in place."""
+    named = Path(parent) / slug(scheme, front=True)
+    earlier = Path(parent) / slug(scheme)
+    return earlier if earlier.is_dir() and not named.is_dir() else named
+
+
 def read_length_config(folder: Path | str) -> LengthConfig:
     """The config of a length run folder; an unreadable one is a :class:`SchemaError`."""
     return LengthFolder.open(folder).config
@@ -179,15 +194,12 @@ class LengthFolder(CommandFolder):
     config: LengthConfig
 
     @classmethod
-    def is_own(cls, root: Path) -> bool:
-        return (Path(root) / CONFIG_FILE).is_file()
-
-    @classmethod
     def open(cls, root: Path | str) -> LengthFolder:
         path = Path(root) / CONFIG_FILE
+        refusal = folder_refusal(root, cls.command)
+        if refusal is not None:  # none there, or not a length folder: say what it is
+            raise SchemaError(refusal)
         data = read_json(path, "length run config")
-        if "schema" not in data or "config_sha256" not in data:
-            raise RunConflictError(f"{path} is not a posgen length run's config")
         try:
             return cls(Path(root), LengthConfig.from_dict(data["config"]))
         except (KeyError, TypeError, ValueError) as e:
@@ -200,15 +212,19 @@ class LengthFolder(CommandFolder):
         records it; another window stride is refused: its window records would not
         match)."""
         root = Path(root)
+        old = read_json(root / CONFIG_FILE, "length run config") if cls.is_own(root) else None
+        if old is None:
+            cls.check_not_foreign(root)
+        else:
+            config, note = legacy_resume(config, _stored_config(root), root)
         record = {"schema": LENGTH_SCHEMA, "config": config.to_dict()}
         record["config_sha256"] = config_hash(record["config"])
-        if cls.is_own(root):
-            old = read_json(root / CONFIG_FILE, "length run config")
+        if old is not None:
+            if old.get("config_sha256") != record["config_sha256"]:
+                _check_resumable(root, old, config)
+            show(note)
             if old.get("config_sha256") == record["config_sha256"]:
                 return cls(root, config)
-            _check_resumable(root, old, config)
-        else:
-            cls.check_not_foreign(root)
         atomic_write_json(root / CONFIG_FILE, record)  # new, or with --decompose added
         return cls(root, config)
 
@@ -217,6 +233,14 @@ class LengthFolder(CommandFolder):
 
     def has_results(self) -> bool:
         return any((self.root / "docs").rglob("*.json"))
+
+
+def _stored_config(root: Path) -> LengthConfig | None:
+    """The folder's config, typed; None where it cannot be read (then compared as JSON)."""
+    try:
+        return LengthFolder.open(root).config
+    except (SchemaError, RunConflictError):
+        return None
 
 
 def _check_resumable(root: Path, old: dict[str, Any], config: LengthConfig) -> None:

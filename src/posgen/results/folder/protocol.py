@@ -12,15 +12,19 @@ one folder, and each does it the same way::
 refuses a non-empty folder of something else before putting anything into it, takes the
 folder's lock (:class:`~posgen.results.folder.lock.RunLock`: one writer, a second one is
 refused at once), then starts the run or resumes it (:meth:`CommandFolder.start`: the
-same settings resume, other settings are refused naming each one that differs). A folder
+same settings resume, other settings are refused naming each one that differs; a folder
+written before a local model was identified by content resumes with a note,
+:mod:`~posgen.results.folder.model_identity`). A folder
 that ``create`` made is removed again when the run fails before any cell finished, so a
 failed first run leaves nothing behind. :meth:`CommandFolder.open` reads a folder back
 with its settings typed (:attr:`CommandFolder.config`).
 
 A command's folder is a subclass naming its ``settings`` file, ``kind``, ``schema``,
 ``command`` and how its config is stored (``config_dict`` / ``read_config``); one whose
-settings file predates the protocol overrides :meth:`start`, :meth:`open` and
-:meth:`is_own` (``posgen run``'s and ``posgen length``'s ``config.json``).
+settings file predates the protocol overrides :meth:`start` and :meth:`open` (``posgen
+run``'s and ``posgen length``'s ``config.json``). What a folder is, is told from its
+settings file (:mod:`posgen.results.folder.folder_kind`): an ``--out`` holding anything
+else (another command's folder, a model folder) is refused naming what it holds.
 """
 
 from __future__ import annotations
@@ -34,7 +38,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from posgen.results.folder.folder_kind import folder_refusal, tell_folder
 from posgen.results.folder.lock import RunLock
+from posgen.results.folder.model_identity import legacy_resume, show
 from posgen.results.folder.schema import SchemaError
 from posgen.results.folder.store import (
     RunConflictError,
@@ -77,11 +83,6 @@ def check_writable(path: Path | str, flag: str = "--out") -> Path:
     return path
 
 
-def has_visible_files(root: Path) -> bool:
-    """True when ``root`` holds anything but dot files (the lock, interrupted writes)."""
-    return root.is_dir() and any(not p.name.startswith(".") for p in root.iterdir())
-
-
 class CommandFolder:
     """A command's folder: settings file, one file per finished cell, outputs.
 
@@ -111,16 +112,20 @@ class CommandFolder:
 
     @classmethod
     def is_own(cls, root: Path) -> bool:
-        """True when ``root`` holds this command's settings file."""
-        return (root / cls.settings).is_file()
+        """True when ``root`` holds this command's settings file
+        (:func:`~posgen.results.folder.folder_kind.tell_folder`)."""
+        found = tell_folder(root)
+        return found is not None and found.command == cls.command
 
     @classmethod
     def check_not_foreign(cls, root: Path) -> None:
-        """Refuse a non-empty folder that is not this command's (before any file goes in)."""
-        if not cls.is_own(root) and has_visible_files(root):
+        """Refuse a non-empty folder that is not this command's, saying what it is
+        (another command's folder, a model folder, ...), before any file goes in."""
+        found = tell_folder(root)
+        if found is not None and found.command != cls.command:
             raise RunConflictError(
-                f"{root} exists, is not empty and is not a posgen {cls.command} folder "
-                f"(no {cls.settings}); choose another --out"
+                f"{root} exists, is not empty and is not a posgen {cls.command} folder: "
+                f"it is {found.what}; choose another --out"
             )
 
     @classmethod
@@ -128,9 +133,10 @@ class CommandFolder:
         """Start a run with ``config``, or resume the one the folder holds when its settings
         are the same; refuse other settings (naming each one that differs)."""
         root = Path(root)
-        new = json.loads(json.dumps(cls.config_dict(config), sort_keys=True))
         if cls.is_own(root):
             old = cls.open(root)
+            config, note = legacy_resume(config, old.config, root)
+            new = json.loads(json.dumps(cls.config_dict(config), sort_keys=True))
             stored = json.loads(json.dumps(cls.config_dict(old.config), sort_keys=True))
             if stored != new:
                 raise RunConflictError(
@@ -138,7 +144,9 @@ class CommandFolder:
                     f"({describe_diff(stored, new)}); nothing was overwritten: use another "
                     "--out, or the same settings to resume"
                 )
+            show(note)
             return old
+        new = json.loads(json.dumps(cls.config_dict(config), sort_keys=True))
         cls.check_not_foreign(root)
         atomic_write_json(
             root / cls.settings, {"kind": cls.kind, "schema": cls.schema, "config": new}
@@ -147,13 +155,18 @@ class CommandFolder:
 
     @classmethod
     def open(cls: type[F], root: Path | str) -> F:
-        """The folder at ``root`` with its settings typed; :class:`RunConflictError` when
-        it is another command's, :class:`SchemaError` when its settings cannot be read."""
+        """The folder at ``root`` with its settings typed; :class:`SchemaError` when it is
+        not this command's folder (saying what it is) or its settings cannot be read."""
         root = Path(root)
+        refusal = folder_refusal(root, cls.command)
+        if refusal is not None:
+            raise SchemaError(refusal)
         data = read_json(root / cls.settings, f"{cls.command} run settings")
-        if data.get("kind") != cls.kind or data.get("schema") != cls.schema:
-            raise RunConflictError(
-                f"{root / cls.settings} is not a posgen {cls.command} run (schema {cls.schema})"
+        if data.get("schema") != cls.schema:
+            raise SchemaError(
+                f"{root / cls.settings} has schema {data.get('schema')!r}, but this posgen "
+                f"reads schema {cls.schema} of a {cls.command} folder; rerun posgen "
+                f"{cls.command} with this posgen into a new --out"
             )
         try:
             config = cls.read_config(data["config"])
@@ -182,7 +195,12 @@ class CommandFolder:
                 note(f"removed {len(lock.removed)} temporary file(s) left by an interrupted run")
             folder = None
             try:
-                folder = cls.start(root, config)
+                try:
+                    folder = cls.start(root, config)
+                except SchemaError as e:  # its settings cannot be read: not resumed
+                    raise RunConflictError(
+                        f"{e} (nothing was overwritten; choose another --out)"
+                    ) from None
                 yield folder
             except BaseException:
                 if lock.created and (folder is None or not folder.has_results()):

@@ -40,6 +40,8 @@ from typing import Any
 
 from posgen.atomic import atomic_write_folder, atomic_write_text
 from posgen.results.folder.config import RunConfig
+from posgen.results.folder.folder_kind import folder_refusal
+from posgen.results.folder.model_identity import legacy_resume, show
 from posgen.results.folder.protocol import CommandFolder
 from posgen.results.folder.schema import (
     SCHEMA_VERSION,
@@ -60,21 +62,6 @@ from posgen.results.folder.store import (
 )
 
 CONFIG_FILE = "config.json"
-
-
-def check_run_folder(root: Path) -> None:
-    """Refuse an ``--out`` that is a file, or a non-empty folder that is not a run folder
-    (dot files, the run lock and interrupted writes, do not count)."""
-    root = Path(root)
-    if root.exists() and not root.is_dir():
-        raise RunConflictError(f"{root} is a file, not a folder; choose another --out folder")
-    if (root / CONFIG_FILE).exists() or not root.exists():
-        return
-    if any(not p.name.startswith(".") for p in root.iterdir()):
-        raise RunConflictError(
-            f"{root} exists, is not empty and is not a posgen run "
-            "folder (no config.json); choose another --out folder"
-        )
 
 
 class RunStore(CommandFolder):
@@ -99,25 +86,21 @@ class RunStore(CommandFolder):
     command = "run"
 
     @classmethod
-    def is_own(cls, root: Path) -> bool:
-        return (Path(root) / CONFIG_FILE).exists()
-
-    @classmethod
-    def check_not_foreign(cls, root: Path) -> None:
-        check_run_folder(root)
-
-    @classmethod
     def start(cls, root: Path | str, run_config: RunConfig | Mapping[str, Any]) -> RunStore:
         """Start or resume a run with ``run_config`` (stored as ``to_dict()``; a plain
         mapping is stored as given); refuse a folder holding another config."""
         root = Path(root)
+        path = root / CONFIG_FILE
+        old = cls.open(root) if cls.is_own(root) else None
+        note = None
+        if old is not None and isinstance(run_config, RunConfig) and old.has_results():
+            run_config, note = legacy_resume(run_config, old.run_config, root)
         plain = run_config.to_dict() if isinstance(run_config, RunConfig) else dict(run_config)
         config = json.loads(canonical_json(plain))
         digest = config_hash(config)
-        path = root / CONFIG_FILE
-        if path.exists():
-            old = cls.open(root)
+        if old is not None:
             if old.config_hash == digest:
+                show(note)
                 return old
             if old.has_results():
                 raise RunConflictError(
@@ -127,7 +110,7 @@ class RunStore(CommandFolder):
                 )
             # a run that stopped before finishing anything (e.g. its model failed to load)
         else:
-            check_run_folder(root)
+            cls.check_not_foreign(root)
         atomic_write_json(
             path, {"schema_version": SCHEMA_VERSION, "config_hash": digest, "config": config}
         )
@@ -137,8 +120,9 @@ class RunStore(CommandFolder):
     def open(cls, root: Path | str) -> RunStore:
         """Open an existing run folder (checks its schema version)."""
         root = Path(root)
-        if not root.is_dir():
-            raise SchemaError(f"run folder not found: {root}")
+        refusal = folder_refusal(root, cls.command)
+        if refusal is not None:  # none there, or not a run folder: say what it is
+            raise SchemaError(refusal)
         data = read_json(root / CONFIG_FILE, "run config")
         check_version(data.get("schema_version"), str(root / CONFIG_FILE))
         config = data.get("config")

@@ -38,9 +38,13 @@ def json_default(obj: Any) -> Any:
     return handle_non_serializable(obj)
 
 
-def slug(text: str) -> str:
-    """A file-name-safe, collision-free name: readable prefix + 8 hex of SHA-256."""
-    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", text.strip("/")).strip("._")[-48:] or "x"
+def slug(text: str, *, front: bool = False) -> str:
+    """A file-name-safe, collision-free name of at most 57 characters: a readable part of
+    ``text`` + ``-`` + 8 hex of its SHA-256. The readable part is the last 48 safe
+    characters (a label's or a path's tail names it), with ``front`` the first 48 (a
+    scheme's name leads: ``infllm_n_init_128_n_local_4096_…``)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", text.strip("/")).strip("._")
+    readable = (safe[:48] if front else safe[-48:]) or "x"
     return f"{readable}-{hashlib.sha256(text.encode('utf-8')).hexdigest()[:8]}"
 
 
@@ -112,14 +116,21 @@ def check_cell_record(data: Mapping[str, Any], path: Path) -> None:
 
 
 def describe_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
-    """``setting: old -> new`` for every leaf setting that differs (dotted paths)."""
+    """``setting: old -> new`` for every leaf setting that differs (dotted paths), the
+    first :data:`SHOWN` in full and the others named. Nothing is cut: a value whose
+    ``old -> new`` is longer than :data:`LONG` characters shows what differs in it (a
+    list: the items changed, removed or added; a string: the span that differs)."""
     diffs = _leaf_diffs(old, new, "")
-    parts = [f"{k}: {a!r} -> {b!r}" for k, a, b in diffs[:4]]
-    more = f", and {len(diffs) - 4} more" if len(diffs) > 4 else ""
-    return "; ".join(_shorten(p) for p in parts) + more
+    parts = [_change(k, a, b) for k, a, b in diffs[:SHOWN]]
+    rest = [k for k, _, _ in diffs[SHOWN:]]
+    more = f"; and {len(rest)} more: {', '.join(rest)}" if rest else ""
+    return "; ".join(parts) + more
 
 
 _ABSENT = "(absent)"
+SHOWN = 4  # differing settings shown with their values
+LONG = 120  # characters of ``setting: old -> new`` past which only what differs is shown
+CONTEXT = 20  # characters kept either side of the span where two long strings differ
 
 
 def _leaf_diffs(old: Any, new: Any, where: str) -> list[tuple[str, Any, Any]]:
@@ -136,8 +147,48 @@ def _leaf_diffs(old: Any, new: Any, where: str) -> list[tuple[str, Any, Any]]:
     return [] if old == new else [(where, old, new)]
 
 
-def _shorten(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _change(key: str, old: Any, new: Any) -> str:
+    """``key: old -> new``, or for a long pair what differs in it."""
+    text = f"{key}: {old!r} -> {new!r}"
+    if len(text) <= LONG:
+        return text
+    if isinstance(old, list) and isinstance(new, list):
+        return _list_change(key, old, new) or text
+    if isinstance(old, str) and isinstance(new, str):
+        return f"{key}: {_string_change(old, new)}"
+    return text  # another pair of types: whole
+
+
+def _list_change(key: str, old: list, new: list) -> str | None:
+    """The items that differ: by index in lists of one length, else those removed and
+    added (None when neither says it: the same items, counted otherwise)."""
+    if len(old) == len(new):
+        pairs = [(i, a, b) for i, (a, b) in enumerate(zip(old, new, strict=True)) if a != b]
+        return "; ".join(_change(f"{key}[{i}]", a, b) for i, a, b in pairs)
+    removed = [x for x in old if x not in new]
+    added = [x for x in new if x not in old]
+    if not (removed or added):
+        return None
+    said = [f"removed {removed!r}"] * bool(removed) + [f"added {added!r}"] * bool(added)
+    return f"{key}: {len(old)} -> {len(new)} items, " + " and ".join(said)
+
+
+def _string_change(old: str, new: str) -> str:
+    """Where two strings differ: from the first differing character to the last, with
+    :data:`CONTEXT` characters either side (``...`` where the rest is the same)."""
+    start = next(
+        (i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b),
+        min(len(old), len(new)),
+    )
+    tail = 0
+    while tail < min(len(old), len(new)) - start and old[-1 - tail] == new[-1 - tail]:
+        tail += 1
+
+    def excerpt(text: str) -> str:
+        lo, hi = max(0, start - CONTEXT), min(len(text), len(text) - tail + CONTEXT)
+        return f"{'...' * (lo > 0)}{text[lo:hi]!r}{'...' * (hi < len(text))}"
+
+    return f"from character {start}: {excerpt(old)} -> {excerpt(new)}"
 
 
 def iter_models(cells: Iterable[Mapping[str, Any]]) -> list[str]:

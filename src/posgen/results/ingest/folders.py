@@ -8,8 +8,11 @@ the run folder gets the same tables, scores and report as ``posgen run``'s.
 
 Refused with a message, before anything is written: a perturbed cell without its
 baseline (the same model and task unperturbed), perturbation seeds that differ, a cell
-given twice, a model recorded with two dtypes, documents that differ between a cell
-and its baseline, a task whose samples were not logged, and an ``hf-posgen`` output run
+given twice, a model whose cells were run with different settings that change what is
+scored (:mod:`posgen.results.ingest.scored_settings`: dtype, max_length, revision, the
+model's path and content, tokenizer and BOS, few-shot examples, chat template, system
+instruction, generation arguments, the task's definition, ...), documents that differ
+between a cell and its baseline, a task whose samples were not logged, and an ``hf-posgen`` output run
 with ``layers=``, ``heads=``, ``logits=`` or ``length=`` (no run folder cell holds them).
 """
 
@@ -35,6 +38,7 @@ from posgen.results.ingest.lm_eval_output import (
     results_files,
     text_side,
 )
+from posgen.results.ingest.scored_settings import check_scored_settings
 from posgen.results.report.build import regenerate
 from posgen.results.tables.metric_list import Aggregations
 from posgen.results.tables.tidy import cell_record, perdoc_rows
@@ -92,8 +96,10 @@ def cell_of(ev: EvaluatedTask) -> dict[str, Any]:
 
 def collect(dirs: list[Path]) -> list[tuple[str, dict[str, Any], EvaluatedTask]]:
     """(model label, cell, evaluated task) of every task in the folders, checked for
-    duplicates, mixed dtypes and mixed seeds; baseline seeds set to the common seed."""
-    items, seen, dtypes = [], {}, {}
+    duplicates, settings that change what is scored made different within a model
+    (:mod:`posgen.results.ingest.scored_settings`: dtype, max_length, few-shot, chat
+    template, ...) and mixed seeds; baseline seeds set to the common seed."""
+    items, seen = [], {}
     for path in results_files(dirs):
         for ev in evaluated_tasks(path):
             label, cell = model_label(ev), cell_of(ev)
@@ -104,15 +110,10 @@ def collect(dirs: list[Path]) -> list[tuple[str, dict[str, Any], EvaluatedTask]]
                     f"{seen[key]} and {path}; pass each cell once"
                 )
             seen[key] = path
-            dtype = model_dtype(ev)
-            if dtypes.setdefault(label, dtype) != dtype:
-                raise SchemaError(
-                    f"{label}: cells run in dtype {dtypes[label]} and in {dtype}; "
-                    "a model's cells must share one dtype"
-                )
             items.append((label, cell, ev))
     if not items:
         raise SchemaError("the lm-eval output holds no evaluated task")
+    check_scored_settings(items)
     seeds = {c["seed"] for _, c, _ in items if c["kind"] != "none"}
     if len(seeds) > 1:
         raise SchemaError(

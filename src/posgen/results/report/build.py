@@ -145,10 +145,12 @@ def models_blocks(cfg: RunConfig, scores: dict[str, Any]) -> list[Block]:
     """The models side by side (fit quality and tolerance), then the relation of the two
     across models."""
     blocks: list[Block] = [("h", 2, "Models side by side: fit quality and tolerance")]
+    probe = cfg.decompose
+    windows = f" on {probe.docs} probe windows of {probe.tokens} tokens" if probe.docs else ""
     blocks += [
         (
             "p",
-            "Fit quality: mean per-head r of the attention-logit decomposition "
+            f"Fit quality: mean per-head r of the attention-logit decomposition{windows} "
             "(3-axis: W[i,j] ≈ a[i-j] + b[i] + c[j]; 2-axis and distance+key forms "
             "beside). Tolerance and AUC on the first task's primary metric.",
         )

@@ -29,8 +29,9 @@ from typing import Any
 
 from posgen.atomic import atomic_write_bytes, atomic_write_text
 from posgen.results.folder.cause_config import CauseFolder
+from posgen.results.folder.folder_kind import folder_refusal
 from posgen.results.folder.layers_config import LayersFolder
-from posgen.results.folder.protocol import check_writable
+from posgen.results.folder.protocol import CommandFolder, check_writable
 from posgen.results.folder.store import RunConflictError, atomic_write_json
 from posgen.results.report.cause import cross_model_section
 from posgen.results.report.cause import render_markdown as cause_markdown
@@ -50,7 +51,7 @@ class CombineError(ValueError):
 
 def read_layers_profiles(runs: list[Path]) -> list[dict[str, Any]]:
     """The profile of every folder, labelled so no two panels share a title."""
-    profiles = read_finished(runs, LayersFolder.settings, "layers_scores.json", "posgen layers")
+    profiles = read_finished(runs, LayersFolder, "layers_scores.json")
     titles = [(p["model"], p["scheme"]) for p in profiles]
     for prof, run, title in zip(profiles, runs, titles, strict=True):
         if titles.count(title) > 1:  # same model and scheme: tell the panels apart
@@ -58,16 +59,18 @@ def read_layers_profiles(runs: list[Path]) -> list[dict[str, Any]]:
     return profiles
 
 
-def read_finished(runs: list[Path], settings: str, scores: str, command: str) -> list[dict]:
-    """The ``scores`` file of every folder of ``command`` (marked by its ``settings``
-    file), in the order given; each folder once, and finished."""
+def read_finished(runs: list[Path], folder: type[CommandFolder], scores: str) -> list[dict]:
+    """The ``scores`` file of every folder of ``folder``'s command (told from its settings
+    file: another is named), in the order given; each folder once, and finished."""
+    command = f"posgen {folder.command}"
     resolved = [Path(r).resolve() for r in runs]
     if len(set(resolved)) != len(resolved):
         raise CombineError("--combine: a folder is named twice")
     found = []
     for run in runs:
-        if not (Path(run) / settings).is_file():
-            raise CombineError(f"--combine {run}: not a {command} folder (no {settings})")
+        refusal = folder_refusal(run, folder.command)
+        if refusal is not None:
+            raise CombineError(f"--combine {refusal}")
         path = Path(run) / scores
         if not path.is_file():
             raise CombineError(
@@ -131,7 +134,7 @@ def combine_layers(runs: list[Path], out: Path) -> dict[str, Path]:
 
 def read_cause_profiles(runs: list[Path]) -> list[dict[str, Any]]:
     """The profile of every folder, in the order given."""
-    profiles = read_finished(runs, CauseFolder.settings, "cause_scores.json", "posgen cause")
+    profiles = read_finished(runs, CauseFolder, "cause_scores.json")
     for prof in profiles:  # JSON null reads back as NaN: no layers run is None
         prof["layers_run"] = prof["layers_run"] if isinstance(prof["layers_run"], dict) else None
     return profiles

@@ -16,11 +16,12 @@ from posgen.atomic import atomic_write, atomic_write_bytes, atomic_write_text
 from posgen.perturbations.length import parse_length
 from posgen.results.folder.cause_config import CauseFolder
 from posgen.results.folder.decompose_config import DecomposeFolder
+from posgen.results.folder.folder_kind import not_posgen, tell_folder
 from posgen.results.folder.layers_config import LayersFolder
 from posgen.results.folder.length_config import LengthFolder
 from posgen.results.folder.run_store import RunStore
 from posgen.results.folder.schema import SchemaError
-from posgen.results.folder.store import atomic_write_json, read_json
+from posgen.results.folder.store import atomic_write_json
 from posgen.results.report.build import regenerate as regenerate_run
 from posgen.results.report.cause import render_markdown as cause_markdown
 from posgen.results.report.cause_figure import cause_figure
@@ -153,25 +154,26 @@ def decompose_text(folder: DecomposeFolder) -> str:
     return "\n".join(lines)
 
 
-FOLDERS = (CauseFolder, LayersFolder, DecomposeFolder)  # each known by its settings file
+# each command's folder class, by the command its settings file names
+FOLDERS = {
+    "run": RunStore,
+    "length": LengthFolder,
+    "decompose": DecomposeFolder,
+    "layers": LayersFolder,
+    "cause": CauseFolder,
+}
 
 
 def open_folder(root: Path | str):
-    """The folder at ``root`` as its command's folder class (a run folder and a length
-    folder both keep a ``config.json``: told apart by its fields). A folder of no command
-    is a :class:`SchemaError`."""
-    root = Path(root)
-    for cls in FOLDERS:
-        if cls.is_own(root):
-            return cls.open(root)
-    if (root / "config.json").is_file():
-        data = read_json(root / "config.json", "posgen folder settings")
-        return LengthFolder.open(root) if "config_sha256" in data else RunStore.open(root)
-    raise SchemaError(
-        f"{root} is not a posgen folder (no config.json, "
-        + ", ".join(cls.settings for cls in FOLDERS)
-        + ")"
-    )
+    """The folder at ``root`` as its command's folder class, told from its settings file
+    (:func:`~posgen.results.folder.folder_kind.tell_folder`: a run folder and a length
+    folder both keep a ``config.json``, told apart by its fields). A folder of no command
+    (none of the settings files, or one that is not posgen's) is a :class:`SchemaError`
+    saying what it is."""
+    found = tell_folder(root)
+    if found is None or found.command is None:
+        raise SchemaError(not_posgen(root, "posgen report"))
+    return FOLDERS[found.command].open(root)
 
 
 def regenerate(root: Path | str) -> dict[str, Path]:

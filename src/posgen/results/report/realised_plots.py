@@ -10,7 +10,9 @@ position swaps, and the mean |p'[t] − t| of the jittered positions for ``rope_
 to the others, so a kind that degrades alike at the same mean shift acts alike.
 Text indices are words, not tokens (a word is one or more tokens), so the text curve
 sits a little left of where a token count would put it. ``qk_noise`` moves no position
-and has no place on this axis; the panel says so.
+and has no place on this axis, nor has a model-side cell read from lm-eval's output
+(``posgen ingest``: the output holds no plan, so no realised amount); the panel names
+each not placed and why. A task with no curve placed has no panel.
 """
 
 from __future__ import annotations
@@ -56,30 +58,34 @@ def common_axis(results, degr, model: str, metrics: Mapping[str, Any]) -> bytes 
         return None
     fig, axes = new_figure(1, len(panels), figsize=(5.2 * len(panels), 3.8))
     for ax, (task, (spec, g)) in zip(axes[0], panels.items(), strict=True):
-        absent = _realised_curves(ax, g)
-        _dress_panel(ax, task, spec, g, absent)
+        _dress_panel(ax, task, spec, g, _realised_curves(ax, g))
     fig.suptitle(f"Degradation on a common realised axis (95% CI): {model}", fontsize=11)
     fig.tight_layout()
     return png_bytes(fig)
 
 
-def _realised_curves(ax, g) -> list[str]:
+def _realised_curves(ax, g) -> dict[str, list[str]]:
     """A line per (kind, scheme) of one panel's rows ``g``, from (0, 0): degradation with
     its 95% CI against the realised mean |Δposition|, the y axis held to the points and
-    0; returns the (kind, scheme) that moved no position (not placed)."""
-    placed, absent = [], []
+    0. Returns the (kind, scheme) names ``placed``, and those not placed: ``unmoved``
+    (measured, no position moved: qk noise) and ``unrecorded`` (no realised amount
+    recorded: a model-side cell read from lm-eval's output, which holds no plan)."""
+    out: dict[str, list[str]] = {"placed": [], "unmoved": [], "unrecorded": []}
+    placed = []
     for (kind, scheme), h in g.groupby(["kind", "scheme"]):
         h = h.sort_values("rate")
         x = h["realised_mean_displacement"].to_numpy(dtype=float)
+        name = f"{kind} {scheme}"
         if not np.isfinite(x).any():
-            absent.append(f"{kind} {scheme}")
+            recorded = h["realised_items"].fillna(0).to_numpy().any()
+            out["unmoved" if recorded else "unrecorded"].append(name)
         else:
-            placed.append((kind, scheme, h, x))
+            placed.append((kind, name, h, x))
     points = [v for *_, h, _ in placed for v in h["degradation"]]
     bounds = [v for *_, h, _ in placed for c in ("ci_lo", "ci_hi") for v in h[c]]
     unit = str(g["unit"].iloc[0]) if len(g) else "metric"
     hold_y(ax, unit, points, (0.0,), bounds)
-    for slot, (kind, scheme, h, x) in enumerate(placed):
+    for slot, (kind, name, h, x) in enumerate(placed):
         color, marker = KIND_STYLE.get(kind, ("black", "o"))
         y = np.concatenate([[0.0], h["degradation"].to_numpy(dtype=float)])
         lo = np.concatenate([[0.0], h["ci_lo"].to_numpy(dtype=float)])
@@ -87,13 +93,20 @@ def _realised_curves(ax, g) -> list[str]:
         x = np.concatenate([[0.0], x])
         bottom, top = ax.get_ylim()
         err = np.abs(np.vstack([y - np.maximum(lo, bottom), np.minimum(hi, top) - y]))
-        ax.errorbar(x, y, yerr=err, marker=marker, color=color, capsize=2, label=f"{kind} {scheme}")
+        ax.errorbar(x, y, yerr=err, marker=marker, color=color, capsize=2, label=name)
         mark_beyond(ax, x, lo, hi, color, slot, unit)
-    return absent
+        out["placed"].append(name)
+    return out
 
 
-def _dress_panel(ax, task: str, spec: MetricSpec, g, absent: list[str]) -> None:
-    """One panel's axes, labels, title, legend and note (what was not placed)."""
+NOT_PLACED = {
+    "unmoved": "no position displacement, not placed: ",
+    "unrecorded": "no realised amount recorded (lm-eval output), not placed: ",
+}
+
+
+def _dress_panel(ax, task: str, spec: MetricSpec, g, curves: dict[str, list[str]]) -> None:
+    """One panel's axes, labels, title, legend and notes (what was not placed and why)."""
     ax.axhline(0.0, color="grey", lw=0.6)
     ax.set_xscale("symlog", linthresh=0.1)
     ax.set_xmargin(0.08)
@@ -102,15 +115,9 @@ def _dress_panel(ax, task: str, spec: MetricSpec, g, absent: list[str]) -> None:
     unit = str(g["unit"].iloc[0]) if len(g) else "metric"
     ax.set_ylabel(axis_text(unit, spec.label, bool(spec.higher_is_better)) + scale_note(unit))
     ax.set_title(f"{task}", fontsize=10)
-    if absent:
-        ax.text(
-            0.02,
-            0.97,
-            "no position displacement, not placed: " + ", ".join(absent),
-            transform=ax.transAxes,
-            fontsize=7,
-            va="top",
-        )
+    notes = [text + ", ".join(curves[k]) for k, text in NOT_PLACED.items() if curves[k]]
+    if notes:
+        ax.text(0.02, 0.97, "\n".join(notes), transform=ax.transAxes, fontsize=7, va="top")
     legend(ax, fontsize=8, loc="upper left", bbox_to_anchor=(0.0, 0.9))
 
 

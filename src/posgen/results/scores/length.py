@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from posgen.perturbations.seeding import item_rng
-from posgen.results.folder.length_config import LengthConfig, reference_buckets
+from posgen.results.folder.length_config import LengthConfig, reference_buckets, scheme_folder
 from posgen.results.folder.store import read_json, slug
 from posgen.results.scores.length_drift import DriftSums
 
@@ -78,7 +78,7 @@ class SchemeData:
 def result_path(folder: Path, scheme: str, document: str) -> Path:
     """Where ``posgen length`` writes one (scheme, document) record."""
 
-    return Path(folder) / "docs" / slug(scheme) / f"{slug(document)}.json"
+    return scheme_folder(Path(folder) / "docs", scheme) / f"{slug(document)}.json"
 
 
 def read_records(folder: Path, schemes: list[str], documents: list[str]) -> list[dict[str, Any]]:

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from posgen.results.folder.length_config import scheme_folder
 from posgen.results.folder.store import read_json, slug
 from posgen.results.scores.layers import relation
 
@@ -42,7 +43,7 @@ MIN_LAYERS = 3  # fewer layers: no rank correlation
 
 def decomposition_path(folder: Path, scheme: str, document: str) -> Path:
     """Where ``posgen length --decompose`` writes one (scheme, document) record."""
-    return Path(folder) / "decompose" / slug(scheme) / f"{slug(document)}.json"
+    return scheme_folder(Path(folder) / "decompose", scheme) / f"{slug(document)}.json"
 
 
 def read_decompositions(
