@@ -25,11 +25,12 @@ from posgen.results.tables.tidy import cell_record
 RATES = [0.05, 0.2, 0.5]
 SIGMAS = [0.5, 2.0]
 TASKS = ("posgen_prose", "posgen_cloze")
+KINDS = ("text", "position", "feature")
 
 
-def config(models: dict[str, dict], seed: int = 1234, **extra) -> dict:
-    """A run config as ``posgen run`` writes it (the typed :class:`RunConfig`), with
-    ``extra`` keys replacing its own."""
+def config(models: dict[str, dict], seed: int = 1234, kinds=KINDS, **extra) -> dict:
+    """A run config as ``posgen run`` writes it (the typed :class:`RunConfig`), sweeping
+    ``kinds``, with ``extra`` keys replacing its own."""
     run = RunConfig(
         posgen_version=__version__,
         schema_version=SCHEMA_VERSION,
@@ -53,9 +54,13 @@ def config(models: dict[str, dict], seed: int = 1234, **extra) -> dict:
         ),
         batch_size=1,
         sweep={
-            "text": SweepAxis(("swap",), (0.0, *RATES)),
-            "position": SweepAxis(("swap",), (0.0, *RATES)),
-            "feature": SweepAxis(("rope_noise",), (0.0, *SIGMAS)),
+            k: v
+            for k, v in {
+                "text": SweepAxis(("swap",), (0.0, *RATES)),
+                "position": SweepAxis(("swap",), (0.0, *RATES)),
+                "feature": SweepAxis(("rope_noise",), (0.0, *SIGMAS)),
+            }.items()
+            if k in kinds
         },
         decompose=Decompose(docs=0, tokens=0),
         scoring=Scoring(iters=400),
@@ -135,8 +140,8 @@ def cloze_output(name: str, acc: np.ndarray, perturbed: bool = False):
     }
 
 
-def planted_cells(sensitivity: float, seed: int, base_shift: float = 0.0):
-    """(cell, results, samples) for every cell of one model."""
+def planted_cells(sensitivity: float, seed: int, base_shift: float = 0.0, kinds=KINDS):
+    """(cell, results, samples) for every cell of one model (perturbations of ``kinds``)."""
     rng = np.random.default_rng(7)  # documents: the same for every model and seed
     words = rng.integers(40, 160, 30)
     nll = rng.normal(2.5, 0.3, 30)
@@ -145,8 +150,8 @@ def planted_cells(sensitivity: float, seed: int, base_shift: float = 0.0):
     noise = np.random.default_rng(seed)  # the perturbation draw
     grid = (
         [("none", "none", 0.0)]
-        + [(k, "swap", r) for k in ("text", "position") for r in RATES]
-        + [("feature", "rope_noise", s) for s in SIGMAS]
+        + [(k, "swap", r) for k in ("text", "position") if k in kinds for r in RATES]
+        + [("feature", "rope_noise", s) for s in SIGMAS if "feature" in kinds]
     )
     for kind, scheme, rate in grid:
         x = rate / 4 if kind == "feature" else rate
@@ -234,12 +239,15 @@ def decomposition(fit: float, layers: int = 3, heads: int = 4) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def make_run(root, models: dict[str, dict], seed: int = 1234, draws: int = 1, **extra) -> RunStore:
-    """A complete synthetic run folder (cells + decompositions), not yet reported;
-    ``draws`` > 1: perturbation seeds seed, seed+1, ... per perturbed cell (``--seeds``)."""
+def make_run(
+    root, models: dict[str, dict], seed: int = 1234, draws: int = 1, kinds=KINDS, **extra
+) -> RunStore:
+    """A complete synthetic run folder (cells + decompositions), not yet reported, of
+    perturbations of ``kinds``; ``draws`` > 1: perturbation seeds seed, seed+1, ... per
+    perturbed cell (``--seeds``)."""
     if draws > 1:
         extra["seeds"] = draws
-    store = RunStore.start(root, config(models, seed=seed, **extra))
+    store = RunStore.start(root, config(models, seed=seed, kinds=kinds, **extra))
     info_base = {"dtype": "float32", "model_revision": "local:abc"}
     for label, spec in models.items():
         info = {
@@ -250,7 +258,9 @@ def make_run(root, models: dict[str, dict], seed: int = 1234, draws: int = 1, **
         drawn = [
             (k, c)
             for k in range(draws)
-            for c in planted_cells(spec["sensitivity"], seed + k, spec.get("base_shift", 0.0))
+            for c in planted_cells(
+                spec["sensitivity"], seed + k, spec.get("base_shift", 0.0), kinds
+            )
             if k == 0 or c[0]["kind"] != "none"
         ]
         for k, (cell, results, samples) in drawn:

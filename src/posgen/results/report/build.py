@@ -35,6 +35,8 @@ from posgen.results.report.run_tables import (
     models_table,
     summary_table,
 )
+from posgen.results.report.swept_axis import axes_of
+from posgen.results.report.tolerance_section import tolerance_blocks
 from posgen.results.report.worst_case import worst_case_blocks
 from posgen.results.scores.metric_units import primary, shown
 from posgen.results.scores.run import json_records, load_scores
@@ -102,11 +104,13 @@ def scores_json(store, scores: dict[str, Any]) -> dict[str, Any]:
 def build_blocks(store, scores: dict[str, Any]) -> list[Block]:
     """Every block of a run's report, in reading order."""
     cfg = store.run_config
+    swept = axes_of(scores["degradation"])  # one rate and one σ scale for every figure
     blocks: list[Block] = [("h", 1, f"posgen report: {store.root.name}")]
     blocks += header_blocks(cfg)
+    blocks += tolerance_blocks(cfg, scores, swept)
     blocks += summary_blocks(scores)
     blocks += models_blocks(cfg, scores)
-    blocks += figure_blocks(cfg, scores)
+    blocks += figure_blocks(cfg, scores, swept)
     blocks += [("h", 2, "Degradation at each rate")]
     blocks += [("p", REALISED_TEXT), ("p", UNITS_TEXT)]
     blocks.append(("table", *detail_table(scores)))
@@ -118,8 +122,9 @@ def build_blocks(store, scores: dict[str, Any]) -> list[Block]:
 
 
 def summary_blocks(scores: dict[str, Any]) -> list[Block]:
-    """The summary: how to read it, its table, the documents and metrics left out."""
-    blocks: list[Block] = [("h", 2, "Summary")]
+    """Every plotted metric's tolerance: how to read it, its table, the documents and
+    metrics left out."""
+    blocks: list[Block] = [("h", 2, "Tolerance per metric and perturbation")]
     blocks += [
         (
             "p",
@@ -153,12 +158,26 @@ def models_blocks(cfg: RunConfig, scores: dict[str, Any]) -> list[Block]:
     blocks.append(("table", *models_table(cfg, scores)))
     blocks += [("h", 2, "Fit quality vs tolerance across models")]
     blocks += correlation_blocks(scores)
+    png = plots.fit_vs_tolerance(scores["summary"])
+    if png is None:
+        pairs = [plots.finite_pairs(pm, "auc") for pm in scores["summary"].values()]
+        n = max(map(len, pairs), default=0)
+        blocks.append(
+            (
+                "p",
+                f"No figure of degradation against fit quality: it needs at least two "
+                f"models with both a decomposition fit and a tolerance on a task; this run "
+                f"has {n}.",
+            )
+        )
+    else:
+        blocks.append(("img", "Degradation vs fit quality", png))
     return blocks
 
 
-def figure_blocks(cfg: RunConfig, scores: dict[str, Any]) -> list[Block]:
-    """The figures: degradation curves and the common realised axis per model, fit quality
-    per head, degradation against fit quality across models."""
+def figure_blocks(cfg: RunConfig, scores: dict[str, Any], swept) -> list[Block]:
+    """The figures: degradation curves (on the report's swept axes ``swept``) and the
+    common realised axis per model, fit quality per head."""
     scored = set(zip(scores["degradation"]["task"], scores["degradation"]["metric"], strict=True))
     panels = [
         (task, spec)
@@ -168,19 +187,11 @@ def figure_blocks(cfg: RunConfig, scores: dict[str, Any]) -> list[Block]:
     ]
     blocks: list[Block] = [("h", 2, "Figures")]
     for m in cfg_models(cfg) if panels else []:
-        blocks.append(
-            (
-                "img",
-                f"Degradation curves: {m}",
-                plots.degradation_curves(scores["degradation"], scores["tolerance"], m, panels),
-            )
-        )
+        png = plots.degradation_curves(scores["degradation"], scores["tolerance"], m, panels, swept)
+        if png is not None:
+            blocks.append(("img", f"Degradation curves: {m}", png))
     firsts = {task: spec for task, spec in panels if spec == primary(scores["metrics"][task])}
     blocks += common_axis_blocks(cfg_models(cfg), scores, firsts)
     for m, d in scores["decompositions"].items():
         blocks.append(("img", f"Fit quality per head: {m}", plots.fit_heatmap(d, m)))
-    if scores["summary"]:
-        blocks.append(
-            ("img", "Degradation vs fit quality", plots.fit_vs_tolerance(scores["summary"]))
-        )
     return blocks

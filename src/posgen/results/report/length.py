@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from posgen.results.folder import schema
+from posgen.results.report.figure_record import png_bytes
 from posgen.results.report.length_decompose import DECOMPOSITION_NOTE, scheme_tables
 from posgen.results.report.length_window import (
     WINDOW_HEADER,
@@ -52,9 +52,8 @@ def curves_figure(scores: Mapping[str, Any]) -> Any:
 
 
 def curves_png(scores: Mapping[str, Any]) -> bytes:
-    buf = io.BytesIO()
-    curves_figure(scores).savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    return buf.getvalue()
+    """:func:`curves_figure` as PNG bytes, with the record of what it draws."""
+    return png_bytes(curves_figure(scores))
 
 
 def _f(x: float, fmt: str = ".3f") -> str:

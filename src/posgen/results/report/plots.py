@@ -6,12 +6,15 @@ touches pyplot's global state or switches the user's backend.
 
 from __future__ import annotations
 
-import io
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from posgen.results.report.figure_record import png_bytes
+from posgen.results.report.held_axis import held_limits, hold_y, legend, mark_beyond, scale_note
+from posgen.results.report.swept_axis import SweptAxis, group_of
 from posgen.results.scores.metric_units import axis_text
 
 KIND_STYLE = {
@@ -29,17 +32,6 @@ def new_figure(nrows: int = 1, ncols: int = 1, figsize: tuple[float, float] = (6
     return fig, fig.subplots(nrows, ncols, squeeze=False)
 
 
-def png_bytes(fig) -> bytes:
-    """The figure as PNG bytes (110 dpi, tight bounding box)."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    return buf.getvalue()
-
-
-def _png(fig) -> bytes:
-    return png_bytes(fig)
-
-
 def r_heatmap(table, column: str = "r_3axis", title: str = ""):
     """Layer × head heatmap figure of ``column`` averaged over documents (rows of a
     decomposition table: layer, head, ``column``)."""
@@ -54,69 +46,85 @@ def r_heatmap(table, column: str = "r_3axis", title: str = ""):
     return fig
 
 
-def degradation_curves(degr, tol, model: str, panels: Sequence[tuple[str, Any]]) -> bytes:
-    """One row per (task, metric) panel (``panels``: ``(task, MetricSpec)``), two columns:
-    rate (text vs position schemes) and σ (feature schemes). Lines: degradation in the
-    metric's unit; bands: the 95% CI; the dotted line is the tolerance threshold."""
-    fig, axes = new_figure(len(panels), 2, figsize=(10, 3.2 * len(panels)))
+def degradation_curves(
+    degr, tol, model: str, panels: Sequence[tuple[str, Any]], swept: Mapping[str, SweptAxis]
+) -> bytes | None:
+    """One row per (task, metric) panel (``panels``: ``(task, MetricSpec)``) that the
+    model has curves for, one column per swept axis that was run (``swept``: rate for text
+    and position schemes, σ for feature schemes, one scale for the whole report). Lines:
+    degradation in the metric's unit; bands: its 95% CI, held to the curves (bounds past
+    the axis marked); dotted: the tolerance threshold. None when nothing was scored."""
     sub = degr[degr["model"] == model]
+    groups = [gr for gr in ("rate", "sigma") if gr in swept]
+    cells = {
+        (row, gr): _in_group(_rows(sub, task, spec), gr)
+        for row, (task, spec) in enumerate(panels)
+        for gr in groups
+    }
+    keep = [i for i in range(len(panels)) if any(len(cells[(i, gr)]) for gr in groups)]
+    groups = [gr for gr in groups if any(len(cells[(i, gr)]) for i in keep)]
+    if not keep:
+        return None
+    fig, axes = new_figure(len(keep), len(groups), figsize=(5.4 * len(groups), 3.4 * len(keep)))
     thr = tol[tol["model"] == model]
-    for row, (task, spec) in enumerate(panels):
-        sel = (
-            (sub["task"] == task) & (sub["metric"] == spec.metric) & (sub["filter"] == spec.filter)
-        )
-        g = sub[sel]
-        t = thr[
-            (thr["task"] == task) & (thr["metric"] == spec.metric) & (thr["filter"] == spec.filter)
-        ]
-        for col, kinds in enumerate((("text", "position"), ("feature",))):
-            ax = axes[row][col]
-            curves = g[g["kind"].isin(kinds)].groupby(["kind", "scheme"])
-            _draw_curves(ax, curves)
-            ax.axhline(0.0, color="grey", lw=0.6)
-            if len(t) and np.isfinite(t["threshold"].iloc[0]):
-                ax.axhline(t["threshold"].iloc[0], color="black", lw=0.8, ls=":", label="threshold")
-            ax.set_xlabel("rate (fraction moved)" if col == 0 else "σ (positions)")
+    absent = []
+    for r, i in enumerate(keep):
+        task, spec = panels[i]
+        t = _rows(thr, task, spec)
+        for c, gr in enumerate(groups):
+            ax, g = axes[r][c], cells[(i, gr)]
+            if not len(g):  # this kind was not run for this task: no panel
+                ax.set_visible(False)
+                absent.append(f"{task} / {spec.label}: {gr} not run")
+                continue
+            threshold = t["threshold"].iloc[0] if len(t) else math.nan
+            _curve_panel(ax, g, threshold, swept[gr])
             ax.set_ylabel(_ylabel(g, spec))
-            ax.set_title(
-                f"{task} / {spec.label}: {'text vs position' if col == 0 else 'feature'}",
-                fontsize=10,
-            )
-            if len(curves):
-                ax.legend(fontsize=8)
-            else:
-                ax.text(0.5, 0.5, "not run", ha="center", va="center", transform=ax.transAxes)
+            kinds = " vs ".join(dict.fromkeys(g["kind"]))
+            ax.set_title(f"{task} / {spec.label}: {kinds}", fontsize=10)
     fig.suptitle(f"Degradation with 95% CI: {model}", fontsize=11)
+    if absent:
+        fig.text(0.5, 0.0, "; ".join(absent), ha="center", va="top", fontsize=8)
     fig.tight_layout()
-    return _png(fig)
+    return png_bytes(fig)
 
 
-def _draw_curves(ax, curves) -> None:
-    """Each (kind, scheme) group of ``curves``: its degradation against the rate, from
-    (0, 0), and its 95% CI as a band."""
-    for (kind, scheme), h in curves:
+def _rows(table, task: str, spec: Any):
+    sel = (table["task"] == task) & (table["metric"] == spec.metric)
+    return table[sel & (table["filter"] == spec.filter)]
+
+
+def _in_group(table, group: str):
+    """The rows of ``table`` whose kind is swept on ``group`` (rate or σ)."""
+    return table[table["kind"].map(group_of) == group]
+
+
+def _curve_panel(ax, g, threshold: float, swept: SweptAxis) -> None:
+    """One panel: a line and band per (kind, scheme) of ``g`` from (0, 0), the y axis
+    held to the points, 0 and the threshold, the interval bounds past it marked."""
+    curves = list(g.groupby(["kind", "scheme"]))
+    also = [0.0] + ([threshold] if np.isfinite(threshold) else [])
+    unit = str(g["unit"].iloc[0])
+    hold_y(ax, unit, g["degradation"], also, [*g["ci_lo"], *g["ci_hi"]])
+    ax.axhline(0.0, color="grey", lw=0.6)
+    if np.isfinite(threshold):
+        ax.axhline(threshold, color="black", lw=0.8, ls=":", label="threshold")
+    for slot, ((kind, scheme), h) in enumerate(curves):
         h = h.sort_values("rate")
         x = np.concatenate([[0.0], h["rate"]])
-        color, marker = KIND_STYLE[kind]
-        ax.plot(
-            x,
-            np.concatenate([[0.0], h["degradation"]]),
-            marker=marker,
-            color=color,
-            label=f"{kind} {scheme}",
-        )
-        ax.fill_between(
-            x,
-            np.concatenate([[0.0], h["ci_lo"]]),
-            np.concatenate([[0.0], h["ci_hi"]]),
-            color=color,
-            alpha=0.2,
-        )
+        color, marker = KIND_STYLE.get(kind, ("black", "o"))
+        y = np.concatenate([[0.0], h["degradation"]])
+        ax.plot(x, y, marker=marker, color=color, label=f"{kind} {scheme}")
+        lo, hi = np.concatenate([[0.0], h["ci_lo"]]), np.concatenate([[0.0], h["ci_hi"]])
+        ax.fill_between(x, lo, hi, color=color, alpha=0.2)
+        mark_beyond(ax, x, lo, hi, color, slot, unit)
+    swept.apply(ax)
+    legend(ax, fontsize=7)
 
 
 def _ylabel(g, spec) -> str:
     unit = str(g["unit"].iloc[0]) if len(g) else "metric"
-    return axis_text(unit, spec.label, bool(spec.higher_is_better))
+    return axis_text(unit, spec.label, bool(spec.higher_is_better)) + scale_note(unit)
 
 
 def fit_heatmap(decomp, model: str, column: str = "r_3axis") -> bytes:
@@ -126,33 +134,62 @@ def fit_heatmap(decomp, model: str, column: str = "r_3axis") -> bytes:
         decomp = decomp[decomp["logit_part"] == "full"]
         family = ", ".join(sorted(set(decomp["position_family"])))
         title = f"{title} ({family} positions, full logits)"
-    return _png(r_heatmap(decomp, column=column, title=title))
+    return png_bytes(r_heatmap(decomp, column=column, title=title))
 
 
-def fit_vs_tolerance(summary: Mapping[str, Mapping[str, Any]], y: str = "auc") -> bytes:
-    """Scatter across models: fit quality (mean r_3axis) against the degradation AUC, one
-    panel per task and kind."""
+def fit_vs_tolerance(summary: Mapping[str, Mapping[str, Any]], y: str = "auc") -> bytes | None:
+    """Scatter across models: fit quality (mean r_3axis) against the degradation AUC, with
+    its band over document resamples where the scores have one, one panel per task and
+    kind that at least two models have both for (random-init twins included: the figure
+    compares, it does not test). None when no task and kind has two."""
     from matplotlib.ticker import MaxNLocator
 
-    groups = sorted(summary)
-    ncols = min(3, len(groups)) or 1
-    nrows = max(1, -(-len(groups) // ncols))
+    groups = {g: finite_pairs(per_model, y) for g, per_model in sorted(summary.items())}
+    groups = {g: pts for g, pts in groups.items() if len(pts) >= 2}
+    if not groups:
+        return None
+    ncols = min(3, len(groups))
+    nrows = -(-len(groups) // ncols)
     fig, axes = new_figure(nrows, ncols, figsize=(4.2 * ncols, 3.4 * nrows))
-    for ax, group in zip(axes.ravel(), groups, strict=False):
+    for ax, (group, pts) in zip(axes.ravel(), groups.items(), strict=False):
         task, kind = group.split("|")
         color, marker = KIND_STYLE.get(kind, ("black", "o"))
-        for model, v in sorted(summary[group].items()):
-            x, yy = v.get("r_3axis", np.nan), v.get(y, np.nan)
-            if np.isfinite(x) and np.isfinite(yy):
-                ax.scatter([x], [yy], color=color, marker=marker)
-                ax.annotate(model, (x, yy), fontsize=7, xytext=(3, 3), textcoords="offset points")
-        ax.margins(x=0.35, y=0.2)  # room for the model labels
+        xs, ys = [p[1] for p in pts], [p[2] for p in pts]
+        ax.set_ylim(*held_limits(ys, (0.0,), [p[k] for p in pts for k in (3, 4)]))
+        ax.scatter(xs, ys, color=color, marker=marker, zorder=3)
+        lo, hi = [p[3] for p in pts], [p[4] for p in pts]
+        ax.errorbar(xs, ys, yerr=_yerr(ys, lo, hi), fmt="none", ecolor=color, capsize=2)
+        mark_beyond(ax, xs, lo, hi, color)
+        for model, xv, yv, *_ in pts:
+            ax.annotate(model, (xv, yv), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.set_xmargin(0.35)  # room for the model labels
+        ax.autoscale_view(scaley=False)
         ax.xaxis.set_major_locator(MaxNLocator(4))
         ax.set_xlabel("fit quality: mean r (3-axis)")
-        ax.set_ylabel("mean degradation (AUC)" if y == "auc" else y)
+        ax.set_ylabel("mean degradation over the swept range (AUC)" if y == "auc" else y)
         ax.set_title(f"{task} / {kind}", fontsize=10)
     for ax in axes.ravel()[len(groups) :]:
-        ax.axis("off")
-    fig.suptitle("Degradation vs fit quality across models", fontsize=11)
+        ax.set_visible(False)
+    fig.suptitle("Degradation vs fit quality across models (band: document resamples)", fontsize=11)
     fig.tight_layout()
-    return _png(fig)
+    return png_bytes(fig)
+
+
+def finite_pairs(per_model: Mapping[str, Mapping[str, Any]], y: str) -> list[tuple]:
+    """``(model, r_3axis, y, y_lo, y_hi)`` of every model with both finite (bounds NaN
+    where the scores have no band)."""
+    out = []
+    for model, v in sorted(per_model.items()):
+        x, yy = float(v.get("r_3axis", math.nan)), float(v.get(y, math.nan))
+        if np.isfinite(x) and np.isfinite(yy):
+            lo, hi = (v.get(f"{y}_{end}") for end in ("lo", "hi"))
+            out.append(
+                (model, x, yy, math.nan if lo is None else lo, math.nan if hi is None else hi)
+            )
+    return out
+
+
+def _yerr(y: Sequence[float], lo: Sequence[float], hi: Sequence[float]) -> np.ndarray:
+    """Error bar lengths below and above ``y`` (0 where a bound is unknown)."""
+    y, lo, hi = (np.asarray(a, dtype=float) for a in (y, lo, hi))
+    return np.nan_to_num(np.abs(np.vstack([y - lo, hi - y])), nan=0.0)

@@ -12,7 +12,7 @@ Text indices are words, not tokens (a word is one or more tokens), so the text c
 sits a little left of where a token count would put it. ``qk_noise`` moves no position
 and has no place on this axis, nor has a model-side cell read from lm-eval's output
 (``posgen ingest``: the output holds no plan, so no realised amount); the panel names
-each not placed and why, and draws a legend only of the curves it placed.
+each not placed and why. A task with no curve placed has no panel.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ from typing import Any
 import numpy as np
 
 from posgen.results.folder.metrics import MetricSpec
-from posgen.results.report.plots import KIND_STYLE, new_figure, png_bytes
+from posgen.results.report.figure_record import png_bytes
+from posgen.results.report.held_axis import hold_y, legend, mark_beyond, scale_note
+from posgen.results.report.plots import KIND_STYLE, new_figure
 from posgen.results.scores.metric_units import axis_text
 
 KEYS = ["model", "task", "metric", "filter", "kind", "scheme", "rate"]
@@ -36,20 +38,26 @@ def realised_frame(results, degr):
     return degr.merge(results[cols], on=KEYS, how="left")
 
 
-def common_axis(results, degr, model: str, metrics: Mapping[str, Any]) -> bytes:
-    """One panel per task (``metrics``: its primary MetricSpec): degradation with its 95% CI against the
-    realised mean |Δposition| per item, a line per (kind, scheme)."""
-    tasks = sorted(metrics)
-    fig, axes = new_figure(1, len(tasks), figsize=(5.2 * len(tasks), 3.8))
+def common_axis(results, degr, model: str, metrics: Mapping[str, Any]) -> bytes | None:
+    """One panel per task (``metrics``: its primary MetricSpec) with at least one curve
+    that moved positions: degradation with its 95% CI against the realised mean
+    |Δposition| per item, a line per (kind, scheme), the y axis held to the points (bounds
+    past it marked). None when no task has such a curve."""
     joined = realised_frame(results, degr)
     joined = joined[joined["model"] == model]
-    for ax, task in zip(axes[0], tasks, strict=True):
-        spec = metrics[task]
+    panels = {}
+    for task, spec in sorted(metrics.items()):
         g = joined[
             (joined["task"] == task)
             & (joined["metric"] == spec.metric)
             & (joined["filter"] == spec.filter)
         ]
+        if np.isfinite(g["realised_mean_displacement"].to_numpy(dtype=float)).any():
+            panels[task] = (spec, g)
+    if not panels:
+        return None
+    fig, axes = new_figure(1, len(panels), figsize=(5.2 * len(panels), 3.8))
+    for ax, (task, (spec, g)) in zip(axes[0], panels.items(), strict=True):
         _dress_panel(ax, task, spec, g, _realised_curves(ax, g))
     fig.suptitle(f"Degradation on a common realised axis (95% CI): {model}", fontsize=11)
     fig.tight_layout()
@@ -58,11 +66,12 @@ def common_axis(results, degr, model: str, metrics: Mapping[str, Any]) -> bytes:
 
 def _realised_curves(ax, g) -> dict[str, list[str]]:
     """A line per (kind, scheme) of one panel's rows ``g``, from (0, 0): degradation with
-    its 95% CI against the realised mean |Δposition|. Returns the (kind, scheme) names
-    ``placed``, and those not placed: ``unmoved`` (measured, no position moved: qk noise)
-    and ``unrecorded`` (no realised amount recorded: a model-side cell read from lm-eval's
-    output, which holds no plan)."""
+    its 95% CI against the realised mean |Δposition|, the y axis held to the points and
+    0. Returns the (kind, scheme) names ``placed``, and those not placed: ``unmoved``
+    (measured, no position moved: qk noise) and ``unrecorded`` (no realised amount
+    recorded: a model-side cell read from lm-eval's output, which holds no plan)."""
     out: dict[str, list[str]] = {"placed": [], "unmoved": [], "unrecorded": []}
+    placed = []
     for (kind, scheme), h in g.groupby(["kind", "scheme"]):
         h = h.sort_values("rate")
         x = h["realised_mean_displacement"].to_numpy(dtype=float)
@@ -70,19 +79,22 @@ def _realised_curves(ax, g) -> dict[str, list[str]]:
         if not np.isfinite(x).any():
             recorded = h["realised_items"].fillna(0).to_numpy().any()
             out["unmoved" if recorded else "unrecorded"].append(name)
-            continue
+        else:
+            placed.append((kind, name, h, x))
+    points = [v for *_, h, _ in placed for v in h["degradation"]]
+    bounds = [v for *_, h, _ in placed for c in ("ci_lo", "ci_hi") for v in h[c]]
+    unit = str(g["unit"].iloc[0]) if len(g) else "metric"
+    hold_y(ax, unit, points, (0.0,), bounds)
+    for slot, (kind, name, h, x) in enumerate(placed):
         color, marker = KIND_STYLE.get(kind, ("black", "o"))
-        y = h["degradation"].to_numpy(dtype=float)
-        err = np.abs(np.vstack([y - h["ci_lo"].to_numpy(), h["ci_hi"].to_numpy() - y]))
-        ax.errorbar(
-            np.concatenate([[0.0], x]),
-            np.concatenate([[0.0], y]),
-            yerr=np.hstack([[[0.0], [0.0]], err]),
-            marker=marker,
-            color=color,
-            capsize=2,
-            label=name,
-        )
+        y = np.concatenate([[0.0], h["degradation"].to_numpy(dtype=float)])
+        lo = np.concatenate([[0.0], h["ci_lo"].to_numpy(dtype=float)])
+        hi = np.concatenate([[0.0], h["ci_hi"].to_numpy(dtype=float)])
+        x = np.concatenate([[0.0], x])
+        bottom, top = ax.get_ylim()
+        err = np.abs(np.vstack([y - np.maximum(lo, bottom), np.minimum(hi, top) - y]))
+        ax.errorbar(x, y, yerr=err, marker=marker, color=color, capsize=2, label=name)
+        mark_beyond(ax, x, lo, hi, color, slot, unit)
         out["placed"].append(name)
     return out
 
@@ -94,22 +106,19 @@ NOT_PLACED = {
 
 
 def _dress_panel(ax, task: str, spec: MetricSpec, g, curves: dict[str, list[str]]) -> None:
-    """One panel's axes, labels, title, legend (of the curves placed, if any) and notes
-    (what was not placed and why, or that nothing was measured)."""
+    """One panel's axes, labels, title, legend and notes (what was not placed and why)."""
     ax.axhline(0.0, color="grey", lw=0.6)
     ax.set_xscale("symlog", linthresh=0.1)
-    ax.margins(x=0.08, y=0.1)
+    ax.set_xmargin(0.08)
+    ax.autoscale_view(scaley=False)
     ax.set_xlabel("realised mean |Δposition| per item\n(text: words; position, feature: tokens)")
     unit = str(g["unit"].iloc[0]) if len(g) else "metric"
-    ax.set_ylabel(axis_text(unit, spec.label, bool(spec.higher_is_better)))
+    ax.set_ylabel(axis_text(unit, spec.label, bool(spec.higher_is_better)) + scale_note(unit))
     ax.set_title(f"{task}", fontsize=10)
     notes = [text + ", ".join(curves[k]) for k, text in NOT_PLACED.items() if curves[k]]
     if notes:
         ax.text(0.02, 0.97, "\n".join(notes), transform=ax.transAxes, fontsize=7, va="top")
-    if curves["placed"]:
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, 0.9))
-    elif not notes:
-        ax.text(0.5, 0.5, "nothing measured", ha="center", va="center", transform=ax.transAxes)
+    legend(ax, fontsize=8, loc="upper left", bbox_to_anchor=(0.0, 0.9))
 
 
 def common_axis_blocks(models: list[str], scores: Mapping[str, Any], metrics) -> list[tuple]:
@@ -126,8 +135,9 @@ def common_axis_blocks(models: list[str], scores: Mapping[str, Any], metrics) ->
         )
     ]
     for m in models:
-        title = f"Degradation vs realised mean |Δposition|: {m}"
-        out.append(
-            ("img", title, common_axis(scores["results"], scores["degradation"], m, metrics))
-        )
+        png = common_axis(scores["results"], scores["degradation"], m, metrics)
+        if png is None:
+            out.append(("p", f"{m}: no common-axis figure: no cell of it moved a position."))
+        else:
+            out.append(("img", f"Degradation vs realised mean |Δposition|: {m}", png))
     return out

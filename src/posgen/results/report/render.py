@@ -53,7 +53,8 @@ def _md_cell(text: str) -> str:
 
 CSS = (
     "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;"
-    "color:#222}table{border-collapse:collapse;margin:1em 0;font-size:13px}"
+    "color:#222}table{border-collapse:collapse;margin:1em 0;font-size:13px;display:block;"
+    "overflow-x:auto;max-width:100%}"
     "th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#f2f2f2}"
     "img{max-width:100%;border:1px solid #eee}figure{margin:1.5em 0}"
     "figcaption{font-size:13px;color:#555}"
