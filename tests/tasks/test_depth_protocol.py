@@ -55,6 +55,11 @@ def folder(tmp_path_factory) -> Path:
     write_task(folder, "my_one_passage", [GOOD, {**GOOD, "docs": ["only one"], "gold_index": 0}])
     write_task(folder, "my_stray_index", [GOOD, {**GOOD, "gold_index": 7}])
     write_task(folder, "my_plain_qa", [GOOD], without_protocol(docs_yaml()))
+    upper = docs_yaml().replace("{{docs|join('\\n\\n')}}", "{{docs|join('\\n\\n')|upper}}")
+    assert "|upper" in upper
+    write_task(folder, "my_upper_qa", [GOOD], upper)  # renders its passages changed
+    few_shot = docs_yaml().replace("test_split: test\n", "test_split: test\nfewshot_split: test\n")
+    write_task(folder, "my_fewshot_qa", [GOOD, {**GOOD, "question": "other?"}], few_shot)
     records = docs_yaml().replace(
         "test_split: test\n", "test_split: test\nprocess_docs: !function utils.to_strings\n"
     )
@@ -178,6 +183,7 @@ def test_the_docs_worked_yaml_loads_checks_and_moves(folder, tm, monkeypatch) ->
     [
         ("my_one_passage", "doc test:1: 1 passage in field 'docs'"),
         ("my_stray_index", "doc test:1: evidence index 7 .* outside the 3 passages"),
+        ("my_upper_qa", "doc test:0: passage 0 of 3 is not in the rendered context"),
     ],
 )
 def test_a_bad_document_stops_the_task_as_it_loads(tm, task, match) -> None:
@@ -201,3 +207,13 @@ def test_the_base_tasks_process_docs_runs_first(tm) -> None:
     """A task whose passages are records, mapped to strings by its own process_docs."""
     (moved,) = tm.load(["perm_depth_100pct_my_records_qa"])["tasks"].values()
     assert moved.eval_docs[0]["docs"] == ["first passage.", "third.", "second passage."]
+
+
+def test_few_shot_examples_exclude_the_eval_doc_itself(tm) -> None:
+    """With the test split as the few-shot split, a doc is never its own example (posgen
+    added fields to it, so lm-eval's own exclusion by equality would miss it)."""
+    for name in ("my_fewshot_qa", "perm_depth_0pct_my_fewshot_qa"):
+        (task,) = tm.load([name])["tasks"].values()
+        for doc in task.eval_docs:
+            (example,) = task.sampler.sample(1, eval_doc=doc)
+            assert example["question"] != doc["question"]

@@ -81,9 +81,16 @@ def test_python_rendering_equals_lm_evals(posgen_tm) -> None:
     tasks = posgen_tm.load(list(depth_suite.TASKS))["tasks"]
     for name, task in tasks.items():
         for doc in list(task.eval_docs)[:3]:
-            assert task.doc_to_text(doc) == depth_suite.render_context(name, doc)
+            context = task.doc_to_text(doc)
+            assert context == depth_suite.render_context(name, doc)
             assert doc["posgen_k"] == depth_suite.DEFAULT_PASSAGES[name]
             assert doc["posgen_passages"] == doc["passages"]
+            evidence = doc["passages"][doc["evidence"]]
+            start = doc["posgen_evidence_char_start"]  # the realised place, in characters
+            assert context[start : start + len(evidence)] == evidence
+            between = doc["posgen_evidence_to_question_chars"]
+            assert context[start + len(evidence) + between :] == doc["question"]
+            assert doc["posgen_prompt_chars"] == len(context)
 
 
 @pytest.mark.parametrize("depth", [0.0, 0.25, 0.5, 0.75, 1.0])
@@ -167,3 +174,36 @@ def test_lengths_out_of_reach_are_refused(tokens, limit, match) -> None:
 def test_fractions_outside_the_context_are_refused(fraction) -> None:
     with pytest.raises(DepthTaskError, match=r"in \(0, 1\]"):
         depth_lengths.tokens_for_fraction(fraction, 8192)
+
+
+_DUMP = """
+import hashlib, json, sys
+from posgen.tasks.lm_eval_tasks import PosgenTaskManager
+
+tm = PosgenTaskManager(include_defaults=False)
+for name, task in sorted(tm.load(sys.argv[1:])["tasks"].items()):
+    body = json.dumps(list(task.eval_docs), sort_keys=True, ensure_ascii=False).encode()
+    print(name, len(task.eval_docs), hashlib.sha256(body).hexdigest())
+"""
+
+
+def test_the_same_seed_gives_byte_identical_moved_docs_in_two_processes() -> None:
+    """Two fresh interpreters (different hash seeds) build the moved documents of the
+    built-in tasks byte for byte alike; a different depth gives other documents."""
+    import os
+    import subprocess
+    import sys
+
+    names = ["perm_depth_25pct_seed7_posgen_kv", "perm_depth_75pct_posgen_passage_qa"]
+    names += ["perm_depth_50pct_posgen_kv"]
+    outs = []
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "HF_DATASETS_OFFLINE": "1"}
+        proc = subprocess.run(
+            [sys.executable, "-c", _DUMP, *names], capture_output=True, text=True, env=env
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outs.append(proc.stdout.splitlines())
+    assert outs[0] == outs[1] and len(outs[0]) == 3
+    digests = {line.split()[0]: line.split()[2] for line in outs[0]}
+    assert digests["perm_depth_25pct_seed7_posgen_kv"] != digests["perm_depth_50pct_posgen_kv"]

@@ -17,13 +17,15 @@ as rendered) and ``posgen_k``; a moved one also ``posgen_depth_nominal`` (D),
 ``posgen_depth_source`` (the evidence's index before the move) and the passage order's
 statistics under the names a word-order task uses (``posgen_n`` = k, ``posgen_fraction_moved``,
 ``posgen_mean_displacement`` in passages, ``posgen_dnd``, ``posgen_idc``,
-``posgen_too_short`` False). Few-shot examples are not moved.
+``posgen_too_short`` False); and where the evidence sits in the doc's own prompt, in
+characters (:data:`LAYOUT`; tokens are the model side's to count). Few-shot examples are
+not moved (the sampler still excludes the eval doc itself).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,11 +37,16 @@ from posgen.perturbations.depth import DepthRecord, EvidenceDepth
 from posgen.perturbations.order_stats import order_stats
 from posgen.tasks import depth_protocol as protocol
 from posgen.tasks.doc_ids import DOC_ID, stable_ids
+from posgen.tasks.perturbed_task import exclude_originals
 
 DEPTH_KEY = "posgen_depth_perturbation"
 K = "posgen_k"
 NOMINAL = "posgen_depth_nominal"
 SOURCE = "posgen_depth_source"
+# the evidence's place in the doc's own prompt (doc_to_text; a few-shot prefix, a
+# description or a chat template come before it), in characters: where it starts, how
+# many characters stand between its end and the question, the prompt's length
+LAYOUT = ("posgen_evidence_char_start", "posgen_evidence_to_question_chars", "posgen_prompt_chars")
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,21 @@ class DepthDocs:
         return out
 
 
+def map_docs(docs: Any, fn: Callable[[Mapping[str, Any], int], dict[str, Any]], what: str) -> Any:
+    """``docs`` (a ``datasets.Dataset`` or a list of dicts) with ``fn(doc, index)``'s fields
+    added to each; in memory, fingerprinted by the docs and ``what``."""
+    if not hasattr(docs, "map"):
+        return [{**d, **fn(d, i)} for i, d in enumerate(docs)]
+    body = f"{docs._fingerprint}/{what}"
+    return docs.map(
+        fn,
+        with_indices=True,
+        keep_in_memory=True,
+        load_from_cache_file=False,
+        new_fingerprint=hashlib.sha256(body.encode()).hexdigest()[:32],
+    )
+
+
 def depth_docs(
     docs: Any,
     task: str,
@@ -104,18 +126,8 @@ def depth_docs(
 ) -> tuple[Any, DepthDocs]:
     """Checked (and moved) copies of ``docs`` (a ``datasets.Dataset`` or a list of dicts)."""
     handler = DepthDocs(task, fields, stable_ids(docs, split), move)
-    if hasattr(docs, "map"):
-        body = f"{docs._fingerprint}/{task}/{fields}/{None if move is None else move.to_dict()}"
-        new = docs.map(
-            handler,
-            with_indices=True,
-            keep_in_memory=True,
-            load_from_cache_file=False,
-            new_fingerprint=hashlib.sha256(body.encode()).hexdigest()[:32],
-        )
-    else:
-        new = [{**d, **handler(d, i)} for i, d in enumerate(docs)]
-    return new, handler
+    what = f"{task}/{fields}/{None if move is None else move.to_dict()}"
+    return map_docs(docs, handler, what), handler
 
 
 def summarize(records: Sequence[DepthRecord]) -> dict[str, Any]:
@@ -149,7 +161,29 @@ class DepthTaskMixin:
                 **(metadata if isinstance(metadata, dict) else {}),
                 "posgen": {**self._depth_move.to_dict(), "fields": fields.to_dict()},
             }
+        self._depth_originals: dict[str, Any] = {}
         super().__init__(*args, config=config, **kwargs)  # type: ignore[call-arg]
+        exclude_originals(self, lambda: self._depth_originals)
+        # where each evidence sits in its rendered prompt (the task renders only now)
+        self._depth_docs = map_docs(self.eval_docs, self._char_layout, "char-layout")
+        self.task_docs = self._depth_docs
+
+    def _char_layout(self, doc: Mapping[str, Any], index: int) -> dict[str, Any]:
+        """The evidence's place in the doc's own prompt, in characters (:data:`LAYOUT`)."""
+        context = self.doc_to_text(doc)  # type: ignore[attr-defined]
+        task = self.config.task  # type: ignore[attr-defined]
+        if not isinstance(context, str):
+            raise protocol.DepthTaskError(
+                f"task {task!r}: doc_to_text gives a {type(context).__name__}, not the one "
+                "prompt string an evidence-depth task renders its passages into"
+            )
+        passages, e = doc[protocol.PASSAGES], doc[protocol.EVIDENCE]
+        try:
+            bounds = protocol.passage_char_bounds(context, passages, doc[protocol.QUESTION])
+        except ValueError as exc:
+            raise protocol.DepthTaskError(f"task {task!r}, doc {doc[DOC_ID]}: {exc}") from None
+        end = bounds[e] + len(passages[e])
+        return dict(zip(LAYOUT, (bounds[e], bounds[-1] - end, len(context)), strict=True))
 
     @property
     def eval_docs(self) -> Any:
@@ -161,6 +195,7 @@ class DepthTaskMixin:
                 base, str(cfg.task), self._depth_fields, self._depth_move, split
             )
             self._depth_docs, self._depth_handler = docs, handler
+            self._depth_originals = dict(zip(handler.ids, base, strict=True))
             if self._depth_move is not None:
                 meta = self.config.metadata  # type: ignore[attr-defined]
                 meta.setdefault("posgen", {})["depth_stats"] = summarize(handler.records)
