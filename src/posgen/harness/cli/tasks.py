@@ -88,8 +88,7 @@ def _task_manager(args: argparse.Namespace) -> Any:
     try:
         paths = check_include_paths(getattr(args, "include_path", None))
     except InputError as e:
-        print(f"posgen tasks: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise InputError(f"posgen tasks: {e}") from None
     return task_manager(include_path=list(paths)) if paths else task_manager()
 
 
@@ -99,11 +98,11 @@ def _perturbation(args: argparse.Namespace) -> Any:
     param = _text_schemes()[args.scheme]
     value = getattr(args, param) if param else None
     if param and value is None:
-        raise SystemExit(f"posgen tasks: --scheme {args.scheme} needs --{param}")
+        raise InputError(f"posgen tasks: --scheme {args.scheme} needs --{param}")
     try:
         return parse("text", args.scheme if value is None else f"{args.scheme}:{value}")
     except PerturbationError as exc:
-        raise SystemExit(f"posgen tasks: {exc}") from None
+        raise InputError(f"posgen tasks: {exc}") from None
 
 
 def _list() -> int:
@@ -160,7 +159,7 @@ def _write(args: argparse.Namespace, p: Any, name: str) -> int:
     tm = _task_manager(args)
     entry = tm.task_index.get(args.task)
     if entry is None or entry.yaml_path is None or "class" in (entry.cfg or {}):
-        raise SystemExit(
+        raise InputError(
             f"posgen tasks write: {args.task!r} is not a YAML task of lm-eval; "
             f"use the name {name} with lm_eval directly"
         )
@@ -171,7 +170,7 @@ def _write(args: argparse.Namespace, p: Any, name: str) -> int:
         choice = tm.content_fields(args.task, fields_arg)
     except (UnknownContentFields, KeyError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) else exc
-        raise SystemExit(f"posgen tasks write: {message}") from None
+        raise InputError(f"posgen tasks write: {message}") from None
     fields = choice.fields
     seed = DEFAULT_SEED if args.seed is None else args.seed
     tp = TaskPerturbation(p, seed, args.task, fields, args.perturb_fewshot)
@@ -200,7 +199,7 @@ def _write_depth(args: argparse.Namespace, p: Any, name: str, entry: Any) -> int
     from posgen.tasks.family import depth_yaml, yaml_text
 
     if declared_fields(args.task, (entry.cfg or {}).get("metadata")) is None:
-        raise SystemExit(f"posgen tasks write: {missing_protocol(args.task)}")
+        raise InputError(f"posgen tasks write: {missing_protocol(args.task)}")
     seed = DEFAULT_SEED if args.seed is None else args.seed
     cfg = {**depth_yaml(p, args.task, seed), "include": str(Path(entry.yaml_path).resolve())}
     path = args.output_dir / f"{name}.yaml"
@@ -210,6 +209,15 @@ def _write_depth(args: argparse.Namespace, p: Any, name: str, entry: Any) -> int
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run one action; a refusal is one line on stderr and exit status 2."""
+    try:
+        return _main(args)
+    except InputError as e:
+        print(e, file=sys.stderr)
+        return 2
+
+
+def _main(args: argparse.Namespace) -> int:
     if args.tasks_command == "list":
         return _list()
     if args.tasks_command == "fields":
@@ -220,7 +228,7 @@ def main(args: argparse.Namespace) -> int:
 
     seed = DEFAULT_SEED if args.seed is None else args.seed
     if seed < 0:
-        raise SystemExit("posgen tasks: --seed must be >= 0")
+        raise InputError("posgen tasks: --seed must be >= 0")
     name = format_name(p, args.task, seed)
     if args.tasks_command == "name":
         print(name)
