@@ -53,6 +53,17 @@ def parse_rate_token(token: str) -> float:
     return float(pct / 100)
 
 
+def parse_depth_token(token: str) -> float:
+    """A depth level in a task name, written as a rate (``"50pct" -> 0.5``)."""
+    try:
+        return parse_rate_token(token)
+    except PerturbationError:
+        raise PerturbationError(
+            f"{token!r} is not a depth level; write the depth in [0, 1] in percent: "
+            "0pct, 12p5pct (0.125), 50pct, 100pct"
+        ) from None
+
+
 @dataclass(frozen=True)
 class LevelForm:
     """How one kind of short parameter reads in a task name."""
@@ -79,6 +90,7 @@ def _parse_window(scheme: str, token: str) -> int:
 LEVEL_FORMS: dict[str, LevelForm] = {
     "rate": LevelForm("<R>pct", rate_token, parse_rate_token),
     "window": LevelForm("w<K>", lambda w: f"w{w}", None),
+    "depth": LevelForm("<D>pct", rate_token, parse_depth_token),  # depth 0.5 -> 50pct
 }
 
 
@@ -111,6 +123,9 @@ class TextPerturbation(Perturbation):
     """A reordering of words. Subclasses implement :meth:`reorder`."""
 
     kind: ClassVar[str] = "text"
+    #: what the scheme moves: ``words`` of the content fields, or a document's
+    #: ``passages`` (:mod:`posgen.perturbations.depth`, whose tasks are built apart)
+    moves: ClassVar[str] = "words"
 
     def reorder(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, int]:
         raise NotImplementedError

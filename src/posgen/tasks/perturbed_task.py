@@ -18,7 +18,7 @@ gains ``posgen`` (spec, seed, base task, fields, and doc-averaged order statisti
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -192,20 +192,27 @@ class PerturbedTaskMixin:
     def _wrap_sampler(self) -> None:
         """Let the sampler exclude the eval doc by its unperturbed original, as the base
         task does (otherwise a perturbed doc never equals its own few-shot copy)."""
-        sampler = getattr(self, "sampler", None)
-        if sampler is None:
-            return
+        exclude_originals(self, lambda: self._posgen_originals)
 
-        def excluding_originals(inner: Any) -> Any:
-            def sample(n: int, eval_doc: Any = None, df: Any = None, **kw: Any) -> Any:
-                if isinstance(eval_doc, Mapping) and DOC_ID in eval_doc:
-                    eval_doc = self._posgen_originals.get(eval_doc[DOC_ID], eval_doc)
-                return inner(n, eval_doc=eval_doc, df=df, **kw)
 
-            return sample
+def exclude_originals(task: Any, originals: Callable[[], Mapping[str, Any]]) -> None:
+    """Let ``task``'s few-shot sampler exclude an eval doc by its original (looked up by
+    ``posgen_doc_id`` in ``originals()``), as the base task excludes the doc itself: a doc
+    posgen changed or added fields to never equals its own few-shot copy."""
+    sampler = getattr(task, "sampler", None)
+    if sampler is None:
+        return
 
-        # the sampler is this task's own: wrapped for the task's lifetime, nothing to undo
-        wrapped_method(sampler, "sample", excluding_originals)
+    def excluding_originals(inner: Any) -> Any:
+        def sample(n: int, eval_doc: Any = None, df: Any = None, **kw: Any) -> Any:
+            if isinstance(eval_doc, Mapping) and DOC_ID in eval_doc:
+                eval_doc = originals().get(eval_doc[DOC_ID], eval_doc)
+            return inner(n, eval_doc=eval_doc, df=df, **kw)
+
+        return sample
+
+    # the sampler is this task's own: wrapped for the task's lifetime, nothing to undo
+    wrapped_method(sampler, "sample", excluding_originals)
 
 
 class PerturbedTask(PerturbedTaskMixin, ConfigurableTask):

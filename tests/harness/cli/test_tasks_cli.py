@@ -24,15 +24,14 @@ def test_name(capsys) -> None:
     assert capsys.readouterr().out.strip() == "perm_swap_0p5pct_seed7_hellaswag"
     assert main(["tasks", "name", "piqa", "--scheme", "local_shuffle", "--window", "4"]) == 0
     assert capsys.readouterr().out.strip() == "perm_local_shuffle_w4_piqa"
+    assert main(["tasks", "name", "posgen_kv", "--scheme", "depth", "--depth", "0.25"]) == 0
+    assert capsys.readouterr().out.strip() == "perm_depth_25pct_posgen_kv"
 
 
 _CHILD = """
 import sys
 from posgen.harness.cli import main
-try:
-    main(["tasks", "write", "hellaswag", "--rate", "1.5"])
-except SystemExit as exc:
-    print(exc)
+print(main(["tasks", "write", "hellaswag", "--rate", "1.5"]))
 print(sorted(m for m in ("lm_eval", "posgen.tasks.lm_eval_tasks") if m in sys.modules))
 """
 
@@ -40,14 +39,33 @@ print(sorted(m for m in ("lm_eval", "posgen.tasks.lm_eval_tasks") if m in sys.mo
 def test_bad_input_is_refused_before_anything_loads() -> None:
     proc = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    message, loaded = proc.stdout.splitlines()[-2:]
-    assert message == (
+    status, loaded = proc.stdout.splitlines()[-2:]
+    assert proc.stderr.splitlines() == [
         "posgen tasks: swap: rate must be a number in [0, 1], got 1.5. "
-        "Accepted text forms: adjacent:RATE, local_shuffle:WINDOW, shuffle, swap:RATE"
-    )
-    assert loaded == "[]"
-    with pytest.raises(SystemExit, match="needs --rate"):
-        main(["tasks", "name", "hellaswag", "--scheme", "adjacent"])
+        "Accepted text forms: adjacent:RATE, depth:DEPTH, local_shuffle:WINDOW, shuffle, "
+        "swap:RATE"
+    ]
+    assert status == "2" and loaded == "[]"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["name", "hellaswag", "--scheme", "adjacent"], "posgen tasks: --scheme adjacent needs"),
+        (["name", "x", "--rate", "0.1", "--seed", "-1"], "posgen tasks: --seed must be >= 0"),
+        *(
+            ([action, "posgen_kv", "--scheme", "depth", "--depth", d], f"got {d}. Accepted")
+            for action in ("name", "write")
+            for d in ("1.5", "-0.25", "nan")
+        ),
+    ],
+)
+def test_each_refusal_is_one_line_and_exit_2(argv, message, capsys) -> None:
+    assert main(["tasks", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and message in err
+    if "--depth" in argv:
+        assert err.startswith("posgen tasks: depth must be a number in [0, 1] (0: the first")
 
 
 def test_write_gives_a_config_lm_eval_runs(
@@ -89,8 +107,8 @@ def test_write_gives_a_config_lm_eval_runs(
         assert Counter(doc["query"].split()) == Counter(orig["query"].split())
     assert len(task.eval_docs) == len(HELLASWAG_DOCS)
     assert task.config.metadata["posgen"]["fields"] == [{"name": "query"}]
-    with pytest.raises(SystemExit, match="posgen does not know which doc fields"):
-        main(["tasks", "write", "prost", "--rate", "0.1", "--output-dir", str(tmp_path)])
+    assert main(["tasks", "write", "prost", "--rate", "0.1", "--output-dir", str(tmp_path)]) == 2
+    assert "posgen does not know which doc fields" in capsys.readouterr().err
 
 
 def test_fields_says_how_each_task_s_fields_were_decided(tmp_path, monkeypatch, capsys) -> None:
@@ -116,9 +134,9 @@ def test_fields_says_how_each_task_s_fields_were_decided(tmp_path, monkeypatch, 
     assert seen == [[str(tmp_path)]]
     assert main(["tasks", "fields", "nosuch", "--include-path", str(tmp_path)]) == 2
     assert "'nosuch' is not a single lm-eval task" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as exit_info:
-        main(["tasks", "fields", "mine", "--include-path", str(tmp_path / "absent")])
-    assert exit_info.value.code == 2 and len(seen) == 2  # refused before any index
+    absent = str(tmp_path / "absent")
+    assert main(["tasks", "fields", "mine", "--include-path", absent]) == 2
+    assert len(seen) == 2  # refused before any index
     assert "no such folder" in capsys.readouterr().err
 
 
@@ -150,3 +168,51 @@ def test_write_leaves_the_whole_file_and_nothing_beside_it(tmp_path, monkeypatch
     assert cfg["include"] == str((tasks / "mine.yaml").resolve())
     assert cfg["task"] == "perm_swap_50pct_mine"
     assert cfg["posgen_perturbation"]["fields"] == [{"name": "story"}]
+
+
+def test_write_of_an_evidence_depth_includes_the_tasks_yaml(tmp_path, monkeypatch, capsys) -> None:
+    """A task of one's own that declares its passages (docs/depth.md): the written config
+    moves its evidence; one without the declaration is refused with what to add."""
+    import json
+
+    import posgen.tasks.lm_eval_tasks as lm_eval_tasks
+    from posgen.tasks.family import yaml_text
+
+    tasks, out = tmp_path / "tasks", tmp_path / "out"
+    tasks.mkdir()
+    data = tasks / "mine.jsonl"
+    data.write_text(json.dumps({"docs": ["a.", "b.", "c."], "gold": 0, "q": "q?"}) + "\n")
+    base = {
+        "task": "mine",
+        "dataset_path": "json",
+        "dataset_kwargs": {"data_files": {"test": str(data)}},
+        "test_split": "test",
+        "output_type": "generate_until",
+        "doc_to_text": "{{docs|join(' ')}} {{q}}",
+        "doc_to_target": "x",
+        "generation_kwargs": {"until": ["."]},
+        "metadata": {"posgen_depth": {"passages": "docs", "evidence": "gold", "question": "q"}},
+    }
+    (tasks / "mine.yaml").write_text(yaml_text(base))
+    (tasks / "plain.yaml").write_text(yaml_text({**base, "task": "plain", "metadata": {}}))
+    managers = []
+
+    def only_included(include_path=None, metadata=None):  # no lm-eval index: seconds
+        managers.append(
+            lm_eval_tasks.PosgenTaskManager(include_path=include_path, include_defaults=False)
+        )
+        return managers[-1]
+
+    monkeypatch.setattr(lm_eval_tasks, "task_manager", only_included)
+    argv = ["tasks", "write", "mine", "--scheme", "depth", "--depth", "1", "--output-dir", str(out)]
+    assert main([*argv, "--include-path", str(tasks)]) == 0
+    (path,) = out.iterdir()
+    assert path.name == "perm_depth_100pct_mine.yaml"
+    (task,) = managers[-1].load([str(path)])["tasks"].values()
+    assert task.eval_docs[0]["docs"] == ["b.", "c.", "a."] and task.eval_docs[0]["gold"] == 2
+    capsys.readouterr()
+    argv = ["tasks", "write", "plain", "--scheme", "depth", "--depth", "1"]
+    assert main([*argv, "--include-path", str(tasks)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "'plain' does not say which of its doc fields" in line
+    assert "add to its YAML: metadata: {posgen_depth:" in line

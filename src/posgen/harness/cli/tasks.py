@@ -28,7 +28,11 @@ from posgen.harness.cli.arguments import add_include_path_argument
 from posgen.harness.input_error import InputError
 
 # the short parameter of each text scheme gets a flag (--rate, --window, ...)
-_PARAM_HELP = {"rate": "fraction of words moved", "window": "window in words"}
+_PARAM_HELP = {
+    "rate": "fraction of words moved",
+    "window": "window in words",
+    "depth": "the evidence passage's depth in [0, 1]",
+}
 
 
 def _text_schemes() -> dict[str, str | None]:
@@ -84,8 +88,7 @@ def _task_manager(args: argparse.Namespace) -> Any:
     try:
         paths = check_include_paths(getattr(args, "include_path", None))
     except InputError as e:
-        print(f"posgen tasks: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise InputError(f"posgen tasks: {e}") from None
     return task_manager(include_path=list(paths)) if paths else task_manager()
 
 
@@ -95,11 +98,11 @@ def _perturbation(args: argparse.Namespace) -> Any:
     param = _text_schemes()[args.scheme]
     value = getattr(args, param) if param else None
     if param and value is None:
-        raise SystemExit(f"posgen tasks: --scheme {args.scheme} needs --{param}")
+        raise InputError(f"posgen tasks: --scheme {args.scheme} needs --{param}")
     try:
         return parse("text", args.scheme if value is None else f"{args.scheme}:{value}")
     except PerturbationError as exc:
-        raise SystemExit(f"posgen tasks: {exc}") from None
+        raise InputError(f"posgen tasks: {exc}") from None
 
 
 def _list() -> int:
@@ -156,16 +159,18 @@ def _write(args: argparse.Namespace, p: Any, name: str) -> int:
     tm = _task_manager(args)
     entry = tm.task_index.get(args.task)
     if entry is None or entry.yaml_path is None or "class" in (entry.cfg or {}):
-        raise SystemExit(
+        raise InputError(
             f"posgen tasks write: {args.task!r} is not a YAML task of lm-eval; "
             f"use the name {name} with lm_eval directly"
         )
+    if p.moves == "passages":  # an evidence depth: the task declares its own fields
+        return _write_depth(args, p, name, entry)
     fields_arg = args.fields.split(",") if args.fields else None
     try:
         choice = tm.content_fields(args.task, fields_arg)
     except (UnknownContentFields, KeyError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) else exc
-        raise SystemExit(f"posgen tasks write: {message}") from None
+        raise InputError(f"posgen tasks write: {message}") from None
     fields = choice.fields
     seed = DEFAULT_SEED if args.seed is None else args.seed
     tp = TaskPerturbation(p, seed, args.task, fields, args.perturb_fewshot)
@@ -186,7 +191,33 @@ def _write(args: argparse.Namespace, p: Any, name: str) -> int:
     return 0
 
 
+def _write_depth(args: argparse.Namespace, p: Any, name: str, entry: Any) -> int:
+    """A YAML config of ``perm_depth_<D>pct_<task>`` that includes the task's own YAML
+    (which must declare the passage fields: docs/depth.md)."""
+    from posgen.perturbations.seeding import DEFAULT_SEED
+    from posgen.tasks.depth_protocol import declared_fields, missing_protocol
+    from posgen.tasks.family import depth_yaml, yaml_text
+
+    if declared_fields(args.task, (entry.cfg or {}).get("metadata")) is None:
+        raise InputError(f"posgen tasks write: {missing_protocol(args.task)}")
+    seed = DEFAULT_SEED if args.seed is None else args.seed
+    cfg = {**depth_yaml(p, args.task, seed), "include": str(Path(entry.yaml_path).resolve())}
+    path = args.output_dir / f"{name}.yaml"
+    atomic_write_text(path, yaml_text(cfg))
+    print(f"wrote {path}\nrun: lm_eval --include_path {args.output_dir} --tasks {name} ...")
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
+    """Run one action; a refusal is one line on stderr and exit status 2."""
+    try:
+        return _main(args)
+    except InputError as e:
+        print(e, file=sys.stderr)
+        return 2
+
+
+def _main(args: argparse.Namespace) -> int:
     if args.tasks_command == "list":
         return _list()
     if args.tasks_command == "fields":
@@ -197,7 +228,7 @@ def main(args: argparse.Namespace) -> int:
 
     seed = DEFAULT_SEED if args.seed is None else args.seed
     if seed < 0:
-        raise SystemExit("posgen tasks: --seed must be >= 0")
+        raise InputError("posgen tasks: --seed must be >= 0")
     name = format_name(p, args.task, seed)
     if args.tasks_command == "name":
         print(name)
