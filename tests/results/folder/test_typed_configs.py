@@ -62,6 +62,7 @@ def test_a_length_folder_from_before_reads_typed_with_its_hash_and_folder(name, 
     assert config_hash(config.to_dict()) == stored["config_sha256"]
     folders = json.loads((DATA / "default_folders.json").read_text())
     assert config.default_folder().name == folders[name]["default_folder"]
+    assert config.earlier_default_folder().name == folders[name]["earlier_default_folder"]
     LengthFolder.start(old, config)  # the same config: resumes, nothing rewritten
     assert (old / "config.json").read_text() == (DATA / name).read_text()
     LengthFolder.start(tmp_path / "new", config)
@@ -88,8 +89,13 @@ def test_a_length_run_without_out_finds_the_folder_an_earlier_release_named(tmp_
     assert default_folder(now) == now.default_folder() != stored.default_folder()
     stored.default_folder().mkdir(parents=True)
     assert default_folder(now) == stored.default_folder()
+    stored.earlier_default_folder().mkdir(parents=True)  # posgen-runs/length-<hash>
+    assert default_folder(now) == stored.default_folder()
+    now.earlier_default_folder().mkdir(parents=True)
+    assert default_folder(now) == now.earlier_default_folder()
     now.default_folder().mkdir(parents=True)
     assert default_folder(now) == now.default_folder()
+    assert now.default_folder().parent == Path("posgen-runs") / "length"
 
 
 def test_a_length_rerun_with_other_settings_names_them(tmp_path):

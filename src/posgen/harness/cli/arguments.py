@@ -81,8 +81,8 @@ def add_folder_arguments(parser: argparse.ArgumentParser, command: str, combine:
     parser.add_argument(
         "--out",
         type=Path,
-        help=f"output folder (default ./posgen-{command}/<model>, with --combine "
-        f"./posgen-{command}/combined)",
+        help=f"output folder (default ./posgen-runs/{command}/<model>, with --combine "
+        f"./posgen-runs/{command}/combined)",
     )
     parser.add_argument("--batch-size", default="8", help="lm-eval batch size (default 8)")
     add_loading_arguments(parser)
@@ -155,7 +155,10 @@ def combine_command(
         for k, v in vars(args).items()
         if k in defaults and k not in COMBINE_KEEPS and v != defaults[k]
     )
-    out = args.out or Path(f"posgen-{command}") / "combined"
+    from posgen.results.folder.store import default_folder
+
+    earlier = Path(f"posgen-{command}") / "combined"
+    out = args.out or default_folder(command, "combined", earlier)
     try:
         if given:
             raise CombineError(

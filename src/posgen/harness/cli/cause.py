@@ -226,10 +226,11 @@ def main(args: argparse.Namespace) -> int:
     from posgen.harness.cause.runner import run
     from posgen.results.folder.cause_config import CauseFolder
     from posgen.results.folder.lock import RunLockedError
-    from posgen.results.folder.store import RunConflictError, slug
+    from posgen.results.folder.store import RunConflictError, default_folder, slug
     from posgen.results.report.folder_reports import regenerate_cause
 
-    out = args.out or Path("posgen-cause") / slug(config.model.label)
+    name = slug(config.model.label)
+    out = args.out or default_folder("cause", name, Path("posgen-cause") / name)
     start = time.perf_counter()
     try:
         with CauseFolder.create(out, config, note=_progress) as folder:

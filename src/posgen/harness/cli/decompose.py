@@ -270,7 +270,7 @@ def main(args: argparse.Namespace) -> int:
     from posgen.harness.decompose.runner import run
     from posgen.results.folder.decompose_config import DecomposeFolder
     from posgen.results.folder.lock import RunLockedError
-    from posgen.results.folder.store import RunConflictError, slug
+    from posgen.results.folder.store import RunConflictError, default_folder, slug
     from posgen.results.report.folder_reports import decompose_text, regenerate_decompose
 
     def note(line: str) -> None:
@@ -283,7 +283,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     if args.tokens_note:
         note(f"note: {args.tokens_note}")
-    out = args.out or Path("posgen-runs") / "decompose" / slug(config.model.label)
+    out = args.out or default_folder("decompose", slug(config.model.label))
     try:
         with DecomposeFolder.create(out, config, note=note) as folder:
             run(folder, device, note)

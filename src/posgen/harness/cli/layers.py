@@ -223,10 +223,11 @@ def main(args: argparse.Namespace) -> int:
     from posgen.harness.layers.runner import run
     from posgen.results.folder.layers_config import LayersFolder
     from posgen.results.folder.lock import RunLockedError
-    from posgen.results.folder.store import RunConflictError, slug
+    from posgen.results.folder.store import RunConflictError, default_folder, slug
     from posgen.results.report.folder_reports import regenerate_layers
 
-    out = args.out or Path("posgen-layers") / slug(config.model.label)
+    name = slug(config.model.label)
+    out = args.out or default_folder("layers", name, Path("posgen-layers") / name)
     start = time.perf_counter()
     try:
         with LayersFolder.create(out, config, note=_progress) as folder:

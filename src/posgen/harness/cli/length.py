@@ -18,7 +18,8 @@ config's own value).
 :func:`resolve` checks every argument and the model's config (no weights) and builds the
 run's :class:`~posgen.results.folder.length_config.LengthConfig`; the run itself is
 :func:`posgen.harness.length.job.run_job`. Output: a resumable folder under
-``posgen-runs/`` (see :mod:`posgen.harness.length.runner`).
+``posgen-runs/length/<model>_<hash of the scored config>`` (see
+:mod:`posgen.harness.length.runner`).
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also sweep a seeded random-init twin of each model",
     )
-    parser.add_argument("--out", type=Path, help="run folder (default ./posgen-runs/<name>)")
+    parser.add_argument("--out", type=Path, help="run folder (default ./posgen-runs/run/<name>)")
     parser.add_argument(
         "--seed", type=int, default=DEFAULT_SEED, help=f"perturbation seed ({DEFAULT_SEED})"
     )

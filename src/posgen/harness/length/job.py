@@ -211,14 +211,18 @@ def run_job(
 
 
 def default_folder(config: LengthConfig) -> Path:
-    """The run's default folder; where it does not exist but the one an earlier release
-    named after the model's legacy revision does, that one (resumed there with a note,
-    :mod:`posgen.results.folder.model_identity`)."""
-    folder, entry = config.default_folder(), config.model_entry
-    if folder.exists() or entry is None or entry.legacy_revision is None:
-        return folder
-    legacy = replace(config, model_entry=replace(entry, revision=entry.legacy_revision))
-    return legacy.default_folder() if legacy.default_folder().exists() else folder
+    """The run's default folder; where it does not exist but one an earlier release named
+    does, that one: ``posgen-runs/length-<hash>`` (before every command wrote under
+    ``posgen-runs/<command>/``), or either name with the hash of the model's legacy
+    revision (resumed there with a note, :mod:`posgen.results.folder.model_identity`)."""
+    configs, entry = [config], config.model_entry
+    if entry is not None and entry.legacy_revision is not None:
+        configs.append(replace(config, model_entry=replace(entry, revision=entry.legacy_revision)))
+    for c in configs:
+        for folder in (c.default_folder(), c.earlier_default_folder()):
+            if folder.exists():
+                return folder
+    return config.default_folder()
 
 
 def jobs_for_run(

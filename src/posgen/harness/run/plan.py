@@ -41,6 +41,7 @@ from posgen.results.folder.config import (
     SweepAxis,
 )
 from posgen.results.folder.schema import SCHEMA_VERSION
+from posgen.results.folder.store import RUNS_ROOT, default_folder
 from posgen.tasks import offline  # looked up at call time (tests pin the suite)
 from posgen.tasks.naming import PREFIX
 
@@ -286,10 +287,11 @@ def _check_threshold(flag: str, value: float, upper: float, what: str) -> None:
 
 
 def default_out(config: RunConfig) -> Path:
-    """./posgen-runs/<models>_<suite>[_quick][_seed<S>] (seed only when not the default)."""
+    """./posgen-runs/run/<models>_<suite>[_random-init][_quick][_seed<S>] (seed only when
+    not the default); an earlier release's ./posgen-runs/<name> where only that exists."""
     models = "+".join(m.label for m in config.models if not m.random_init)
     name = re.sub(r"[^A-Za-z0-9._+-]+", "_", f"{models}_{config.suite}").strip("_")[:80]
     name += "_random-init" if any(m.random_init for m in config.models) else ""
     name += "_quick" if config.preset == "quick" else ""
     name += "" if config.seed == DEFAULT_SEED else f"_seed{config.seed}"
-    return Path("posgen-runs") / name
+    return default_folder("run", name, RUNS_ROOT / name)

@@ -32,6 +32,7 @@ from posgen.results.folder.model_identity import legacy_resume, show
 from posgen.results.folder.protocol import CommandFolder
 from posgen.results.folder.schema import SchemaError, config_hash
 from posgen.results.folder.store import (
+    RUNS_ROOT,
     RunConflictError,
     atomic_write_json,
     describe_diff,
@@ -134,10 +135,19 @@ class LengthConfig:
         return out
 
     def default_folder(self) -> Path:
-        """``posgen-runs/length-<12 hex of the scored config's SHA-256>`` (one folder with
-        and without ``--decompose``)."""
+        """``posgen-runs/length/<model>_<12 hex of the scored config's SHA-256>`` (one
+        folder with and without ``--decompose``)."""
+        return RUNS_ROOT / "length" / f"{slug(self.model)}_{self.scored_hash()}"
+
+    def earlier_default_folder(self) -> Path:
+        """``posgen-runs/length-<hash>``: the default folder of releases before every
+        command wrote under ``posgen-runs/<command>/``."""
+        return RUNS_ROOT / f"length-{self.scored_hash()}"
+
+    def scored_hash(self) -> str:
+        """12 hex of the SHA-256 of the scored config (:meth:`scored_dict`)."""
         body = json.dumps(self.scored_dict(), sort_keys=True).encode()
-        return Path("posgen-runs") / f"length-{hashlib.sha256(body).hexdigest()[:12]}"
+        return hashlib.sha256(body).hexdigest()[:12]
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LengthConfig:

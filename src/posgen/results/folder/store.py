@@ -48,6 +48,22 @@ def slug(text: str, *, front: bool = False) -> str:
     return f"{readable}-{hashlib.sha256(text.encode('utf-8')).hexdigest()[:8]}"
 
 
+#: where every command writes its folder when not given ``--out``
+RUNS_ROOT = Path("posgen-runs")
+
+
+def default_folder(command: str, name: str, *earlier: Path) -> Path:
+    """Every command's default folder, ``posgen-runs/<command>/<name>`` (relative to the
+    working directory). Where it does not exist but one of ``earlier`` does (the folder an
+    earlier release named by default: ``posgen-runs/<name>`` for a run, ``posgen-layers/``,
+    ``posgen-cause/``, ``posgen-runs/length-<hash>``), that one: a rerun without ``--out``
+    resumes and re-reports the folder it wrote before."""
+    folder = RUNS_ROOT / command / name
+    if folder.exists():
+        return folder
+    return next((path for path in earlier if path.exists()), folder)
+
+
 def read_json(path: Path, what: str) -> dict[str, Any]:
     """Load a JSON object, turning a missing or corrupt file into a clear error."""
     try:
