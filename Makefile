@@ -1,6 +1,8 @@
 # posgen: two commands do all the set-up on a fresh machine.
 #   make run    the main job on the embedded model and corpus (creates .venv on first use)
-#   make test   the whole test suite (creates .venv on first use)
+#   make test   the whole test suite, a worker per core (creates .venv on first use)
+#   make test-fast  the suite without its slow and heavy tiers (the embedded model, whole
+#               commands end to end): the inner loop of a change
 #   make test-newest  compat.check() and the fast tests of the paths posgen patches, on
 #               the newest release of each dependency inside pyproject.toml's range
 #               (creates .venv-newest; CI runs it after make test)
@@ -10,6 +12,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.posgen-installed
 RUN_ARGS ?=
 PYTEST_ARGS ?=
+# pytest-xdist: a worker per core, each taking the next test as it frees (worksteal keeps
+# the two long end-to-end tests on the embedded model from ending up in one queue)
+PARALLEL ?= -n auto --dist worksteal
 PINS := torch==2.13.0 "lm-eval[hf]==0.4.13" transformers==5.24.0 accelerate==1.15.0 datasets==5.2.0
 NEWEST_VENV ?= .venv-newest
 NEWEST_BIN := $(NEWEST_VENV)/bin
@@ -29,7 +34,7 @@ NEWEST_TESTS ?= tests/test_compat.py tests/test_compat_rotary.py tests/test_comp
 	tests/harness/decomposition/test_falcon_decomposition.py tests/test_compat_position_families.py \
 	tests/harness/hf_posgen/test_max_length_limits.py
 
-.PHONY: install run test test-newest lint bench clean
+.PHONY: install run test test-fast test-newest lint bench clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -50,7 +55,10 @@ run: $(STAMP)
 	$(BIN)/posgen run $(RUN_ARGS)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PARALLEL) $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest $(PARALLEL) -m "not slow and not heavy" $(PYTEST_ARGS)
 
 # A fresh environment resolved without pins, as `pip install posgen` resolves it today: the
 # newest release in range of every dependency, except torch (installed first at the tested
@@ -63,7 +71,7 @@ test-newest:
 	$(NEWEST_BIN)/python -m pip install --quiet --upgrade --upgrade-strategy eager -e ".[dev,embedded]"
 	$(NEWEST_BIN)/python -c "from importlib.metadata import version as v; print('newest in range:', ', '.join(f'{p} {v(p)}' for p in ('torch', 'transformers', 'lm_eval', 'accelerate', 'datasets', 'numpy')))"
 	$(NEWEST_BIN)/python -c "from posgen import compat; p = compat.check(); print('compat.check():', p or 'clean'); raise SystemExit(1 if p else 0)"
-	$(NEWEST_BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS) $(NEWEST_TESTS)
+	$(NEWEST_BIN)/python -m pytest $(PARALLEL) -m "not slow" $(PYTEST_ARGS) $(NEWEST_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -16,9 +16,20 @@ sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # one thread per worker (and per process a test starts): pytest-xdist runs a worker
+    # per core, and torch's own threads on top of them only contend
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 
 from hub_fixtures import ARC_DOCS, HELLASWAG_DOCS
 from tiny_models import CHAT_TEMPLATE, SHORT_TABLE, save_short_context, save_tiny
+
+
+def pytest_configure(config):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch  # imported already by a plugin, the environment above came too late
+
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session", autouse=True)

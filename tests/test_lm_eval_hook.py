@@ -10,6 +10,8 @@ import pytest
 
 from posgen._lm_eval_hook import _is_lm_eval_cli
 
+pytestmark = pytest.mark.heavy
+
 
 @pytest.mark.parametrize(
     ("argv0", "orig", "expected"),

@@ -15,6 +15,8 @@ from test_lm_eval_cli import run_cli
 
 from posgen.tasks import depth_suite
 
+pytestmark = pytest.mark.heavy
+
 LAYOUT = ("posgen_evidence_char_start", "posgen_evidence_to_question_chars", "posgen_prompt_chars")
 
 

@@ -8,6 +8,8 @@ import pytest
 
 from posgen.tasks import depth_suite, family, offline
 
+pytestmark = pytest.mark.heavy
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

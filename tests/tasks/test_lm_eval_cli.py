@@ -10,7 +10,11 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from posgen.tasks import offline
+
+pytestmark = pytest.mark.heavy
 
 BIN = Path(sys.executable).parent
 

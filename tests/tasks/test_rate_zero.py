@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+pytestmark = pytest.mark.heavy
+
 
 @pytest.fixture(scope="module")
 def tiny_lm(tiny_model_dir):

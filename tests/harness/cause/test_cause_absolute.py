@@ -14,6 +14,8 @@ from posgen.harness.cli import build_parser
 from posgen.harness.cli import main as cli_main
 from posgen.harness.cli.cause import main
 
+pytestmark = pytest.mark.heavy
+
 ARGS = ("--limit", "2", "--forms", "additive", "--controls", "shuffled", "--no-progress")
 NOT_MADE = "Not made: this model's learned absolute positions enter once"
 

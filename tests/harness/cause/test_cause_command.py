@@ -16,6 +16,8 @@ from posgen.harness.cli import build_parser
 from posgen.harness.cli import main as cli_main
 from posgen.harness.cli.cause import main
 
+pytestmark = pytest.mark.heavy
+
 POSITIONAL = POSITIONAL_LAYER  # the one layer with sharp, position-dependent attention
 
 

@@ -10,6 +10,8 @@ import pytest
 from posgen.harness.cli import main as cli_main
 from tiny_models import save_tiny_adapter
 
+pytestmark = pytest.mark.heavy
+
 
 def test_decompose_measures_the_adapter_and_the_twin(tiny_model_dir, tmp_path, capsys):
     model = tiny_model_dir("llama", 0)

@@ -11,6 +11,8 @@ import pytest
 from hub_fixtures import HELLASWAG_DOCS
 from posgen.harness.cli import main
 
+pytestmark = pytest.mark.heavy
+
 
 def test_list_shows_the_family_and_the_grammar(capsys) -> None:
     assert main(["tasks", "list"]) == 0

@@ -13,6 +13,8 @@ import pytest
 from posgen.harness.cli import main as cli_main
 from tiny_models import SHORT_TABLE
 
+pytestmark = pytest.mark.heavy
+
 FIELDS = {"gpt2": "n_positions", "opt": "max_position_embeddings", "mpt": "max_seq_len"}
 
 

@@ -21,6 +21,8 @@ from posgen.harness.position_family import position_family_of
 from posgen.perturbations.base import registry
 from tiny_models import build_model, build_tokenizer
 
+pytestmark = pytest.mark.heavy
+
 N = 40
 HEADS = 4  # the tiny BLOOM's
 

@@ -23,6 +23,8 @@ from posgen.harness.hf_posgen.logit_forms import LogitDonor
 from posgen.harness.hf_posgen.model import HFPosgenLM, model_arguments
 from tiny_models import build_short_context_model, build_tokenizer, training_text
 
+pytestmark = pytest.mark.heavy
+
 # 6 documents of very different lengths, most past the model's trained context of 64
 # (where the length schemes act): one batch of 8 pads most rows by far.
 DOCS = [t[: 40 + 120 * i] for i, t in enumerate(training_text()[:6])]

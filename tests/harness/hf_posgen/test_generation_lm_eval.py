@@ -22,6 +22,8 @@ from posgen.lm_eval_plugin import register_all
 from posgen.perturbations import parse
 from tiny_models import save_previous_token_model
 
+pytestmark = pytest.mark.heavy
+
 TASK = "posgen_generation_check"
 
 

@@ -16,6 +16,8 @@ from lm_eval.tasks import TaskManager
 from posgen.lm_eval_plugin import register_all
 from tiny_models import training_text
 
+pytestmark = pytest.mark.heavy
+
 TASK = "posgen_hf_posgen_check"
 
 

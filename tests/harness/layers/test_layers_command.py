@@ -13,6 +13,8 @@ from planted_models import POSITIONAL_LAYER
 from posgen.harness.cli import build_parser
 from posgen.harness.cli.layers import main
 
+pytestmark = pytest.mark.heavy
+
 POSITIONAL = POSITIONAL_LAYER  # the one layer with sharp, position-dependent attention
 
 

@@ -15,6 +15,8 @@ from posgen.harness.decomposition import pipeline
 from posgen.perturbations.length import LengthLambda, LengthNone, LengthScale, LengthYarn
 from posgen.results.scores.length_decompose import COLUMNS, decomposition_path
 
+pytestmark = pytest.mark.heavy
+
 C = 64
 SCHEMES = "none;scale:2;yarn:2;lambda:2,32"
 

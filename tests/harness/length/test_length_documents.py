@@ -13,6 +13,8 @@ from posgen.harness.cli import main as cli_main
 from posgen.harness.length.documents import DocumentError, parse_dataset_spec
 from tiny_models import build_short_context_model, build_tokenizer, training_text
 
+pytestmark = pytest.mark.heavy
+
 C = 64
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import torch
 
 from posgen.harness.cli import main as cli_main
@@ -13,6 +14,8 @@ from posgen.harness.length.nll import bucket_sums
 from posgen.results.folder.store import slug
 from posgen.tasks.long_documents import long_documents
 from tiny_models import build_short_context_model, build_tokenizer, save_tiny_adapter
+
+pytestmark = pytest.mark.heavy
 
 C = 64
 

@@ -17,6 +17,8 @@ from posgen.perturbations import PerturbationError
 from posgen.perturbations.length import LengthInfLLM, parse_length, parse_length_list
 from posgen.results.scores.length_decompose import decomposition_path
 
+pytestmark = pytest.mark.heavy
+
 C = 64
 SCHEME = "infllm:n_init=2,n_local=16,block_size=4,topk=2,repr_topk=2,exc_block_size=8"
 

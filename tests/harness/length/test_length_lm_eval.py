@@ -17,6 +17,8 @@ from posgen.lm_eval_plugin import register_all
 from posgen.perturbations import PerturbationError
 from tiny_models import build_short_context_model, build_tokenizer, training_text
 
+pytestmark = pytest.mark.heavy
+
 TASK = "posgen_length_check"
 TEXTS = [t[: 200 + 90 * i] for i, t in enumerate(training_text()[:6])]
 

@@ -27,6 +27,8 @@ from posgen.harness.length.reuse import (
 from posgen.perturbations.length import LengthLambda, LengthNone
 from posgen.results.scores.length import result_path
 
+pytestmark = pytest.mark.heavy
+
 C, N = 64, 150
 CONFIG = SimpleNamespace(
     seed=1234, block_size=16, chunk=32, trained_context=C, bucket_width=16, n_buckets=10

@@ -17,6 +17,8 @@ from posgen.harness.length.drift import drift_capture, token_cosines
 from posgen.harness.length.nll import bucket_sums, position_nll
 from posgen.perturbations.length import LengthLambda, LengthNone, LengthScale, LengthYarn
 
+pytestmark = pytest.mark.heavy
+
 C = 64
 
 

@@ -10,6 +10,8 @@ from tests.tiny_models import build_previous_token_model, build_short_context_mo
 
 from posgen.harness.length.window import context_range, window_nll, window_plan
 
+pytestmark = pytest.mark.heavy
+
 C = 64
 
 

@@ -17,6 +17,8 @@ import pytest
 from posgen.harness.run.launch import Launch
 from synthetic_run import cli
 
+pytestmark = pytest.mark.heavy
+
 BIN = Path(sys.executable).parent
 # a trained tiny model and its random-init twin (a built model: HFLM's other path);
 # 5 documents, so the ranks get 3 and 2

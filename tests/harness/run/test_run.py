@@ -12,6 +12,8 @@ import pytest
 from posgen.results.folder.schema import RESULT_COLUMNS, SCHEMA_VERSION
 from synthetic_run import cli
 
+pytestmark = pytest.mark.heavy
+
 TINY_ARGS = [
     "--suite",
     "posgen_prose",

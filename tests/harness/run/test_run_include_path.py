@@ -11,6 +11,8 @@ import pytest
 
 from synthetic_run import cli
 
+pytestmark = pytest.mark.heavy
+
 TASK = "mine_name_the_animal"
 YAML = f"""task: {TASK}
 dataset_path: json

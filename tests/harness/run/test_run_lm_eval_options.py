@@ -14,6 +14,8 @@ import pytest
 from synthetic_run import cli
 from tiny_models import CHAT_TEMPLATE
 
+pytestmark = pytest.mark.heavy
+
 TEXT_ONLY = ["--kinds", "text", "--rates", "0,0.5", "--no-progress"]
 
 

@@ -10,6 +10,8 @@ import pytest
 
 from synthetic_run import cli
 
+pytestmark = pytest.mark.heavy
+
 TEXT_AND_POSITION = ["--kinds", "text,position", "--rates", "0,0.5", "--no-progress"]
 
 

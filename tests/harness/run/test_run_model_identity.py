@@ -11,6 +11,8 @@ import pytest
 
 from synthetic_run import cli
 
+pytestmark = pytest.mark.heavy
+
 ARGS = ["--suite", "posgen_prose", "--kinds", "text", "--rates", "0,0.5", "--limit", "2"]
 
 

@@ -15,6 +15,8 @@ import pytest
 
 from synthetic_run import cli
 
+pytestmark = pytest.mark.heavy
+
 BIN = Path(sys.executable).parent
 LIMIT = "3"
 KEYS = ["task", "metric", "kind", "scheme", "rate", "seed"]

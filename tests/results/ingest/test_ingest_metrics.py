@@ -14,6 +14,8 @@ from posgen.results.folder.config import Scoring
 from posgen.results.ingest.folders import ingest
 from synthetic_run import cli
 
+pytestmark = pytest.mark.heavy
+
 RECALL, YESNO = "posgen_t_recall", "posgen_t_yesno"
 
 

@@ -11,6 +11,8 @@ import pytest
 from posgen.results.report.build import regenerate
 from synthetic_run import cli, make_run
 
+pytestmark = pytest.mark.heavy
+
 TWO = {
     "embedded": {"sensitivity": 1.0, "fit": 0.6},
     "embedded+random-init": {"sensitivity": 0.1, "fit": 0.2, "random_init": True},

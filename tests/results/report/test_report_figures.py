@@ -17,6 +17,8 @@ from posgen.results.report.build import regenerate
 from posgen.results.report.figure_record import problems, read_record
 from synthetic_run import RATES, SIGMAS, make_run
 
+pytestmark = pytest.mark.heavy
+
 
 def _models(n: int) -> dict[str, dict]:
     return {f"m{i}": {"sensitivity": 0.2 + i * 0.4, "fit": 0.8 - 0.15 * i} for i in range(n)}
