@@ -153,8 +153,8 @@ def train(model: torch.nn.Module, ids: torch.Tensor, args: argparse.Namespace) -
 def held_out_loss(model: torch.nn.Module, ids: torch.Tensor, window: int, spec: str | None):
     """Mean next-token loss on consecutive held-out windows, plain or under ``spec``."""
     from posgen.harness.hf_posgen.batch_rows import NO_DOCS, PaddedRows
-    from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
     from posgen.harness.hf_posgen.perturbed_forward import perturbed_forward, plan_forward
+    from posgen.harness.model_side.perturbation import ModelPerturbation
 
     usable = ids[: ids.numel() // window * window].view(-1, window)[:64]
     with torch.no_grad():

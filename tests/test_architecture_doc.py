@@ -70,7 +70,7 @@ def _described(name: str) -> bool:
     """An entry of the page (a table row, a line of a code block, a paragraph) names
     ``name`` (alone or after folders, in backticks or in the tree) beside at least three
     words of prose: code spans and other file and folder names left out. A path is also
-    found by its last folder and file (``hf_posgen/qk_noise.py``)."""
+    found by its last folder and file (``model_side/attention/qk_noise.py``)."""
     parts = name.rstrip("/").split("/")
     tails = {"/".join(parts[i:]) + ("/" if name.endswith("/") else "") for i in range(len(parts))}
     tails = {t for t in tails if "/" in t.rstrip("/") or t == name}

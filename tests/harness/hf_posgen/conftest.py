@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from posgen.harness.hf_posgen import perturbed_forward
-from posgen.harness.hf_posgen.position_hooks import build_plan
+from posgen.harness.model_side.positions.plan import build_plan
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from tests.tiny_models import build_short_context_model
 from transformers import DynamicCache
 
 from posgen.harness.cli import main as cli_main
-from posgen.harness.hf_posgen.lambda_attention import lambda_attention
 from posgen.harness.length import reuse
 from posgen.harness.length.apply import length_forward
 from posgen.harness.length.drift import drift_capture
@@ -24,6 +23,7 @@ from posgen.harness.length.reuse import (
     run_suffix,
     shared_length,
 )
+from posgen.harness.model_side.attention.lambda_attention import lambda_attention
 from posgen.perturbations.length import LengthLambda, LengthNone
 from posgen.results.scores.length import result_path
 

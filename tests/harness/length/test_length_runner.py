@@ -234,7 +234,7 @@ def test_posgen_run_refuses_a_bad_length_before_loading(capsys):
 
 
 def test_scale_equals_interpolated_positions_and_composes(model):
-    from posgen.harness.hf_posgen.position_hooks import rotary_positions
+    from posgen.harness.model_side.positions.rotary import rotary_positions
     from posgen.perturbations import parse
 
     ids = _ids(100)

@@ -40,13 +40,13 @@ import numpy as np
 import torch
 
 from posgen.harness.hf_posgen.batch_rows import NO_DOCS, PaddedRows
-from posgen.harness.hf_posgen.family_positions import family_positions, generation_source
 from posgen.harness.hf_posgen.generation_rows import left_padded_lengths
-from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
 from posgen.harness.hf_posgen.perturbed_forward import enter_perturbation, plan_forward
-from posgen.harness.hf_posgen.position_hooks import BatchPlan
-from posgen.harness.hf_posgen.qk_noise import mix_heads, perturb, twin_rotation
 from posgen.harness.model_family import require_rotary, rotary_modules
+from posgen.harness.model_side.attention.qk_noise import mix_heads, perturb, twin_rotation
+from posgen.harness.model_side.perturbation import ModelPerturbation
+from posgen.harness.model_side.positions.non_rotary import family_positions, generation_source
+from posgen.harness.model_side.positions.plan import BatchPlan
 from posgen.harness.position_family import position_family_of
 from posgen.perturbations.base import PerturbationError, registry
 
@@ -299,7 +299,7 @@ def generating(model: torch.nn.Module, plan: GenerationPlan) -> Iterator[None]:
     """Within the block, ``model.generate`` runs under ``plan.p`` as ``plan`` planned it:
     every rotary call records its step (:meth:`GenerationPlan.follow`), then the planned
     positions, qk schemes and ``heads=`` act through :func:`enter_perturbation`. A
-    non-rotary model follows its steps where its positions enter (:mod:`.family_positions`)."""
+    non-rotary model follows its steps where its positions enter (:mod:`posgen.harness.model_side.positions.non_rotary`)."""
     p = plan.p
     if position_family_of(model).kind != "rotary":  # absolute or ALiBi: no rotary call
         with family_positions(model, generation_source(model, plan), p.layers, p.heads):

@@ -11,9 +11,9 @@ enters at two places, :meth:`HFPosgenLM._model_call` through
 :func:`.perturbed_forward.perturbed_forward` and :meth:`HFPosgenLM._model_generate` through
 :func:`.generation.generating`: hooks installed inside a context manager
 and always removed (the pattern of lm-eval's ``hf_steered``). Position values and rope
-noise enter inside the model's rotary embedding (:mod:`.position_hooks`; a learned
-position table or an ALiBi bias for the other families, :mod:`.family_positions`), qk noise
-through a registered attention function (:mod:`.qk_noise`). Both are drawn from each
+noise enter inside the model's rotary embedding (:mod:`posgen.harness.model_side.positions.rotary`; a learned
+position table or an ALiBi bias for the other families, :mod:`posgen.harness.model_side.positions.non_rotary`), qk noise
+through a registered attention function (:mod:`posgen.harness.model_side.attention.qk_noise`). Both are drawn from each
 row's real tokens only: HFLM right-pads its loglikelihood batches, and the real length of
 every row (and the documents it belongs to, for a plan observer) is recorded where HFLM
 pads it (:mod:`.loglikelihood_rows`, :mod:`.batch_rows`).
@@ -55,7 +55,6 @@ from posgen.harness.hf_posgen.chat_content import ChatContents
 from posgen.harness.hf_posgen.generation import check_generation, generating, plan_generation
 from posgen.harness.hf_posgen.generation_rows import GenerationRows
 from posgen.harness.hf_posgen.launch import join_launch, launch_accelerator
-from posgen.harness.hf_posgen.logit_forms import LogitDonor, LogitForm
 from posgen.harness.hf_posgen.loglikelihood_rows import LoglikelihoodRows
 from posgen.harness.hf_posgen.model_arguments import (
     checked_arguments,
@@ -63,12 +62,13 @@ from posgen.harness.hf_posgen.model_arguments import (
     checked_on_model,
     hold_max_length,
 )
-from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
 from posgen.harness.hf_posgen.perturbed_forward import perturbed_forward, plan_forward
-from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
 from posgen.harness.hf_posgen.pretrained_config import length_load_kwargs
 from posgen.harness.hf_posgen.response_cache import ResponseCache
 from posgen.harness.loading.identity import folder_record
+from posgen.harness.model_side.logits.forms import LogitDonor, LogitForm
+from posgen.harness.model_side.perturbation import ModelPerturbation
+from posgen.harness.model_side.prefix_reuse import PrefixReuse
 from posgen.perturbations.base import Perturbation
 from posgen.perturbations.seeding import DEFAULT_SEED
 
@@ -99,7 +99,7 @@ class HFPosgenLM(HFLM):
         ``0-5``, ``3;7;11``; default all) and ``heads`` (query heads within those layers,
         same forms; default all) and ``logits`` (``additive``, ``distance``, ``key``,
         ``shuffled``: those heads' logits replaced by their exact additive fit or part of
-        it, :mod:`.logit_forms`; ``foreign`` needs a donor, :attr:`logit_donor`, and is set
+        it, :mod:`posgen.harness.model_side.logits.forms`; ``foreign`` needs a donor, :attr:`logit_donor`, and is set
         with :meth:`set_perturbation`). Generation perturbs the context as a log-likelihood
         request does; generated tokens continue at natural positions after it (n + k for
         the k-th generated token of an n-token context). Specs are checked before any

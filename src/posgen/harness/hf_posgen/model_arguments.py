@@ -17,10 +17,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from posgen.harness.embedded import resolve_pretrained
-from posgen.harness.hf_posgen.layer_hooks import layer_count
-from posgen.harness.hf_posgen.layer_selection import check_on_model
-from posgen.harness.hf_posgen.logit_forms import LogitDonor, check_beside_length, with_donor
-from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation, refuse_empty
 from posgen.harness.hf_posgen.pretrained_config import (
     check_family_in_config,
     check_layers_in_config,
@@ -29,6 +25,10 @@ from posgen.harness.hf_posgen.pretrained_config import (
     require_compatible,
     resolve_length,
 )
+from posgen.harness.model_side.logits.forms import LogitDonor, check_beside_length, with_donor
+from posgen.harness.model_side.perturbation import ModelPerturbation, refuse_empty
+from posgen.harness.model_side.positions.layers import layer_count
+from posgen.harness.model_side.positions.selection import check_on_model
 from posgen.harness.position_family import length_limit
 from posgen.perturbations.base import PerturbationError
 from posgen.perturbations.length import LengthPerturbation

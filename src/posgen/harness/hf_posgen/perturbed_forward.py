@@ -5,16 +5,16 @@ positions and noise drawn from its real tokens); :func:`perturbed_forward` puts 
 part of the perturbation on the model for the forwards run inside the block, and takes
 it off on exit, whatever happens:
 
-- Λ or InfLLM attention for a length scheme that needs it (:mod:`.length_attention`);
+- Λ or InfLLM attention for a length scheme that needs it (:mod:`posgen.harness.model_side.attention.length`);
 - the planned positions where a non-rotary model's positions enter (its absolute
-  position table or its ALiBi bias, :mod:`.family_positions`);
+  position table or its ALiBi bias, :mod:`posgen.harness.model_side.positions.non_rotary`);
 - the planned positions in every layer's rotary embedding (:mod:`.position_hooks`), or
-  in the chosen layers only (``layers=``, :mod:`.layer_hooks`; ``heads=`` keeps each
+  in the chosen layers only (``layers=``, :mod:`posgen.harness.model_side.positions.layers`; ``heads=`` keeps each
   chosen layer's own angles and mixes per head);
-- qk noise, and the per-head mix, through posgen's attention function (:mod:`.qk_noise`);
+- qk noise, and the per-head mix, through posgen's attention function (:mod:`posgen.harness.model_side.attention.qk_noise`);
 - ``logits=``: the chosen layers' and heads' logits replaced by their additive fit
-  through posgen's attention function (:mod:`.logit_replacement`);
-- with ``layers=`` and a :class:`.prefix_reuse.PrefixReuse`, the layers below the first
+  through posgen's attention function (:mod:`posgen.harness.model_side.logits.replacement`);
+- with ``layers=`` and a :class:`posgen.harness.model_side.prefix_reuse.PrefixReuse`, the layers below the first
   perturbed one hand back the plain forward's recorded outputs.
 
 ``hf-posgen``'s ``_model_call`` runs each loglikelihood batch this way; any other path
@@ -31,21 +31,17 @@ from contextlib import ExitStack, contextmanager
 
 import torch
 
-from posgen.harness.hf_posgen import qk_noise
 from posgen.harness.hf_posgen.batch_rows import PaddedRows
-from posgen.harness.hf_posgen.family_positions import family_positions
-from posgen.harness.hf_posgen.layer_hooks import layer_positions
-from posgen.harness.hf_posgen.length_attention import length_attention
-from posgen.harness.hf_posgen.logit_forms import LogitDonor
-from posgen.harness.hf_posgen.logit_replacement import LogitReplacement, logits_replaced
-from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
-from posgen.harness.hf_posgen.position_hooks import (
-    BatchPlan,
-    PositionSource,
-    build_plan,
-    rotary_positions,
-)
-from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
+from posgen.harness.model_side.attention import qk_noise
+from posgen.harness.model_side.attention.length import length_attention
+from posgen.harness.model_side.logits.forms import LogitDonor
+from posgen.harness.model_side.logits.replacement import LogitReplacement, logits_replaced
+from posgen.harness.model_side.perturbation import ModelPerturbation
+from posgen.harness.model_side.positions.layers import layer_positions
+from posgen.harness.model_side.positions.non_rotary import family_positions
+from posgen.harness.model_side.positions.plan import BatchPlan, build_plan
+from posgen.harness.model_side.positions.rotary import PositionSource, rotary_positions
+from posgen.harness.model_side.prefix_reuse import PrefixReuse
 from posgen.harness.position_family import position_family_of
 from posgen.perturbations.length import combined_positions
 

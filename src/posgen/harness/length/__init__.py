@@ -1,7 +1,7 @@
 """Length generalization: running a model past its trained context under a length scheme.
 
 - :mod:`.apply`: one context manager that puts a length (+ position) scheme on a model
-  (Λ attention itself: :mod:`posgen.harness.hf_posgen.lambda_attention`).
+  (Λ attention itself: :mod:`posgen.harness.model_side.attention.lambda_attention`).
 - :mod:`.nll`: per-token negative log-likelihood by position, one forward per document,
   the LM head applied over position chunks.
 - :mod:`.drift`: per-layer drift of attention outputs past the trained context.

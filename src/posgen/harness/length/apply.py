@@ -4,13 +4,13 @@
   passes the scheme's ``rope_parameters`` to ``from_pretrained`` (editing a built model's
   config does nothing: the rotary module reads it in ``__init__``);
 - ``scale:F`` and position schemes enter inside the rotary embedding
-  (:func:`posgen.harness.hf_posgen.position_hooks.rotary_positions`), combined as ``positions / F``;
+  (:func:`posgen.harness.model_side.positions.rotary.rotary_positions`), combined as ``positions / F``;
   on an ALiBi model (scheme ``none`` only) a position scheme enters the bias every block
-  is handed (:func:`posgen.harness.hf_posgen.family_positions.family_positions`), by the
+  is handed (:func:`posgen.harness.model_side.positions.non_rotary.family_positions`), by the
   model's position family, not by whether it has a rotary module (Falcon-ALiBi keeps one
   its layers never apply);
 - ``lambda:G,W`` and ``infllm`` swap the attention function
-  (:mod:`posgen.harness.hf_posgen.length_attention`).
+  (:mod:`posgen.harness.model_side.attention.length`).
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from typing import Any
 
 import torch
 
-from posgen.harness.hf_posgen.family_positions import family_positions
-from posgen.harness.hf_posgen.length_attention import length_attention
-from posgen.harness.hf_posgen.position_hooks import build_plan, rotary_positions
+from posgen.harness.model_side.attention.length import length_attention
+from posgen.harness.model_side.positions.non_rotary import family_positions
+from posgen.harness.model_side.positions.plan import build_plan
+from posgen.harness.model_side.positions.rotary import rotary_positions
 from posgen.harness.position_family import position_family_of
 from posgen.perturbations.length import LengthPerturbation, combined_positions
 from posgen.perturbations.positions import PositionPerturbation
