@@ -37,7 +37,7 @@ class Case(NamedTuple):
     refused: str | None = None
 
 
-LOGIT_REFUSAL = "does not run generate_until under logits="
+LOGIT_REFUSAL = "generate_until under logits=.*: hf-posgen does not run it"
 CASES: dict[str, Case] = {
     "swap": Case({"positions": "swap:0.3"}),
     "local_shuffle": Case({"positions": "local_shuffle:4"}),
