@@ -107,7 +107,7 @@ def test_every_module_of_the_package_harness_and_hf_posgen_is_described(folder):
 
 
 def test_the_description_checker_needs_prose_beside_the_name():
-    assert _described("perturbed_forward.py") and _described("compat/")
+    assert _described("door.py") and _described("compat/")
     assert not _described("nowhere.py")
 
 

@@ -225,8 +225,8 @@ def _check_lambda_active(length) -> None:
         raise ValueError(
             f"decomposing under {length.to_string()} needs forward_context to enter "
             "lambda_attention or infllm_attention (posgen.harness.model_side.attention.length: "
-            "length_attention(model, scheme); posgen.harness.length.apply.length_forward "
-            f"does); the active scheme is {active_scheme()}"
+            "length_attention(model, scheme); the door, posgen.harness.model_side.door.forward, "
+            f"does under the scheme); the active scheme is {active_scheme()}"
         )
 
 

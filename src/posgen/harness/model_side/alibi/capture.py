@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from posgen.harness.model_side import door
 from posgen.harness.model_side.alibi.bias import alibi_bias_calls
 from posgen.harness.model_side.logits.capture import LayerCapture
 from posgen.harness.model_side.logits.layer_mask import LayerMask
@@ -111,10 +112,10 @@ def capture_alibi_attention(
 
 
 def alibi_capture_forward(model: torch.nn.Module, ids: list[int], consumer) -> None:
-    """:func:`~.capture.capture_forward` for an ALiBi model: one captured forward of
-    ``ids`` (batch 1, no cache, an all-ones mask as there)."""
+    """:func:`..logits.capture.capture_forward` for an ALiBi model: one captured forward
+    of ``ids`` (batch 1, no cache, an all-ones mask, inside the door, as there)."""
     dev = next(model.parameters()).device
-    with torch.no_grad(), capture_alibi_attention(model, consumer):
+    with torch.no_grad(), door.forward(model), capture_alibi_attention(model, consumer):
         model.base_model(
             input_ids=torch.tensor([ids], device=dev),
             use_cache=False,

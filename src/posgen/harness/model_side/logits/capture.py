@@ -65,6 +65,7 @@ import torch
 
 from posgen.compat import base_implementation, internal, using_attention
 from posgen.harness.model_family import family_of
+from posgen.harness.model_side import door
 from posgen.harness.model_side.attention.length import (
     active_band,
     active_band_label,
@@ -345,11 +346,13 @@ def capture_forward(
     forward (3 GiB at 16384 tokens of a 49k vocabulary). An explicit all-ones attention
     mask keeps the causal mask in token order even when ``position_ids`` ([n], optional)
     are not 0..n-1 (transformers would otherwise read a step other than +1 as the start of
-    a packed sequence); with it, the sdpa mask function still builds no mask.
+    a packed sequence); with it, the sdpa mask function still builds no mask. The forward
+    runs inside the door (:func:`.door.forward`; plain, or under the perturbation of an
+    enclosing door).
     """
     dev = next(model.parameters()).device
     kwargs = {} if position_ids is None else {"position_ids": position_ids[None].to(dev)}
-    with torch.no_grad(), capture_attention(model, consumer):
+    with torch.no_grad(), door.forward(model), capture_attention(model, consumer):
         model.base_model(
             input_ids=torch.tensor([ids], device=dev),
             use_cache=False,

@@ -1,5 +1,5 @@
-"""perturbed_forward: the one context that puts a model-side perturbation on a model,
-usable outside hf-posgen's _model_call with a plan of its own."""
+"""The door: the one context that puts a model-side perturbation on a model, usable
+outside hf-posgen's _model_call with a plan of its own."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 
 from posgen.harness.hf_posgen.batch_rows import NO_DOCS, PaddedRows
 from posgen.harness.hf_posgen.model import HFPosgenLM
-from posgen.harness.hf_posgen.perturbed_forward import perturbed_forward, plan_forward
+from posgen.harness.model_side import door
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def test_the_context_outside_model_call_gives_model_calls_logits(lm, positions, 
         with torch.no_grad():
             through_model_call = lm._model_call(inps)  # unpadded: every token is perturbed
             rows = PaddedRows([24, 24], [24, 24], [NO_DOCS, NO_DOCS], [None, None])
-            with perturbed_forward(lm.model, p, plan_forward(inps, p, rows)):
+            with door.forward(lm.model, p, door.plan_forward(inps, p, rows)):
                 inside = lm.model(inps).logits
             after = lm.model(inps).logits
     finally:
