@@ -20,7 +20,7 @@ NEWEST_BIN := $(NEWEST_VENV)/bin
 # position hooks and capture, and InfLLM's re-rotation
 NEWEST_TESTS ?= tests/test_compat.py tests/test_compat_rotary.py tests/test_compat_version.py \
 	tests/harness/cli/test_compat_refusal.py tests/harness/model_side/positions/test_layers.py \
-	tests/harness/model_side/positions/test_plan.py tests/harness/model_side/test_door.py \
+	tests/harness/model_side/positions/test_batch_plan.py tests/harness/model_side/test_door.py \
 	tests/harness/model_side/logits/test_replacement.py tests/harness/model_side/logits/test_capture.py \
 	tests/harness/decomposition/test_predicted_change.py tests/harness/hf_posgen/test_batch_invariance.py \
 	tests/harness/model_side/positions/test_non_rotary.py tests/harness/decomposition/test_family_decomposition.py \

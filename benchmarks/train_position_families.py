@@ -1,7 +1,7 @@
 """Train small causal LMs of each position family on the same data and steps, for the
 comparison of position families (docs/position-families.md).
 
-Families (posgen.harness.position_family): ``rope`` (Llama), ``alibi`` (BLOOM),
+Families (posgen.harness.model_side.family): ``rope`` (Llama), ``alibi`` (BLOOM),
 ``absolute`` (GPT-2's learned table), ``none`` (SmolLM3 with every layer NoPE). Only
 ``rope`` and ``none`` differ in their position encoding alone (SmolLM3 is Llama's
 architecture with RoPE switched off per layer); transformers has no ALiBi or learned

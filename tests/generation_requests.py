@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from lm_eval.api.instance import Instance
 
-from posgen.harness.model_family import rotary_modules
+from posgen.harness.model_side.family import rotary_modules
 from tiny_models import training_text
 
 # Four contexts of different lengths, so a batch of 4 is left-padded.

@@ -32,22 +32,20 @@ PACKAGE_RANKS = {
 HARNESS_RANKS = {
     "__init__": 0,
     "input_error": 0,  # what every refusal raises
-    "model_family": 0,
-    "position_family": 0,  # where positions enter, beside model_family
     "embedded": 0,
     "additive_fit": 0,  # the exact fit: pure tensor math, used by the model side and above
-    "loading": 1,  # the one loader, below every driver that loads a model
-    "model_side": 1,  # every intervention on a model's forward, behind one door
-    "hf_posgen": 2,
-    "decomposition": 3,
-    "loaded_model": 4,  # one hf-posgen model loaded: its decomposition, prose cells scored
-    "run": 5,
-    "out_folder": 6,
-    "length": 7,
-    "layers": 7,
-    "decompose": 8,  # posgen decompose: runs under posgen length's forward
-    "cause": 8,  # posgen cause: the predicted change beside its replaced-logits cells
-    "cli": 9,
+    "model_side": 1,  # every intervention on a model's forward, behind one door; the families
+    "loading": 2,  # the one loader, below every driver that loads a model
+    "hf_posgen": 3,
+    "decomposition": 4,
+    "loaded_model": 5,  # one hf-posgen model loaded: its decomposition, prose cells scored
+    "run": 6,
+    "out_folder": 7,
+    "length": 8,
+    "layers": 8,
+    "decompose": 9,  # posgen decompose: runs under posgen length's forward
+    "cause": 9,  # posgen cause: the predicted change beside its replaced-logits cells
+    "cli": 10,
 }
 
 

@@ -1,5 +1,5 @@
 """The transformers internals of the non-rotary position families
-(:mod:`posgen.harness.position_family`), checked by :func:`posgen.compat.check`.
+(:mod:`posgen.harness.model_side.family`), checked by :func:`posgen.compat.check`.
 
 posgen moves learned absolute positions by replacing, within a block, the ``forward`` of
 the model's position embedding (:func:`posgen.compat.forward_replaced`), and ALiBi

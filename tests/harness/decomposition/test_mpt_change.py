@@ -19,8 +19,8 @@ from posgen.harness.decomposition.alibi_change import (
 )
 from posgen.harness.decomposition.predicted_change import perturbed_positions, predict_windows
 from posgen.harness.model_side.alibi.capture import capture_alibi_attention
+from posgen.harness.model_side.family import family_of
 from posgen.harness.model_side.positions.non_rotary import alibi_positions, full_forward_keys
-from posgen.harness.position_family import position_family_of
 from posgen.perturbations.base import registry
 from tiny_models import build_model, build_tokenizer
 
@@ -41,7 +41,7 @@ def _forward(model, ids, positions=None, layer=None) -> tuple[dict, tuple]:
         if positions is None:
             return caps, model(x, use_cache=False, output_attentions=True).attentions
         source = full_forward_keys(positions[None])
-        with alibi_positions(model, position_family_of(model), source, layers=[layer]):
+        with alibi_positions(model, family_of(model), source, layers=[layer]):
             return caps, model(x, use_cache=False, output_attentions=True).attentions
 
 

@@ -185,7 +185,7 @@ def test_logits_beside_lambda_attention_fails_before_the_weights_load(monkeypatc
 
 
 def test_gpt2_moves_its_learned_positions_and_refuses_what_has_no_meaning(tiny_model_dir):
-    """GPT-2's positions are a learned table (posgen.harness.position_family): positions=
+    """GPT-2's positions are a learned table (posgen.harness.model_side.family): positions=
     and rope_noise act there (tests/harness/model_side/positions/test_non_rotary.py); qk noise
     and layers= are refused in one line; text still runs as plain hf."""
     path = str(tiny_model_dir("gpt2"))

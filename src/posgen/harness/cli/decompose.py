@@ -227,9 +227,9 @@ def _tokens(args: argparse.Namespace, entry) -> None:
 def _require_family(entry, args: argparse.Namespace) -> None:
     """A RoPE model takes everything; a learned-absolute, ALiBi (BLOOM, MPT, Falcon) or
     position-free one
-    (:mod:`posgen.harness.position_family`) the fit alone: no ``--length`` (rotary
+    (:mod:`posgen.harness.model_side.family`) the fit alone: no ``--length`` (rotary
     schemes), no ``--experiments`` (RoPE's controlled distance and phase measures)."""
-    from posgen.harness.position_family import family_of_folder
+    from posgen.harness.model_side.family import family_of_folder
 
     family = family_of_folder(entry.path)
     if family is None or family.kind == "rotary":

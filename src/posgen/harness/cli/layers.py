@@ -131,7 +131,7 @@ def _checked_family(entry, spec):
     from types import SimpleNamespace
 
     from posgen.harness.loading import require_rope
-    from posgen.harness.position_family import check_schemes
+    from posgen.harness.model_side.family_checks import check_schemes
 
     if entry.positions != "alibi":  # an ALiBi bias takes positions per layer too
         _require_per_layer_positions(entry, require_rope)

@@ -30,8 +30,8 @@ from posgen.harness.decomposition.probe import DEFAULT_DOCS, DEFAULT_TOKENS, pro
 from posgen.harness.decomposition.streaming_fit import LayerFitter
 from posgen.harness.model_side.alibi.capture import alibi_capture_forward
 from posgen.harness.model_side.attention.length import active_scheme
+from posgen.harness.model_side.family import family_of, length_limit
 from posgen.harness.model_side.logits.capture import capture_forward
-from posgen.harness.position_family import length_limit, position_family_of
 from posgen.results.folder.config import ModelEntry
 from posgen.results.report.decomposition_plots import HeadMap
 
@@ -166,7 +166,7 @@ def decompose_windows(
     the outputs and fits Λ's local band 0 ≤ i − j < W only (``fit_mask`` =
     ``lambda-band:W`` where n > W; the G global keys are left out of the fit,
     :mod:`posgen.harness.model_side.logits.capture`). Every row says the model's
-    ``position_family`` (:mod:`posgen.harness.position_family`) and the ``logit_part``
+    ``position_family`` (:mod:`posgen.harness.model_side.family`) and the ``logit_part``
     fitted: ``full`` (the pre-softmax logits; for RoPE and absolute positions q·k is all of
     them) and for ALiBi also ``qk``, the content part q·k without the bias."""
     from tqdm.auto import tqdm
@@ -192,7 +192,7 @@ def _family_fitters(model: PreTrainedModel, include_diagonal: bool, sink_keys: i
     """(the model's position family, a streaming fitter per logit part it fits): ``full``,
     and for ALiBi also ``qk``; refuses an ALiBi attention the capture is not adapted to."""
 
-    family = position_family_of(model)
+    family = family_of(model)
     if family.logits_refused:
         raise ValueError(f"posgen decompose: {family.logits_refused}")
     options, layouts = FitOptions(include_diagonal, sink_keys), LayoutCache()
@@ -268,7 +268,7 @@ def head_logit_maps(
     full logits, bias included."""
     import torch
 
-    _, capture_forward = _family_capture(position_family_of(model).kind, {"full": None})
+    _, capture_forward = _family_capture(family_of(model).kind, {"full": None})
     ids = probe_token_windows(tokenizer, docs=doc + 1, tokens=tokens)[doc]
     kept = {}
 

@@ -66,15 +66,14 @@ from posgen.harness.additive_fit.logit_fit import (
     head_sums,
 )
 from posgen.harness.additive_fit.qk_sums import grouped_fit_sums
-from posgen.harness.model_family import family_of
 from posgen.harness.model_side.alibi.capture import alibi_capture_forward
 from posgen.harness.model_side.attention.lambda_attention import local_attention
+from posgen.harness.model_side.family import family_of
 from posgen.harness.model_side.logits.capture import capture_forward
 from posgen.harness.model_side.logits.replacement import grouped_like_repeat_kv
 from posgen.harness.model_side.logits.rows import fit_layout
 from posgen.harness.model_side.positions.layers import TWIN_ROTATIONS, layer_count, layer_positions
 from posgen.harness.model_side.positions.plan import build_plan
-from posgen.harness.position_family import position_family_of
 from posgen.results.scores.cause import KLS, SUMS, r_and_share
 
 
@@ -289,7 +288,7 @@ def distance_terms(model: torch.nn.Module, ids: Sequence[int]) -> dict[int, torc
     def keep(cap) -> None:
         terms[cap.layer] = fit_capture(cap, layouts, options)[1].a.cpu()
 
-    alibi = position_family_of(model).kind == "alibi"
+    alibi = family_of(model).kind == "alibi"
     (alibi_capture_forward if alibi else capture_forward)(model, list(ids), keep)
     return terms
 

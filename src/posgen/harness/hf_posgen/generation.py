@@ -41,13 +41,12 @@ import torch
 
 from posgen.harness.hf_posgen.batch_rows import NO_DOCS, PaddedRows
 from posgen.harness.hf_posgen.generation_rows import left_padded_lengths
-from posgen.harness.model_family import require_rotary, rotary_modules
 from posgen.harness.model_side import door
 from posgen.harness.model_side.attention.qk_noise import mix_heads, perturb, twin_rotation
+from posgen.harness.model_side.family import family_of, require_rotary, rotary_modules
 from posgen.harness.model_side.perturbation import ModelPerturbation
 from posgen.harness.model_side.positions.non_rotary import generation_source
 from posgen.harness.model_side.positions.plan import BatchPlan
-from posgen.harness.position_family import position_family_of
 from posgen.perturbations.base import PerturbationError, registry
 
 
@@ -303,7 +302,7 @@ def generating(model: torch.nn.Module, plan: GenerationPlan) -> Iterator[None]:
     act. A non-rotary model follows its steps where its positions enter
     (:func:`posgen.harness.model_side.positions.non_rotary.generation_source`)."""
     p = plan.p
-    if position_family_of(model).kind != "rotary":  # absolute or ALiBi: no rotary call
+    if family_of(model).kind != "rotary":  # absolute or ALiBi: no rotary call
         with door.forward(model, p, door.Steps(generation_source(model, plan), None)):
             yield
         return

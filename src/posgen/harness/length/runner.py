@@ -44,10 +44,9 @@ from posgen.harness.length.drift import drift_capture
 from posgen.harness.length.nll import bucket_sums, position_nll
 from posgen.harness.length.reuse import run_prefix, run_suffix, shared_length, sharing
 from posgen.harness.length.window import context_range, window_nll
-from posgen.harness.model_family import rotary_modules
 from posgen.harness.model_side import door
+from posgen.harness.model_side.family import family_of, rotary_modules
 from posgen.harness.model_side.perturbation import ModelPerturbation
-from posgen.harness.position_family import position_family_of
 from posgen.perturbations import parse
 from posgen.perturbations.length import LengthPerturbation
 from posgen.results.folder.config import ModelEntry
@@ -129,7 +128,7 @@ def run_documents(
 def _rotary(model) -> bool:
     """Whether the model's positions are rotary (Falcon-ALiBi has a rotary module its
     layers never apply: its family says ALiBi)."""
-    return position_family_of(model).kind == "rotary" and bool(rotary_modules(model))
+    return family_of(model).kind == "rotary" and bool(rotary_modules(model))
 
 
 def _window_missing(folder: Path, config: LengthConfig, doc: str) -> bool:

@@ -15,5 +15,9 @@
   (``capture.py``, ``layer_mask.py``), and ``logits=``: the forms, the replacement and
   the rows it replaces (``forms.py``, ``replacement.py``, ``rows.py``);
 - ``prefix_reuse.py``: the plain forward's layer outputs replayed below the first
-  perturbed layer; ``perturbation.py``: what a run puts on the model.
+  perturbed layer; ``perturbation.py``: what a run puts on the model;
+- ``door.py``: the one door every forward of the model passes through, which puts the
+  rooms above on it;
+- ``family.py``: the one family registry (where each model type's positions enter, the
+  names of its rotary and attention code), ``family_checks.py`` what a family refuses.
 """

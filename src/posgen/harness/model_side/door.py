@@ -39,6 +39,7 @@ import torch
 
 from posgen.harness.model_side.attention import qk_noise
 from posgen.harness.model_side.attention.length import length_attention
+from posgen.harness.model_side.family import family_of
 from posgen.harness.model_side.logits.forms import LogitDonor
 from posgen.harness.model_side.logits.replacement import LogitReplacement, logits_replaced
 from posgen.harness.model_side.perturbation import ModelPerturbation
@@ -47,7 +48,6 @@ from posgen.harness.model_side.positions.non_rotary import family_positions
 from posgen.harness.model_side.positions.plan import BatchPlan, build_plan
 from posgen.harness.model_side.positions.rotary import PositionSource, rotary_positions
 from posgen.harness.model_side.prefix_reuse import PrefixReuse
-from posgen.harness.position_family import position_family_of
 from posgen.perturbations.length import LengthPerturbation, combined_positions
 
 _DEPTH: ContextVar[int] = ContextVar("posgen_door_depth", default=0)
@@ -167,7 +167,7 @@ def _enter(stack, model, p, plan, reuse, inps, donor, block_size) -> None:
         )
         stack.enter_context(logits_replaced(model, replacement))
     else:
-        mixed = p.heads is not None and position_family_of(model).kind == "rotary"
+        mixed = p.heads is not None and family_of(model).kind == "rotary"
         attend = qk_noise.plan_attention(plan) if plan.qk or mixed else None
         _enter_parts(stack, model, p, plan.positions, attend, plan.lengths, block_size)
     if reuse is not None and p.layers is not None and inps is not None:
@@ -192,7 +192,7 @@ def _enter_parts(
     if p.length is not None and p.length.uses_attention:
         stack.enter_context(length_attention(model, p.length, block_size, lengths))
     split = p.heads is not None
-    if positions is not None and position_family_of(model).kind != "rotary":
+    if positions is not None and family_of(model).kind != "rotary":
         stack.enter_context(family_positions(model, positions, p.layers, p.heads))
     elif positions is not None and p.layers is not None:
         stack.enter_context(layer_positions(model, positions, p.layers, split))

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from posgen.compat import forward_replaced
-from posgen.harness.model_family import family_of
+from posgen.harness.model_side.family import family_of
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:

@@ -43,7 +43,7 @@ class ModelEntry:
     peft: str | None = None
     device_map: str | None = None  # 'auto', 'balanced', a device, or a JSON {module: device}
     rope: bool = True  # False: no rotary position embedding
-    # where the model's positions enter (posgen.harness.position_family): rotary, absolute,
+    # where the model's positions enter (posgen.harness.model_side.family): rotary, absolute,
     # alibi, none, or unadapted (an ALiBi attention whose logits the commands do not fit:
     # a family registered with a logits_refusal; hf-posgen moves its positions)
     positions: str = "rotary"

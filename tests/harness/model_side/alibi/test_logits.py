@@ -18,10 +18,10 @@ from posgen.harness.decomposition.predicted_change import distance_terms
 from posgen.harness.model_side.alibi import bias as alibi_bias
 from posgen.harness.model_side.alibi import rows as alibi_rows
 from posgen.harness.model_side.alibi.capture import alibi_capture_forward
+from posgen.harness.model_side.family import family_of
 from posgen.harness.model_side.logits.forms import LogitDonor, LogitForm
 from posgen.harness.model_side.logits.replacement import LogitReplacement, logits_replaced
 from posgen.harness.model_side.positions.non_rotary import alibi_positions, full_forward_keys
-from posgen.harness.position_family import position_family_of
 from tiny_models import build_model
 
 N = 48
@@ -52,8 +52,8 @@ def _bias_only(arch: str) -> torch.nn.Module:
 
 def _attention_output(model: torch.nn.Module, layer: int) -> torch.nn.Module:
     """The projection a layer's attention output goes through (its input: [B, n, H·d])."""
-    block = position_family_of(model).blocks(model)[layer]
-    attention = getattr(block, position_family_of(model).attention)
+    block = family_of(model).blocks(model)[layer]
+    attention = getattr(block, family_of(model).attention)
     return attention.out_proj if hasattr(attention, "out_proj") else attention.dense
 
 
@@ -207,7 +207,7 @@ def test_mpt_positions_moved_in_the_same_layer_reach_the_fitted_logits():
     moved model as it is."""
     model, ids = _bias_only("mpt_qk"), _ids(1, N)
     pos = torch.randperm(N, generator=torch.Generator().manual_seed(2))
-    family, source = position_family_of(model), full_forward_keys(pos[None])
+    family, source = family_of(model), full_forward_keys(pos[None])
     with torch.no_grad():
         plain = model(ids).logits
         with alibi_positions(model, family, source):

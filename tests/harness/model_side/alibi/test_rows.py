@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from posgen.harness.model_side.family import family_of
 from posgen.harness.model_side.positions.non_rotary import family_positions
-from posgen.harness.position_family import position_family_of
 from tiny_models import build_model
 
 IDS = torch.randint(3, 384, (3, 18), generator=torch.Generator().manual_seed(0))
@@ -42,7 +42,7 @@ def test_natural_positions_give_the_models_own_output_padded_or_not(name, attent
             assert torch.equal(model(IDS).logits, plain)
         with family_positions(model, natural):
             hooked = model(IDS, attention_mask=mask).logits
-    if position_family_of(model).name == "falcon":
+    if family_of(model).name == "falcon":
         assert torch.equal(hooked, padded)
     else:
         assert torch.equal(hooked[0], padded[0])
@@ -90,7 +90,7 @@ def test_mpt_attention_that_never_adds_the_bias_is_refused(monkeypatch):
 
 def test_falcon_mask_that_does_not_fold_the_bias_is_refused():
     model = build_model("falcon_alibi")
-    layer = position_family_of(model).blocks(model)[0]
+    layer = family_of(model).blocks(model)[0]
 
     def unfolded(module, args, kwargs):
         return args, {**kwargs, "attention_mask": kwargs["attention_mask"] * 0.5}

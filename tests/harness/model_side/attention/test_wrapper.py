@@ -8,7 +8,6 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from posgen.compat import attn_implementation, base_implementation
-from posgen.harness.model_family import family_of, rotary_modules
 from posgen.harness.model_side.attention.wrapper import (
     ALL_ATTENTION_FUNCTIONS,
     OwnAttention,
@@ -16,6 +15,7 @@ from posgen.harness.model_side.attention.wrapper import (
     own_attention_function,
     wrappable,
 )
+from posgen.harness.model_side.family import family_of, rotary_modules
 from tiny_models import CONFIGS
 
 IDS = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 12]])

@@ -95,7 +95,7 @@ def test_unrotate_recovers_position_free_keys():
 
 
 def test_learned_absolute_positions_have_no_rotation_to_undo():
-    """GPT-2's q·k carries no rotation (posgen.harness.position_family): un-rotating and
+    """GPT-2's q·k carries no rotation (posgen.harness.model_side.family): un-rotating and
     rotating are the identity, not an error."""
     model = build_model("gpt2", seed=0)
     seen = []

@@ -9,12 +9,12 @@ from lm_eval.models.huggingface import HFLM
 
 from generation_requests import PROMPTS, generate, greedy_rows
 from posgen.harness.hf_posgen.model import HFPosgenLM
+from posgen.harness.model_side.family import family_of
 from posgen.harness.model_side.positions.non_rotary import (
     alibi_positions,
     family_positions,
     interpolated_lookup,
 )
-from posgen.harness.position_family import position_family_of
 from posgen.perturbations import PerturbationError
 from scoring_requests import TEXTS, pairs, rolling
 from tiny_models import build_model
@@ -90,7 +90,7 @@ def test_alibi_hook_is_exact_and_translation_blind(name):
     not, in its row alone; every layer chosen is the global path; one layer chosen moves
     that layer's bias alone (the hidden states below it are bit for bit the model's)."""
     model = build_model(name)
-    family = position_family_of(model)
+    family = family_of(model)
     ids = torch.randint(3, 384, (2, 20))
     plain = model(ids).logits
     natural = torch.arange(20).expand(2, 20)
@@ -178,5 +178,5 @@ def test_what_a_family_cannot_take_is_refused_in_one_line(
 def test_a_model_without_positions_still_runs_text(tiny_model_dir):
     path = str(tiny_model_dir("smollm3_nope"))
     lm = HFPosgenLM(pretrained=path, device="cpu", batch_size=4)
-    assert position_family_of(lm.model).kind == "none"
+    assert family_of(lm.model).kind == "none"
     assert rolling(lm, TEXTS[:3]) == rolling(HFLM(pretrained=path, device="cpu"), TEXTS[:3])

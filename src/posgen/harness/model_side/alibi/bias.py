@@ -35,7 +35,7 @@ import torch
 
 from posgen.harness.model_side.alibi.falcon_sdpa import refuse_eager, sdpa_mask
 from posgen.harness.model_side.alibi.rows import RowsBias, row_bias, rows_of
-from posgen.harness.position_family import PositionFamily, position_family_of
+from posgen.harness.model_side.family import ModelFamily, family_of
 
 
 class _WrappedBias(torch.Tensor):
@@ -75,7 +75,7 @@ _WHERE = {
 }
 
 
-def _keyword(family: PositionFamily) -> str:
+def _keyword(family: ModelFamily) -> str:
     if family.logits_refused or family.bias_form not in BIAS_KEYWORDS:
         raise RuntimeError(family.logits_refused or f"{family.name}: no ALiBi logits to capture")
     return BIAS_KEYWORDS[family.bias_form]
@@ -91,7 +91,7 @@ def alibi_bias_calls(
     no logits through it is refused (a transformers release whose attention no longer
     calls ``alibi.baddbmm``, or adds MPT's bias elsewhere, would otherwise pass unseen).
     Falcon's are where its sdpa call takes its mask (:mod:`.falcon_sdpa`)."""
-    family = position_family_of(model)
+    family = family_of(model)
     name = _keyword(family)
     if family.bias_form == "falcon":
         refuse_eager(model)

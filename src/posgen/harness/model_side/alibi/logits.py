@@ -54,15 +54,15 @@ from contextlib import contextmanager
 import torch
 
 from posgen.harness.model_side.alibi.bias import alibi_bias_calls
+from posgen.harness.model_side.family import family_of
 from posgen.harness.model_side.logits.rows import LogitReplacement
-from posgen.harness.position_family import position_family_of
 
 
 @contextmanager
 def alibi_logits_replaced(model: torch.nn.Module, replacement: LogitReplacement) -> Iterator[None]:
     """Within the block, forwards of the ALiBi ``model`` replace the full logits of
     ``replacement``'s layers and heads by its form (module doc)."""
-    family = position_family_of(model)
+    family = family_of(model)
     if family.refusal:
         raise ValueError(f"logits={replacement.form.name}: {family.refusal}")
     heads = int(model.config.num_attention_heads)

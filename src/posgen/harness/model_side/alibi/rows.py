@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 import torch
 
-from posgen.harness.position_family import PositionFamily
+from posgen.harness.model_side.family import ModelFamily
 
 #: ``source(natural, width) -> positions [rows, K]``: the key positions an ALiBi block's
 #: bias is built from, given the natural ones ``[rows, K]`` of a forward whose queries are
@@ -46,7 +46,7 @@ KeyPositions = Callable[[torch.Tensor, int], torch.Tensor]
 Replace = Callable[[torch.nn.Module, torch.Tensor, dict], tuple[dict, Callable[[], None] | None]]
 
 
-def alibi_slopes(model: torch.nn.Module, family: PositionFamily) -> torch.Tensor:
+def alibi_slopes(model: torch.nn.Module, family: ModelFamily) -> torch.Tensor:
     """The slopes m_h ``[H]`` (float32) of BLOOM or Falcon, from the model file's own
     ``build_alibi_tensor`` over two consecutive tokens (its bias at key 1 is m_h·1, in
     the model's precision: Falcon's bfloat16 slopes)."""
@@ -74,7 +74,7 @@ def _kept(own: torch.Tensor, new: torch.Tensor, keep: torch.Tensor | None) -> to
 
 def bias_replacer(
     model: torch.nn.Module,
-    family: PositionFamily,
+    family: ModelFamily,
     source: KeyPositions,
     keep: torch.Tensor | None,
 ) -> Replace:

@@ -37,10 +37,10 @@ from typing import Any
 
 import torch
 
-from posgen.harness.model_family import family_of, require_rotary, rotary_modules
 from posgen.harness.model_side.attention.lambda_attention import _check_supported, causal_attention
 from posgen.harness.model_side.attention.rerotation import rotary_recorder
 from posgen.harness.model_side.attention.wrapper import OwnAttention, WrappedAttention
+from posgen.harness.model_side.family import family_of, require_rotary, rotary_modules
 from posgen.perturbations.length_infllm import LengthInfLLM
 
 NAME_PREFIX = "posgen_infllm_"

@@ -49,11 +49,11 @@ from typing import Any
 import torch
 
 from posgen.compat import internal
-from posgen.harness.model_family import family_of, require_rotary, rotary_modules
 from posgen.harness.model_side.attention.lambda_cache import cached_maps, offset_mask_checked
 from posgen.harness.model_side.attention.lambda_global import add_global
 from posgen.harness.model_side.attention.rerotation import rotary_recorder
 from posgen.harness.model_side.attention.wrapper import OwnAttention, WrappedAttention
+from posgen.harness.model_side.family import family_of, require_rotary, rotary_modules
 from posgen.perturbations.length import LengthLambda
 
 NAME_PREFIX = "posgen_lambda_"

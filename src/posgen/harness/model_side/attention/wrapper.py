@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from posgen.compat import base_implementation, internal, using_attention
-from posgen.harness.model_family import family_of
+from posgen.harness.model_side.family import family_of
 
 ALL_ATTENTION_FUNCTIONS = internal("transformers.modeling_utils:ALL_ATTENTION_FUNCTIONS")
 

@@ -64,15 +64,14 @@ from dataclasses import dataclass, field
 import torch
 
 from posgen.compat import base_implementation, internal, using_attention
-from posgen.harness.model_family import family_of
 from posgen.harness.model_side import door
 from posgen.harness.model_side.attention.length import (
     active_band,
     active_band_label,
     length_output,
 )
+from posgen.harness.model_side.family import family_of
 from posgen.harness.model_side.logits.layer_mask import LayerMask
-from posgen.harness.position_family import position_family_of
 
 ALL_ATTENTION_FUNCTIONS = internal("transformers.modeling_utils:ALL_ATTENTION_FUNCTIONS")
 CAPTURE_NAME = "posgen_capture"
@@ -141,7 +140,7 @@ class LayerCapture:
         RoPE rotates each 2-D subspace by an angle; the model's ``apply_rotary_pos_emb``
         with the sine negated rotates it back. Raises for a model without RoPE; the
         identity for a learned-absolute one or one without positions (its q·k carries no
-        rotation, :mod:`posgen.harness.position_family`).
+        rotation, :mod:`posgen.harness.model_side.family`).
         """
         if self._unrotated():
             return x
@@ -162,7 +161,7 @@ class LayerCapture:
         """A learned-absolute model's layer, or one of a model without positions: no
         rotation in its q·k at all."""
 
-        return position_family_of(self.module).kind in ("absolute", "none")
+        return family_of(self.module).kind in ("absolute", "none")
 
     def _rope_function(self) -> Callable:
         if self.position_embeddings is None:
@@ -297,7 +296,7 @@ def _eager_in_row_blocks(eager, module, query, key, value, mask: LayerMask, args
 
 
 def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The model's self-attention modules in layer order (see :mod:`posgen.harness.model_family`)."""
+    """The model's self-attention modules in layer order (see :mod:`posgen.harness.model_side.family`)."""
     return family_of(model).attention_modules(model)
 
 

@@ -55,16 +55,15 @@ import torch
 from posgen.compat import base_implementation
 from posgen.harness.additive_fit.logit_fit import fit_terms
 from posgen.harness.additive_fit.qk_sums import grouped_fit_sums
-from posgen.harness.model_family import family_of
 from posgen.harness.model_side.alibi.logits import alibi_logits_replaced
 from posgen.harness.model_side.attention.wrapper import (
     OwnAttention,
     WrappedAttention,
     own_attention_function,
 )
+from posgen.harness.model_side.family import family_of
 from posgen.harness.model_side.logits.forms import reversed_form_logits
 from posgen.harness.model_side.logits.rows import LogitReplacement, MaskRows
-from posgen.harness.position_family import position_family_of
 
 BASES = ("sdpa", "eager")
 
@@ -113,7 +112,7 @@ def logits_replaced(model: torch.nn.Module, replacement: LogitReplacement) -> It
     logits replaced where it computes them (:mod:`..alibi.logits`)."""
     if replacement.form.needs_donor and replacement.donor is None:
         raise ValueError("logits=foreign needs a donor sequence's fit (LogitDonor)")
-    if position_family_of(model).kind == "alibi":
+    if family_of(model).kind == "alibi":
         with alibi_logits_replaced(model, replacement):
             yield
         return

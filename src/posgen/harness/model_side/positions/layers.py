@@ -31,7 +31,7 @@ from contextvars import ContextVar
 import torch
 
 from posgen.compat import patched_rotary
-from posgen.harness.model_family import family_of, require_rotary, rotary_modules
+from posgen.harness.model_side.family import family_of, require_rotary, rotary_modules
 from posgen.harness.model_side.positions.rotary import PositionSource, position_source
 from posgen.harness.model_side.positions.selection import check_layers
 

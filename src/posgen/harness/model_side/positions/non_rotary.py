@@ -1,4 +1,4 @@
-"""Planned positions in the non-rotary position families (:mod:`posgen.harness.position_family`),
+"""Planned positions in the non-rotary position families (:mod:`posgen.harness.model_side.family`),
 through the model's own code.
 
 - **Learned absolute** (GPT-2, OPT): the position embedding's ``forward`` is replaced,
@@ -30,8 +30,8 @@ import torch
 
 from posgen.compat import forward_replaced
 from posgen.harness.model_side.alibi.rows import KeyPositions, bias_replacer
+from posgen.harness.model_side.family import ModelFamily, family_of
 from posgen.harness.model_side.positions.rotary import PositionSource, position_source
-from posgen.harness.position_family import PositionFamily, position_family_of
 from posgen.perturbations.base import PerturbationError
 
 
@@ -45,7 +45,7 @@ def family_positions(
     """Within the block, ``model`` (absolute or ALiBi) sees ``positions`` ``[B, T]`` (or
     a source's, per call) where its positions enter; ALiBi: in ``layers`` and ``heads``
     only (None: all)."""
-    family = position_family_of(model)
+    family = family_of(model)
     if family.kind == "absolute":
         with absolute_positions(model, family, positions):  # type: ignore[arg-type]
             yield
@@ -60,7 +60,7 @@ def family_positions(
 # ---------------------------------------------------------------- learned absolute
 @contextmanager
 def absolute_positions(
-    model: torch.nn.Module, family: PositionFamily, positions: torch.Tensor | PositionSource
+    model: torch.nn.Module, family: ModelFamily, positions: torch.Tensor | PositionSource
 ) -> Iterator[None]:
     """The absolute position table of ``model`` looked up at ``positions`` (see the
     module doc) within the block."""
@@ -106,7 +106,7 @@ def interpolated_lookup(
 
 
 def _ids_of(
-    family: PositionFamily, args: tuple, kwargs: dict
+    family: ModelFamily, args: tuple, kwargs: dict
 ) -> tuple[torch.Tensor, Callable[[torch.Tensor], tuple[tuple, dict]]]:
     """The ids the model handed its position embedding, and how to hand it others."""
     name = family.ids_argument
@@ -140,7 +140,7 @@ def full_forward_keys(positions: torch.Tensor) -> KeyPositions:
 @contextmanager
 def alibi_positions(
     model: torch.nn.Module,
-    family: PositionFamily,
+    family: ModelFamily,
     source: KeyPositions,
     layers: Sequence[int] | None = None,
     heads: Sequence[int] | None = None,
@@ -186,7 +186,7 @@ def generation_source(model: torch.nn.Module, plan: Any) -> PositionSource | Key
     ids handed to an absolute table; for ALiBi the ones its own bias is built from,
     :mod:`..alibi.rows`), then reads
     the planned ones (the current columns; ALiBi: every key column so far)."""
-    family = position_family_of(model)
+    family = family_of(model)
     if family.kind == "absolute":
 
         def absolute(module: torch.nn.Module, given: torch.Tensor) -> torch.Tensor:

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 
 import torch
 
-from posgen.harness.model_family import require_rotary, rotary_modules
+from posgen.harness.model_side.family import require_rotary, rotary_modules
 
 #: ``source(module, given) -> positions``: the position values a rotary module computes its
 #: (cos, sin) from in one call, given the ``position_ids`` the model passed it. A fixed

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from posgen.harness.model_family import require_rotary
 from posgen.harness.model_side.alibi.falcon_sdpa import refuse_eager
+from posgen.harness.model_side.family import require_rotary
+from posgen.harness.model_side.family_checks import check_schemes
 from posgen.harness.model_side.logits.forms import LogitForm
-from posgen.harness.position_family import check_schemes
 from posgen.perturbations.base import PerturbationError
 
 LAYERS_FORMS = "a layer (12), a range (0-5) or ';'-separated ones (3;7;11)"
@@ -77,7 +77,7 @@ def check_on_model(p: Any, model: Any, backend: str, layers: int) -> None:
     that is not causal, position or feature schemes (or a length scheme) without RoPE
     (``NoRotaryEmbeddingError``; ``logits=`` alone needs none), ``layers=``/``heads=``
     past the model's own (``layers`` decoder layers); a non-rotary position family's
-    refusals (:func:`posgen.harness.position_family.check_schemes`)."""
+    refusals (:func:`posgen.harness.model_side.family_checks.check_schemes`)."""
 
     if backend != "causal":
         raise PerturbationError("positions=/features=/logits= need a causal (decoder-only) model")

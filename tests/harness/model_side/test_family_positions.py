@@ -6,14 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from posgen.harness.position_family import (
-    PositionFamily,
-    family_of_config,
-    register_position_family,
-)
+from posgen.harness.model_side.family import ModelFamily, family_of_config, register_family
 
 
-def _family(**settings) -> PositionFamily:
+def _family(**settings) -> ModelFamily:
     return family_of_config(settings.get)
 
 
@@ -32,19 +28,19 @@ def test_every_built_in_family_has_its_logits_read():
 def test_a_registered_refusal_or_an_unread_alibi_form_is_refused_with_its_reason():
     bloom = _family(model_type="bloom")
     assert replace(bloom, logits_refusal="not fitted").logits_refused == "not fitted"
-    other = PositionFamily("alibi", "other", ("other-alibi",), bias_form="other")
+    other = ModelFamily("other", ("other-alibi",), kind="alibi", bias_form="other")
     assert "reads no ALiBi logits of the form 'other'" in other.logits_refused
 
 
 def test_a_model_type_belongs_to_one_family():
     with pytest.raises(ValueError, match="already belongs to 'bloom'"):
-        register_position_family(PositionFamily("alibi", "mine", ("bloom",)))
+        register_family(ModelFamily("mine", ("bloom",), kind="alibi"))
 
 
 def test_the_tokens_one_forward_takes_are_bounded_by_a_table_or_a_bias_built_once():
     from types import SimpleNamespace
 
-    from posgen.harness.position_family import length_limit
+    from posgen.harness.model_side.family import length_limit
 
     def limit(**settings):
         return length_limit(SimpleNamespace(**settings))

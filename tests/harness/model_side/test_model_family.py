@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posgen.harness.model_family import (
+from posgen.harness.model_side.family import (
     GENERIC,
     ModelFamily,
     NoRotaryEmbeddingError,
@@ -48,3 +48,6 @@ def test_a_missing_function_names_the_family_to_register():
 def test_a_model_type_belongs_to_one_family():
     with pytest.raises(ValueError, match="already belongs to 'llama'"):
         register_family(ModelFamily("other", ("llama",)))
+    # one registry: a rotary entry cannot claim a model type another kind holds
+    with pytest.raises(ValueError, match="already belongs to 'gpt2'"):
+        register_family(ModelFamily("other", ("gpt2",)))
