@@ -33,6 +33,7 @@ HARNESS_RANKS = {
     "__init__": 0,
     "input_error": 0,  # what every refusal raises
     "embedded": 0,
+    "launch": 0,  # the one launch detector (accelerate launch / torchrun)
     "additive_fit": 0,  # the exact fit: pure tensor math, used by the model side and above
     "model_side": 1,  # every intervention on a model's forward, behind one door; the families
     "loading": 2,  # the one loader, below every driver that loads a model

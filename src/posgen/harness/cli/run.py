@@ -157,7 +157,7 @@ def main(args: argparse.Namespace) -> int:
     except InputError as e:
         print(f"posgen run: {e}", file=sys.stderr)
         return 2
-    from posgen.harness.run.launch import Launch
+    from posgen.harness.launch import Launch
     from posgen.results.folder.lock import RunLockedError
     from posgen.results.folder.store import RunConflictError
 

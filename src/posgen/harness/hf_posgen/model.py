@@ -34,7 +34,7 @@ own tokens, which keep their positions (:mod:`.chat_content`).
 
 The model-side spec and seed are part of the results (``config.posgen``) and of every
 ``--use_cache`` key, so a cached answer is never served under another perturbation
-(:mod:`.response_cache`). Launch ranks: :mod:`.launch`; hf-posgen's own arguments,
+(:mod:`.response_cache`). Launch ranks: :mod:`posgen.harness.launch`; hf-posgen's own arguments,
 checked before weights load and on the model: :mod:`.model_arguments` (what is read from
 the config: :mod:`.pretrained_config`). lm-eval finds the class by name through
 :mod:`posgen.lm_eval_plugin`.
@@ -52,7 +52,6 @@ from lm_eval.models.huggingface import HFLM
 from posgen.harness.hf_posgen.chat_content import ChatContents
 from posgen.harness.hf_posgen.generation import check_generation, generating, plan_generation
 from posgen.harness.hf_posgen.generation_rows import GenerationRows
-from posgen.harness.hf_posgen.launch import join_launch, launch_accelerator
 from posgen.harness.hf_posgen.loglikelihood_rows import LoglikelihoodRows
 from posgen.harness.hf_posgen.model_arguments import (
     checked_arguments,
@@ -62,6 +61,7 @@ from posgen.harness.hf_posgen.model_arguments import (
 )
 from posgen.harness.hf_posgen.pretrained_config import length_load_kwargs
 from posgen.harness.hf_posgen.response_cache import ResponseCache
+from posgen.harness.launch import join_launch, launch_accelerator
 from posgen.harness.loading.identity import folder_record
 from posgen.harness.model_side import door
 from posgen.harness.model_side.logits.forms import LogitDonor, LogitForm

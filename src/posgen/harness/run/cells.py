@@ -17,8 +17,8 @@ from typing import Any
 
 from posgen import __version__
 from posgen.compat import evaluation_tracker, patched
+from posgen.harness.launch import Launch
 from posgen.harness.loaded_model.model import load_entry_lm, write_decomposition
-from posgen.harness.run.launch import Launch
 from posgen.harness.run.plan import shared_task_manager
 from posgen.harness.run.realised_rows import RowRecorder
 from posgen.lm_eval_plugin import register_all
