@@ -43,7 +43,9 @@ def _vm(field: str) -> int:
 
 def bench_reference(n: int, heads: int, device: str, repeats: int) -> dict:
     from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache, fit_heads
-    from posgen.harness.additive_fit.logit_fit_reference import reference_fit
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the tests' oracle
+    from logit_fit_reference import reference_fit
 
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(heads, n, n, generator=gen).to(device)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from capture_checks import check_probabilities
-from posgen.harness.additive_fit.logit_fit_reference import reference_fit
+from logit_fit_reference import reference_fit
 from posgen.harness.decomposition.pipeline import decompose_model, head_logit_maps
 from posgen.harness.model_side.alibi.capture import capture_alibi_attention
 from tiny_models import build_model, build_tokenizer

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
+from logit_fit_reference import reference_fit
 from posgen.harness.additive_fit.fit_layout import band_mask
-from posgen.harness.additive_fit.logit_fit_reference import reference_fit
 from posgen.harness.cli import decompose
 from posgen.harness.decomposition.pipeline import decompose_model, head_logit_maps
 from posgen.harness.model_side.attention.lambda_attention import lambda_attention

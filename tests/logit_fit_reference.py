@@ -1,7 +1,8 @@
 """Reference solve of the logit fit: sparse least squares with scipy ``lsqr`` (slow).
 
-Used by the tests and the benchmark to check ``posgen.harness.additive_fit.logit_fit`` independently:
-it builds the design matrix X explicitly and never uses the structured normal equations.
+Used by the tests and ``benchmarks/bench_logit_fit.py`` to check
+``posgen.harness.additive_fit.logit_fit`` independently: it builds the design matrix X
+explicitly and never uses the structured normal equations.
 """
 
 from __future__ import annotations
