@@ -29,9 +29,9 @@ def main() -> int:
     args = parser.parse_args()
 
     from posgen.harness.hf_posgen.model import HFPosgenLM
-    from posgen.harness.loaded_model.prose_cells import prose_documents, score_documents
     from posgen.harness.model_side.positions.selection import parse_layers
     from posgen.harness.model_side.prefix_reuse import PrefixReuse
+    from posgen.harness.prose_cells import prose_documents, score_documents
 
     texts = [d["text"] for d in prose_documents(args.limit)]
     lm = HFPosgenLM(pretrained=args.model, device="cpu", batch_size=args.batch_size)

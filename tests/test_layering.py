@@ -39,12 +39,12 @@ HARNESS_RANKS = {
     "loading": 2,  # the one loader, below every driver that loads a model
     "hf_posgen": 3,
     "decomposition": 4,
-    "loaded_model": 5,  # one hf-posgen model loaded: its decomposition, prose cells scored
+    "loaded_model": 5,  # one hf-posgen model loaded from its entry, its decomposition written
+    "prose_cells": 5,  # posgen_prose cells scored by rolling log-likelihood (layers, cause)
     "run": 6,
     "out_folder": 7,
     "length": 8,
     "layers": 8,
-    "decompose": 9,  # posgen decompose: runs under posgen length's forward
     "cause": 9,  # posgen cause: the predicted change beside its replaced-logits cells
     "cli": 10,
 }
@@ -145,14 +145,14 @@ def test_the_checker_sees_an_upward_import_of_a_top_level_module(tmp_path):
 
 def test_the_checker_sees_an_upward_import_inside_harness(tmp_path):
     planted = tmp_path / "planted.py"
-    planted.write_text("from posgen.harness.run.plan import PlanError\n")
+    planted.write_text("from posgen.harness.run.resolve import PlanError\n")
     assert upward_imports("posgen.harness.hf_posgen.planted", planted, HARNESS_RANKS, 2)
     assert not upward_imports("posgen.harness.cli.planted", planted, HARNESS_RANKS, 2)
 
 
 def test_the_checker_sees_function_level_imports(tmp_path):
     f = tmp_path / "m.py"
-    f.write_text("def g():\n    from posgen.harness.run import plan\n")
+    f.write_text("def g():\n    from posgen.harness.run import resolve\n")
     assert "posgen.harness.run" in imports(f)
 
 

@@ -2,7 +2,7 @@
 
 Cells, each the posgen_prose documents scored by the model's own ``loglikelihood_rolling``
 (lm-eval's rolling windows, as ``posgen layers`` scores them,
-:func:`posgen.harness.loaded_model.prose_cells.score_cells`):
+:func:`posgen.harness.prose_cells.score_cells`):
 
 - ``plain``: the model as it is;
 - ``<form>-all``: ``hf-posgen logits=<form>`` in every layer, for each per-layer form and
@@ -31,10 +31,10 @@ from posgen.harness.decomposition.predicted_change import (
 )
 from posgen.harness.decomposition.probe import probe_token_windows
 from posgen.harness.loaded_model.model import load_entry_lm
-from posgen.harness.loaded_model.prose_cells import prose_documents, score_cells
 from posgen.harness.model_side.family import family_of
 from posgen.harness.model_side.logits.forms import LogitDonor
 from posgen.harness.model_side.prefix_reuse import PrefixReuse
+from posgen.harness.prose_cells import prose_documents, score_cells
 from posgen.perturbations.base import registry
 from posgen.results.folder.cause_config import CauseFolder
 from posgen.results.folder.store import atomic_write_parquet

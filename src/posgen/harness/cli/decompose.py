@@ -267,7 +267,7 @@ def resolve(args: argparse.Namespace):
 
 
 def main(args: argparse.Namespace) -> int:
-    from posgen.harness.decompose.runner import run
+    from posgen.harness.decomposition.runner import run
     from posgen.results.folder.decompose_config import DecomposeFolder
     from posgen.results.folder.lock import RunLockedError
     from posgen.results.folder.store import RunConflictError, slug

@@ -2,7 +2,7 @@
 
 Cells, each the posgen_prose documents scored by the model's own
 ``loglikelihood_rolling`` (lm-eval's rolling windows, as ``posgen run`` scores the task;
-:mod:`posgen.harness.loaded_model.prose_cells`):
+:mod:`posgen.harness.prose_cells`):
 
 - ``plain``: no perturbation;
 - ``layer-NNN``: the scheme in decoder layer NNN only (``hf-posgen`` ``layers=NNN``);
@@ -26,8 +26,8 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from posgen.harness.loaded_model.model import load_entry_lm, write_decomposition
-from posgen.harness.loaded_model.prose_cells import score_cells
 from posgen.harness.model_side.prefix_reuse import PrefixReuse
+from posgen.harness.prose_cells import score_cells
 from posgen.results.folder.layers_config import LayersFolder
 
 

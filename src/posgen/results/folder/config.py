@@ -1,6 +1,6 @@
 """The typed configuration of a run folder: models, sweep, cells, scoring.
 
-One shape for every reader and writer: :mod:`posgen.harness.run.plan` builds it for
+One shape for every reader and writer: :mod:`posgen.harness.run.resolve` builds it for
 ``posgen run``, :mod:`posgen.results.ingest` for an ingested run; ``RunStore.start``
 stores it and the sweep, report, scores and gate read it back (``RunStore.run_config``,
 :meth:`RunConfig.from_dict`); its cells are :func:`posgen.results.folder.plan.plan_cells`.

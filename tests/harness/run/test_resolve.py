@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from posgen.harness.cli.run import configure_parser
-from posgen.harness.run.plan import resolve_config
+from posgen.harness.run.resolve import resolve_config
 from posgen.results.folder.plan import plan_cells
 from posgen.results.folder.schema import config_hash
 
@@ -41,9 +41,9 @@ def test_posgen_s_own_tasks_pass_the_suite_check_before_the_task_index(tmp_path,
     builds (also one outside the default suite) and the perturbed family."""
     from types import SimpleNamespace
 
-    from posgen.harness.run import plan
+    from posgen.harness.run import resolve
 
     own = ["posgen_recall", "perm_swap_5pct_posgen_recall"]
     monkeypatch.setenv("POSGEN_CACHE", str(tmp_path))
-    monkeypatch.setattr(plan, "shared_task_manager", lambda: SimpleNamespace(all_tasks=own))
-    assert plan.suite_tasks(",".join(own)) == (own, None)
+    monkeypatch.setattr(resolve, "shared_task_manager", lambda: SimpleNamespace(all_tasks=own))
+    assert resolve.suite_tasks(",".join(own)) == (own, None)
