@@ -99,7 +99,7 @@ def _entries(folder: Path) -> list[str]:
     )
 
 
-@pytest.mark.parametrize("folder", ["", "harness", "harness/hf_posgen"])
+@pytest.mark.parametrize("folder", ["", "harness", "harness/hf_posgen", "harness/model_side"])
 def test_every_module_of_the_package_harness_and_hf_posgen_is_described(folder):
     entries = [e for e in _entries(PKG / folder) if not (folder and e == "__init__.py")]
     missing = [e for e in entries if not _described(e)]
