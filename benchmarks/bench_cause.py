@@ -35,8 +35,8 @@ def main() -> int:
 
     import torch
 
+    from posgen.harness import loading
     from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache
-    from posgen.harness.decomposition.pipeline import load_model
     from posgen.harness.decomposition.predicted_change import (
         ChangePredictor,
         perturbed_positions,
@@ -51,7 +51,8 @@ def main() -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, tok = load_model(args.model, device="cpu")
+    loaded = loading.load_model(loading.model_entries([args.model])[0], "cpu")
+    model, tok = loaded.model, loaded.tokenizer
     ids = probe_token_windows(tok, docs=1, tokens=args.tokens)[0]
     batch = torch.tensor([ids])
     layers = list(range(layer_count(model)))

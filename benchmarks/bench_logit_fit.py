@@ -77,13 +77,14 @@ def bench_reference(n: int, heads: int, device: str, repeats: int) -> dict:
 
 
 def bench_model(tokens: int, device: str, repeats: int) -> dict:
+    from posgen.harness import loading
     from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache
-    from posgen.harness.decomposition.pipeline import load_model
     from posgen.harness.decomposition.probe import probe_token_windows
     from posgen.harness.decomposition.streaming_fit import LayerFitter
     from posgen.harness.model_side.logits.capture import capture_attention
 
-    model, tok = load_model("embedded", device=device)
+    loaded = loading.load_model(loading.model_entries(["embedded"])[0], device)
+    model, tok = loaded.model, loaded.tokenizer
     ids = torch.tensor([probe_token_windows(tok, docs=1, tokens=tokens)[0]], device=device)
     mask = torch.ones_like(ids)
     fitter = LayerFitter(FitOptions(), LayoutCache())
@@ -163,13 +164,14 @@ def bench_memory(tokens: int, device: str) -> dict:
     (``MALLOC_MMAP_THRESHOLD_``, see ``_memory_in_child``), so that the peak resident set
     shows the fit's own peak; the timings run in a process with the default allocator.
     """
+    from posgen.harness import loading
     from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache
-    from posgen.harness.decomposition.pipeline import load_model
     from posgen.harness.decomposition.probe import probe_token_windows
     from posgen.harness.decomposition.streaming_fit import LayerFitter
     from posgen.harness.model_side.logits.capture import capture_attention
 
-    model, tok = load_model("embedded", device=device)
+    loaded = loading.load_model(loading.model_entries(["embedded"])[0], device)
+    model, tok = loaded.model, loaded.tokenizer
     ids = torch.tensor([probe_token_windows(tok, docs=1, tokens=tokens)[0]], device=device)
     mask = torch.ones_like(ids)
     fitter = LayerFitter(FitOptions(), LayoutCache())

@@ -39,7 +39,6 @@ HARNESS_RANKS = {
     "loading": 2,  # the one loader, below every driver that loads a model
     "hf_posgen": 3,
     "decomposition": 4,
-    "loaded_model": 5,  # one hf-posgen model loaded from its entry, its decomposition written
     "prose_cells": 5,  # posgen_prose cells scored by rolling log-likelihood (layers, cause)
     "run": 6,
     "out_folder": 7,

@@ -130,14 +130,14 @@ def test_cli_runs_lambda_with_the_trained_context_as_window(tiny_model_dir, tmp_
 def test_cli_refuses_lambda_on_a_sliding_window_model_before_loading(
     tiny_model_dir, tmp_path, monkeypatch, capsys
 ):
-    from posgen.harness.decomposition import pipeline
+    from posgen.harness import loading
 
     def refuse(*a, **k):
         raise AssertionError("the model was loaded")
 
     model = str(tiny_model_dir("gemma2", 0))  # soft-capping and sliding-window layers
     capsys.readouterr()
-    monkeypatch.setattr(pipeline, "load_model", refuse)
+    monkeypatch.setattr(loading, "load_model", refuse)
     args = _parse(["--model", model, "--length", "lambda:4,C", "--out", str(tmp_path / "out")])
     assert decompose.main(args) == 2
     err = capsys.readouterr().err.strip()

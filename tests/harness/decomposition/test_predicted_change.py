@@ -179,11 +179,12 @@ def test_the_strips_give_the_dense_figures(arch):
 def test_the_embedded_model_strips_equal_the_dense_maps(embedded_model_dir):
     """On the real SmolLM2-135M (30 layers, grouped KV heads), one 96-token window: the
     strips give the dense figures in every layer."""
-    from posgen.harness.decomposition.pipeline import load_model
+    from posgen.harness import loading
     from posgen.harness.decomposition.predicted_change import ChangePredictor
     from posgen.harness.decomposition.probe import probe_token_windows
 
-    model, tok = load_model(str(embedded_model_dir), device="cpu")
+    loaded = loading.load_model(loading.model_entries([str(embedded_model_dir)])[0], "cpu")
+    model, tok = loaded.model, loaded.tokenizer
     ids = probe_token_windows(tok, docs=1, tokens=96)[0]
     pos = perturbed_positions(ids, SWAP, 1234)
     got = {}

@@ -30,7 +30,7 @@ from posgen.harness.decomposition.predicted_change import (
     rotary_window_rows,
 )
 from posgen.harness.decomposition.probe import probe_token_windows
-from posgen.harness.loaded_model.model import load_entry_lm
+from posgen.harness.hf_posgen.entry_lm import load_entry_lm
 from posgen.harness.model_side.family import family_of
 from posgen.harness.model_side.logits.forms import LogitDonor
 from posgen.harness.model_side.prefix_reuse import PrefixReuse

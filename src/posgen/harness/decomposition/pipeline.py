@@ -5,14 +5,18 @@ Streams each layer's logits from the model's own forward
 (:mod:`posgen.harness.decomposition.streaming_fit`), one probe document at a time, and
 returns a tidy table: one row per (document, layer, head). ``random_init=True`` measures the
 same architecture with seeded random weights on the same probe documents: report it beside
-the trained model.
+the trained model. A model named by its path or entry is loaded through
+:func:`posgen.harness.loading.load_model`; :func:`write_decomposition` writes the table of
+a loaded ``hf-posgen`` model's weights where ``posgen run`` and ``posgen layers`` keep it.
 
 Top-level imports stay light: torch and transformers load inside the functions.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,26 +36,11 @@ from posgen.harness.model_side.alibi.capture import alibi_capture_forward
 from posgen.harness.model_side.attention.length import active_scheme
 from posgen.harness.model_side.family import family_of, length_limit
 from posgen.harness.model_side.logits.capture import capture_forward
-from posgen.results.folder.config import ModelEntry
+from posgen.results.folder.config import Decompose, ModelEntry
+from posgen.results.folder.store import atomic_write_parquet
 from posgen.results.report.decomposition_plots import HeadMap
 
 HEAD_MAP_MAX_TOKENS = 2048  # head_map.png only for windows up to this length
-
-
-def load_model(
-    model: str | ModelEntry, *, random_init: bool = False, seed: int = 0, device=None, length=None
-):
-    """(model, tokenizer) in eval mode through :func:`posgen.harness.loading.load_model`;
-    ``model`` is a name or folder (``embedded`` = SmolLM2-135M, float32) or a ModelEntry
-    (its dtype, revision, adapter, ... as given); ``length`` a length scheme (a rope
-    scaling is applied at load)."""
-    from dataclasses import replace
-
-    entry = model if isinstance(model, ModelEntry) else loading.model_entries([model])[0]
-    if random_init and not entry.random_init:
-        entry = replace(entry, random_init=True)
-    loaded = loading.load_model(entry, device or "cpu", seed=seed, length=length)
-    return loaded.model, loaded.tokenizer
 
 
 def decompose_model(
@@ -238,11 +227,13 @@ def _forward_context(forward_context, net, ids: list[int]):
 
 
 def _resolve(model, tokenizer, random_init: bool, seed: int, device, length=None):
-    if isinstance(model, (str, ModelEntry)):
-        net, tok = load_model(
-            model, random_init=random_init, seed=seed, device=device, length=length
-        )
-        return net, tokenizer or tok, model if isinstance(model, str) else model.label
+    if isinstance(model, (str, ModelEntry)):  # a name or folder (embedded: SmolLM2-135M)
+        entry = model if isinstance(model, ModelEntry) else loading.model_entries([model])[0]
+        if random_init and not entry.random_init:
+            entry = replace(entry, random_init=True)
+        loaded = loading.load_model(entry, device or "cpu", seed=seed, length=length)
+        name = model if isinstance(model, str) else model.label
+        return loaded.model, tokenizer or loaded.tokenizer, name
     if tokenizer is None:
         raise ValueError("pass tokenizer= with a loaded model")
     name = getattr(model.config, "name_or_path", "") or type(model).__name__
@@ -326,3 +317,23 @@ def median_head_map(
         f"r_3axis = {pick['r_3axis']:.3f} (median head)"
     )
     return HeadMap(actual, fitted, title)
+
+
+def write_decomposition(lm: Any, entry: ModelEntry, spec: Decompose, seed: int, path: Path) -> Path:
+    """The per-(doc, layer, head) decomposition of ``lm``'s loaded weights, unperturbed,
+    on ``spec``'s probe windows (``posgen decompose``'s pipeline,
+    :func:`posgen.harness.decomposition.pipeline.decompose_model`), labelled with the
+    entry's label and random-init flag and written to ``path``."""
+    lm.set_perturbation(None, None, seed)
+    table = decompose_model(
+        lm.model,
+        tokenizer=lm.tokenizer,
+        docs=spec.docs,
+        tokens=spec.tokens,
+        seed=seed,
+        progress=False,
+    )
+    table["model"] = entry.label
+    table["random_init"] = entry.random_init
+    atomic_write_parquet(path, table)
+    return path

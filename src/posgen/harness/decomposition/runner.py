@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from posgen.harness import loading  # looked up at call time (tests replace its loaders)
 from posgen.harness.decomposition.experiments import write_experiments
 from posgen.harness.decomposition.pipeline import (
     decompose_model,
-    load_model,
     median_head_map,
 )
 from posgen.harness.loading import random_init_twin
@@ -76,7 +76,8 @@ def run(folder: DecomposeFolder, device: str, log: Callable[[str], None]) -> Non
 def _experiments(folder: DecomposeFolder, device: str) -> None:
     """Controlled distance and the q/k pattern (and on the twin), their summaries kept."""
     cfg = folder.config
-    model, tokenizer = load_model(cfg.model, device=device)
+    loaded = loading.load_model(cfg.model, device or "cpu")
+    model, tokenizer = loaded.model, loaded.tokenizer
     twin = None
     if cfg.random_init:
         twin = random_init_twin(model.config, seed=cfg.seed, name=cfg.model.path).to(device)

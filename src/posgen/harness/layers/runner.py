@@ -14,7 +14,7 @@ layer is L reuses layers 0..L−1 of the plain forward, bit for bit what they wo
 and runs only layers L.. (checked once per run against a full forward).
 
 Then the decomposition of the same weights (``posgen decompose``'s pipeline, the step
-``posgen run`` takes too: :mod:`posgen.harness.loaded_model.model`), and the scores (:mod:`posgen.results.scores.layers`) and report (:mod:`posgen.results.report.layers`).
+``posgen run`` takes too: :func:`posgen.harness.decomposition.pipeline.write_decomposition`), and the scores (:mod:`posgen.results.scores.layers`) and report (:mod:`posgen.results.report.layers`).
 Every cell is written as soon as it is scored; a rerun skips the ones already there.
 """
 
@@ -25,7 +25,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from posgen.harness.loaded_model.model import load_entry_lm, write_decomposition
+from posgen.harness.decomposition.pipeline import write_decomposition
+from posgen.harness.hf_posgen.entry_lm import load_entry_lm
 from posgen.harness.model_side.prefix_reuse import PrefixReuse
 from posgen.harness.prose_cells import score_cells
 from posgen.results.folder.layers_config import LayersFolder
