@@ -101,13 +101,14 @@ def child(mode: str, n: int, threads: int) -> dict:
     import torch
 
     torch.set_num_threads(threads)
+    from posgen.harness import loading
     from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache
-    from posgen.harness.decomposition.capture import capture_forward
-    from posgen.harness.decomposition.pipeline import load_model
     from posgen.harness.decomposition.probe import probe_token_windows
     from posgen.harness.decomposition.streaming_fit import LayerFitter
+    from posgen.harness.model_side.logits.capture import capture_forward
 
-    model, tok = load_model("embedded", device="cpu")
+    loaded = loading.load_model(loading.model_entries(["embedded"])[0], "cpu")
+    model, tok = loaded.model, loaded.tokenizer
     ids = probe_token_windows(tok, docs=1, tokens=n)[0]
     if mode == "old":
         fitter = _old_fitter(LayerFitter)(FitOptions(), LayoutCache())

@@ -43,7 +43,9 @@ def _vm(field: str) -> int:
 
 def bench_reference(n: int, heads: int, device: str, repeats: int) -> dict:
     from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache, fit_heads
-    from posgen.harness.additive_fit.logit_fit_reference import reference_fit
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the tests' oracle
+    from logit_fit_reference import reference_fit
 
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(heads, n, n, generator=gen).to(device)
@@ -75,13 +77,14 @@ def bench_reference(n: int, heads: int, device: str, repeats: int) -> dict:
 
 
 def bench_model(tokens: int, device: str, repeats: int) -> dict:
+    from posgen.harness import loading
     from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache
-    from posgen.harness.decomposition.capture import capture_attention
-    from posgen.harness.decomposition.pipeline import load_model
     from posgen.harness.decomposition.probe import probe_token_windows
     from posgen.harness.decomposition.streaming_fit import LayerFitter
+    from posgen.harness.model_side.logits.capture import capture_attention
 
-    model, tok = load_model("embedded", device=device)
+    loaded = loading.load_model(loading.model_entries(["embedded"])[0], device)
+    model, tok = loaded.model, loaded.tokenizer
     ids = torch.tensor([probe_token_windows(tok, docs=1, tokens=tokens)[0]], device=device)
     mask = torch.ones_like(ids)
     fitter = LayerFitter(FitOptions(), LayoutCache())
@@ -135,7 +138,7 @@ def float32_vs_float64(model, ids, mask) -> float:
     """Largest |r| difference over all heads between float32 and float64 sums (3-axis,
     2-axis, row-centred) on the embedded model's logits."""
     from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache, fit_sums, head_sums
-    from posgen.harness.decomposition.capture import capture_attention
+    from posgen.harness.model_side.logits.capture import capture_attention
 
     layouts, worst = LayoutCache(), [0.0]
 
@@ -161,13 +164,14 @@ def bench_memory(tokens: int, device: str) -> dict:
     (``MALLOC_MMAP_THRESHOLD_``, see ``_memory_in_child``), so that the peak resident set
     shows the fit's own peak; the timings run in a process with the default allocator.
     """
+    from posgen.harness import loading
     from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache
-    from posgen.harness.decomposition.capture import capture_attention
-    from posgen.harness.decomposition.pipeline import load_model
     from posgen.harness.decomposition.probe import probe_token_windows
     from posgen.harness.decomposition.streaming_fit import LayerFitter
+    from posgen.harness.model_side.logits.capture import capture_attention
 
-    model, tok = load_model("embedded", device=device)
+    loaded = loading.load_model(loading.model_entries(["embedded"])[0], device)
+    model, tok = loaded.model, loaded.tokenizer
     ids = torch.tensor([probe_token_windows(tok, docs=1, tokens=tokens)[0]], device=device)
     mask = torch.ones_like(ids)
     fitter = LayerFitter(FitOptions(), LayoutCache())

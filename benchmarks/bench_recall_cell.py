@@ -9,7 +9,7 @@ the exact match of each recall cell, its time as a multiple of the cloze cell's,
 estimate of what the task adds to the default run,
 ``t_none + 6 t_text + 6 t_position + 3 t_feature`` (the baseline, 6 text and 6 position
 swap rates, 3 rope_noise sigmas: ``DEFAULT_RATES``/``DEFAULT_SIGMAS`` of
-``posgen.harness.run.plan``), in wall time and in CPU time over torch's threads (on a
+``posgen.harness.run.resolve``), in wall time and in CPU time over torch's threads (on a
 loaded machine the wall time says little; the CPU time divided by the threads is what
 idle cores would take, if the threads keep them busy).
 

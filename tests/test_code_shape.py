@@ -29,7 +29,7 @@ LAZY_IMPORTS = {
 LAZY_TASK_MANAGER = "lm-eval's task manager loads only when a task's config is read"
 LAZY_PAIRS = {
     ("results/tables/metric_list.py", "posgen.tasks.lm_eval_tasks"): LAZY_TASK_MANAGER,
-    ("harness/run/plan.py", "posgen.tasks.lm_eval_tasks"): LAZY_TASK_MANAGER,
+    ("harness/run/resolve.py", "posgen.tasks.lm_eval_tasks"): LAZY_TASK_MANAGER,
     ("harness/run/metric_check.py", "posgen.tasks.family"): LAZY_TASK_MANAGER,
 }
 

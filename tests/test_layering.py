@@ -32,21 +32,20 @@ PACKAGE_RANKS = {
 HARNESS_RANKS = {
     "__init__": 0,
     "input_error": 0,  # what every refusal raises
-    "model_family": 0,
-    "position_family": 0,  # where positions enter, beside model_family
     "embedded": 0,
+    "launch": 0,  # the one launch detector (accelerate launch / torchrun)
     "additive_fit": 0,  # the exact fit: pure tensor math, used by the model side and above
-    "loading": 1,  # the one loader, below every driver that loads a model
-    "hf_posgen": 2,
-    "decomposition": 3,
-    "loaded_model": 4,  # one hf-posgen model loaded: its decomposition, prose cells scored
-    "run": 5,
-    "out_folder": 6,
-    "length": 7,
-    "layers": 7,
-    "decompose": 8,  # posgen decompose: runs under posgen length's forward
-    "cause": 8,  # posgen cause: the predicted change beside its replaced-logits cells
-    "cli": 9,
+    "model_side": 1,  # every intervention on a model's forward, behind one door; the families
+    "loading": 2,  # the one loader, below every driver that loads a model
+    "hf_posgen": 3,
+    "decomposition": 4,
+    "prose_cells": 5,  # posgen_prose cells scored by rolling log-likelihood (layers, cause)
+    "run": 6,
+    "out_folder": 7,
+    "length": 8,
+    "layers": 8,
+    "cause": 9,  # posgen cause: the predicted change beside its replaced-logits cells
+    "cli": 10,
 }
 
 
@@ -145,14 +144,14 @@ def test_the_checker_sees_an_upward_import_of_a_top_level_module(tmp_path):
 
 def test_the_checker_sees_an_upward_import_inside_harness(tmp_path):
     planted = tmp_path / "planted.py"
-    planted.write_text("from posgen.harness.run.plan import PlanError\n")
+    planted.write_text("from posgen.harness.run.resolve import PlanError\n")
     assert upward_imports("posgen.harness.hf_posgen.planted", planted, HARNESS_RANKS, 2)
     assert not upward_imports("posgen.harness.cli.planted", planted, HARNESS_RANKS, 2)
 
 
 def test_the_checker_sees_function_level_imports(tmp_path):
     f = tmp_path / "m.py"
-    f.write_text("def g():\n    from posgen.harness.run import plan\n")
+    f.write_text("def g():\n    from posgen.harness.run import resolve\n")
     assert "posgen.harness.run" in imports(f)
 
 

@@ -18,7 +18,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFa
 VOCAB = 384
 ROPE_ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "gpt_neox")
 ALL_ARCHS = (*ROPE_ARCHS, "gpt2")
-# the other position families (posgen.harness.position_family): learned absolute, ALiBi,
+# the other position families (posgen.harness.model_side.family): learned absolute, ALiBi,
 # and "smollm3_nope" (SmolLM3 with every layer NoPE: no position encoding at all); beside
 # them "bloom_qk" and "mpt_qk", a BLOOM and an MPT whose q·k matters beside the bias (CONFIGS)
 FAMILY_ARCHS = ("gpt2", "opt", "bloom", "mpt", "falcon_alibi", "smollm3_nope")

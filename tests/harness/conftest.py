@@ -31,10 +31,8 @@ def unfitted_falcon(monkeypatch):
     built in is one; a user's registered family may be)."""
     from dataclasses import replace
 
-    from posgen.harness import position_family
+    from posgen.harness.model_side import family
 
-    falcon = position_family._FAMILIES["falcon-alibi"]
-    monkeypatch.setitem(
-        position_family._FAMILIES, "falcon-alibi", replace(falcon, logits_refusal=UNFITTED)
-    )
+    falcon = family._FAMILIES["falcon-alibi"]
+    monkeypatch.setitem(family._FAMILIES, "falcon-alibi", replace(falcon, logits_refusal=UNFITTED))
     return UNFITTED

@@ -149,7 +149,7 @@ LM_EVAL_ATTRIBUTES = {
     "HFLM._max_length": "HFLM's max_length= (read by HFLM.max_length): held to the positions "
     "a model takes in one forward where lm-eval does not read them (MPT's max_seq_len)",
 }
-# per model family of harness/model_family.py: the function that rotates its queries and
+# per rotary family of harness/model_side/family.py: the function that rotates its queries and
 # keys, which heads= wraps (patched_rotary); check() verifies it takes ROTARY_PARAMETERS
 # first, or that the kernels wrapper transformers 5.25 puts there carries such a function
 # (posgen.compat.rotary)

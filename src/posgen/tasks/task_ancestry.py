@@ -33,10 +33,6 @@ class TaskAncestry:
         self._index = index
         self._groups_of: dict[str, set[str]] | None = None
 
-    def _kind(self, name: str) -> str:
-        entry = self._index.get(name)
-        return entry.kind.name if entry is not None else "UNKNOWN"
-
     def _group_map(self) -> dict[str, set[str]]:
         """name -> the groups that list it (built once, on first use)."""
         if self._groups_of is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from logit_fit_reference import reference_fit
 from posgen.harness.additive_fit.causal_layout import CausalLayout
 from posgen.harness.additive_fit.fit_layout import band_mask
 from posgen.harness.additive_fit.logit_fit import (
@@ -14,7 +15,6 @@ from posgen.harness.additive_fit.logit_fit import (
     fit_sums,
     head_sums,
 )
-from posgen.harness.additive_fit.logit_fit_reference import reference_fit
 from posgen.harness.decomposition.qk_pattern import distance_key_r, distance_sums
 
 

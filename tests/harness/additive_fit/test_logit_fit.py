@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from logit_fit_reference import reference_fit
 from posgen.harness.additive_fit.logit_fit import (
     FitLayout,
     FitOptions,
@@ -19,7 +20,6 @@ from posgen.harness.additive_fit.logit_fit import (
     fitted_map,
     head_sums,
 )
-from posgen.harness.additive_fit.logit_fit_reference import reference_fit
 
 
 def _causal(n: int) -> torch.Tensor:

@@ -102,7 +102,7 @@ def test_the_prediction_draws_are_the_cells_draws(planted):
     from posgen.harness.cause.runner import rolling_windows
     from posgen.harness.decomposition.predicted_change import perturbed_positions
     from posgen.harness.hf_posgen.model import HFPosgenLM
-    from posgen.harness.loaded_model.prose_cells import prose_documents
+    from posgen.harness.prose_cells import prose_documents
     from posgen.perturbations.base import registry
 
     lm = HFPosgenLM(pretrained=str(planted), positions="swap:0.2", perturb_seed=7, device="cpu")

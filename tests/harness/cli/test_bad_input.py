@@ -178,13 +178,13 @@ def test_an_unusable_out_is_refused(models, no_loading, capsys, monkeypatch, com
     """Every command that takes --out refuses a file, a path under a file and a folder it
     cannot write, in one line, before it reads the model's entry (its config)."""
     from posgen.harness import loading
-    from posgen.harness.run import plan
+    from posgen.harness.run import resolve
 
     def refuse(*a, **k):
         raise AssertionError("the model entry was read before --out was checked")
 
     monkeypatch.setattr(loading, "model_entries", refuse)
-    monkeypatch.setattr(plan, "model_entries", refuse)
+    monkeypatch.setattr(resolve, "model_entries", refuse)
     out, message = _out_cases(models, no_loading)[case]
     source = (
         [str(no_loading / "lm-eval-out")]
@@ -349,13 +349,13 @@ def test_layers_refuses_a_length_run_without_the_plain_model(models, no_loading,
 def test_an_unknown_suite_is_refused_before_the_task_index_is_built(
     models, no_loading, capsys, monkeypatch
 ):
-    from posgen.harness.run import plan
+    from posgen.harness.run import resolve
 
     def refuse():
         raise AssertionError("lm-eval's task index was built")
 
     monkeypatch.setenv("POSGEN_CACHE", str(no_loading.parent / "fresh-cache"))
-    monkeypatch.setattr(plan, "shared_task_manager", refuse)
+    monkeypatch.setattr(resolve, "shared_task_manager", refuse)
     argv = ["run", "--model", str(models["short"]), "--suite", "hellaswag,nosuch_task_xyz"]
     _refused(argv, "unknown suite or lm-eval task 'nosuch_task_xyz'", capsys, no_loading)
 
@@ -413,7 +413,7 @@ def test_run_refuses_a_task_of_its_own_folder_that_posgen_cannot_score(
     models, no_loading, capsys, monkeypatch
 ):
     from lm_eval_task_fixtures import task_folder
-    from posgen.harness.run import plan
+    from posgen.harness.run import resolve
     from posgen.tasks.lm_eval_tasks import PosgenTaskManager
 
     tasks = task_folder(no_loading.parent / "own")
@@ -422,7 +422,7 @@ def test_run_refuses_a_task_of_its_own_folder_that_posgen_cannot_score(
         return PosgenTaskManager(include_path=list(include_path), include_defaults=False)
 
     monkeypatch.setenv("POSGEN_CACHE", str(no_loading.parent / "fresh-cache"))
-    monkeypatch.setattr(plan, "shared_task_manager", only_included)
+    monkeypatch.setattr(resolve, "shared_task_manager", only_included)
     argv = ["run", "--model", str(models["short"]), "--include-path", str(tasks)]
     message = "posgen can score none of the metrics of 'posgen_t_unscored'"
     _refused([*argv, "--suite", "posgen_t_unscored"], message, capsys, no_loading)

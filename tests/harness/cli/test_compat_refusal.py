@@ -21,7 +21,7 @@ def moved_rotary(monkeypatch, tmp_path):
     loading weights or starting a cell fails the test; an empty working folder."""
     from posgen.harness import loading
     from posgen.harness.cause import runner as cause_runner
-    from posgen.harness.decompose import runner as decompose_runner
+    from posgen.harness.decomposition import runner as decompose_runner
     from posgen.harness.layers import runner
     from posgen.harness.run import cells
 

@@ -35,7 +35,7 @@ def test_an_interrupted_decompose_resumes_and_other_settings_are_refused(
     twin's; a rerun with other settings is refused, naming them, and nothing changes."""
     import pytest
 
-    import posgen.harness.decompose.runner as runner
+    import posgen.harness.decomposition.runner as runner
 
     out = tmp_path / "out"
     argv = ["decompose", "--model", str(tiny_model_dir("llama", 0)), "--docs", "1"]

@@ -133,14 +133,14 @@ def test_a_run_reader_names_a_model_folder(reader, tmp_path, capsys):
 def no_model(monkeypatch, tmp_path):
     """Any read of a model entry, config or weights fails the test."""
     from posgen.harness import embedded, loading
-    from posgen.harness.run import plan
+    from posgen.harness.run import resolve
 
     def refuse(*a, **k):
         raise AssertionError("the model was read before --out was checked")
 
     for name in ("load_model", "load_tokenizer", "load_config", "model_entries"):
         monkeypatch.setattr(loading, name, refuse)
-    monkeypatch.setattr(plan, "model_entries", refuse)
+    monkeypatch.setattr(resolve, "model_entries", refuse)
     monkeypatch.setattr(embedded, "resolve_pretrained", refuse)
     monkeypatch.chdir(tmp_path)
     return tmp_path

@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 import torch
 
+from logit_fit_reference import reference_fit
 from posgen.harness.additive_fit.fit_layout import band_mask
-from posgen.harness.additive_fit.logit_fit_reference import reference_fit
 from posgen.harness.cli import decompose
-from posgen.harness.decomposition.capture import capture_forward
 from posgen.harness.decomposition.pipeline import decompose_model, head_logit_maps
-from posgen.harness.hf_posgen.lambda_attention import lambda_attention
+from posgen.harness.model_side.attention.lambda_attention import lambda_attention
+from posgen.harness.model_side.logits.capture import capture_forward
 from posgen.perturbations.length import LengthLambda
 from tiny_models import build_short_context_model, build_tokenizer
 
@@ -130,14 +130,14 @@ def test_cli_runs_lambda_with_the_trained_context_as_window(tiny_model_dir, tmp_
 def test_cli_refuses_lambda_on_a_sliding_window_model_before_loading(
     tiny_model_dir, tmp_path, monkeypatch, capsys
 ):
-    from posgen.harness.decomposition import pipeline
+    from posgen.harness import loading
 
     def refuse(*a, **k):
         raise AssertionError("the model was loaded")
 
     model = str(tiny_model_dir("gemma2", 0))  # soft-capping and sliding-window layers
     capsys.readouterr()
-    monkeypatch.setattr(pipeline, "load_model", refuse)
+    monkeypatch.setattr(loading, "load_model", refuse)
     args = _parse(["--model", model, "--length", "lambda:4,C", "--out", str(tmp_path / "out")])
     assert decompose.main(args) == 2
     err = capsys.readouterr().err.strip()
@@ -149,7 +149,7 @@ def test_cli_refuses_lambda_on_a_sliding_window_model_before_loading(
 def test_config_refusal_names_what_lambda_cannot_run():
     from types import SimpleNamespace as Config
 
-    from posgen.harness.hf_posgen.lambda_attention import config_refusal
+    from posgen.harness.model_side.attention.lambda_attention import config_refusal
 
     assert config_refusal(Config(max_position_embeddings=64)) is None
     sliding = "does not combine with sliding-window layers"

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from posgen.harness.additive_fit.logit_fit_reference import reference_fit
+from logit_fit_reference import reference_fit
 from posgen.harness.cli import decompose
 from posgen.harness.decomposition.experiments import (
     controlled_distance_summary,

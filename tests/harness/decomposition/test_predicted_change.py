@@ -14,13 +14,13 @@ import torch
 
 from planted_models import block_window, planted_model
 from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache, fit_heads
-from posgen.harness.decomposition.capture import capture_forward
 from posgen.harness.decomposition.predicted_change import (
     change_figures,
     perturbed_positions,
     predict_windows,
 )
-from posgen.harness.hf_posgen.layer_hooks import TWIN_ROTATIONS, layer_positions
+from posgen.harness.model_side.logits.capture import capture_forward
+from posgen.harness.model_side.positions.layers import TWIN_ROTATIONS, layer_positions
 from posgen.perturbations.base import registry
 from posgen.results.scores.cause import r_and_share
 from tiny_models import build_model
@@ -179,11 +179,12 @@ def test_the_strips_give_the_dense_figures(arch):
 def test_the_embedded_model_strips_equal_the_dense_maps(embedded_model_dir):
     """On the real SmolLM2-135M (30 layers, grouped KV heads), one 96-token window: the
     strips give the dense figures in every layer."""
-    from posgen.harness.decomposition.pipeline import load_model
+    from posgen.harness import loading
     from posgen.harness.decomposition.predicted_change import ChangePredictor
     from posgen.harness.decomposition.probe import probe_token_windows
 
-    model, tok = load_model(str(embedded_model_dir), device="cpu")
+    loaded = loading.load_model(loading.model_entries([str(embedded_model_dir)])[0], "cpu")
+    model, tok = loaded.model, loaded.tokenizer
     ids = probe_token_windows(tok, docs=1, tokens=96)[0]
     pos = perturbed_positions(ids, SWAP, 1234)
     got = {}

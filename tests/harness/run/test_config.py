@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from posgen.harness.cli import run as run_cli
-from posgen.harness.run.plan import resolve_config
+from posgen.harness.run.resolve import resolve_config
 from posgen.results.folder.config import Cell, RunConfig
 from posgen.results.folder.plan import plan_cells
 from posgen.results.folder.schema import config_hash
@@ -219,7 +219,7 @@ def test_a_limit_above_a_shipped_tasks_documents_records_what_runs() -> None:
     """``--limit`` is "at most" (lm-eval's reading); for posgen's own tasks, whose
     documents are known offline, the config records the number that runs and the run
     prints a note; a limit below the count is kept as asked."""
-    from posgen.harness.run.plan import limit_notes
+    from posgen.harness.run.resolve import limit_notes
     from posgen.tasks.offline import load_rows
 
     prose, cloze = len(load_rows("posgen_prose.jsonl")), len(load_rows("posgen_cloze.jsonl"))

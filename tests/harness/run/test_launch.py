@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from posgen.harness.run.launch import Launch
+from posgen.harness.launch import Launch
 from synthetic_run import cli
 
 pytestmark = pytest.mark.heavy

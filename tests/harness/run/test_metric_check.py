@@ -50,12 +50,12 @@ def test_a_task_posgen_can_score_nothing_of_is_refused_naming_why():
     [("offline", True), ("rolling", True), ("gen,rolling", False), ("some_group", False)],
 )
 def test_gen_kwargs_for_tasks_that_do_not_generate_get_a_note(monkeypatch, suite, noted):
-    from posgen.harness.run import plan
+    from posgen.harness.run import resolve
     from posgen.harness.run.metric_check import check_run_metrics
     from posgen.results.folder.config import RunConfig
     from synthetic_run import config
 
-    monkeypatch.setattr(plan, "shared_task_manager", lambda include_path=(): TASKS)
+    monkeypatch.setattr(resolve, "shared_task_manager", lambda include_path=(): TASKS)
     tasks = ["posgen_prose", "posgen_cloze"] if suite == "offline" else suite.split(",")
     run = RunConfig.from_dict(config({"m": {}}, suite=suite, tasks=tasks, gen_kwargs={"x": 1}))
     notes = check_run_metrics(run)

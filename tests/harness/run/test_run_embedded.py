@@ -92,7 +92,7 @@ def test_gate_passes_on_another_seed_and_fails_a_weakened_model(
     capsys.readouterr()
     other_seed = ["check", str(tmp_path / "seed2"), "--baseline", str(tmp_path / "b.json")]
     assert cli([*other_seed, "--allow-other-seed"]) == 0, capsys.readouterr().out
-    import posgen.harness.loaded_model.model as loaded  # where the sweep builds its model
+    import posgen.harness.hf_posgen.entry_lm as loaded  # where the sweep builds its model
 
     monkeypatch.setattr(loaded, "HFPosgenLM", _noisier_positions())
     assert cli([*run, "--out", str(tmp_path / "weak"), "--seed", "1"]) == 0  # the CI recipe

@@ -171,12 +171,6 @@ class CausalLayout(LayoutCommon):
         """(a C_dc)[p, j] = Σ_d a[p, d] 1[(j + d, j) ∈ F] = A[n − 1 − j] for j ≥ k, [P, n]."""
         return (a * self.used_d).cumsum(-1).flip(-1) * self.used_j
 
-    def gram_product(self, theta: torch.Tensor, two_axis: bool = False) -> torch.Tensor:
-        """G θ for θ [P, 3n] = (a, b, c), or [P, 2n] = (a, c) with ``two_axis`` (module doc)."""
-        used = [self.used_d, self.used_j] if two_axis else [self.used_d, self.used_i, self.used_j]
-        mask = torch.cat(used)
-        return self._product(theta * mask, two_axis) * mask
-
     def _product(self, theta: torch.Tensor, two_axis: bool) -> torch.Tensor:
         """G θ on used parameters for θ that is 0 on unused ones; entries of unused
         parameters in the result are not 0 (the solver ignores them). The prefix sums at

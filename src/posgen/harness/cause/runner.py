@@ -2,7 +2,7 @@
 
 Cells, each the posgen_prose documents scored by the model's own ``loglikelihood_rolling``
 (lm-eval's rolling windows, as ``posgen layers`` scores them,
-:func:`posgen.harness.loaded_model.prose_cells.score_cells`):
+:func:`posgen.harness.prose_cells.score_cells`):
 
 - ``plain``: the model as it is;
 - ``<form>-all``: ``hf-posgen logits=<form>`` in every layer, for each per-layer form and
@@ -30,11 +30,11 @@ from posgen.harness.decomposition.predicted_change import (
     rotary_window_rows,
 )
 from posgen.harness.decomposition.probe import probe_token_windows
-from posgen.harness.hf_posgen.logit_forms import LogitDonor
-from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
-from posgen.harness.loaded_model.model import load_entry_lm
-from posgen.harness.loaded_model.prose_cells import prose_documents, score_cells
-from posgen.harness.position_family import position_family_of
+from posgen.harness.hf_posgen.entry_lm import load_entry_lm
+from posgen.harness.model_side.family import family_of
+from posgen.harness.model_side.logits.forms import LogitDonor
+from posgen.harness.model_side.prefix_reuse import PrefixReuse
+from posgen.harness.prose_cells import prose_documents, score_cells
 from posgen.perturbations.base import registry
 from posgen.results.folder.cause_config import CauseFolder
 from posgen.results.folder.store import atomic_write_parquet
@@ -82,7 +82,7 @@ def predict(folder: CauseFolder, lm: Any, progress: bool = False) -> None:
     windows = document_windows(lm, cfg.limit)
     schemes = [registry.parse("position", s) for s in cfg.schemes]
     lm.set_perturbation(None, None, cfg.seed)
-    alibi = position_family_of(lm.model).kind == "alibi"
+    alibi = family_of(lm.model).kind == "alibi"
     window_rows = alibi_window_rows if alibi else rotary_window_rows
     rows = predict_windows(
         lm.model, [w for _, _, w in windows], schemes, cfg.seed, progress, window_rows

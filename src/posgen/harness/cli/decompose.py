@@ -105,7 +105,7 @@ def _resolve_length(args: argparse.Namespace, entry, context: int | None):
     model (read from its config)."""
     if args.length is None:
         return None
-    from posgen.harness.hf_posgen.length_attention import config_refusal
+    from posgen.harness.model_side.attention.length import config_refusal
     from posgen.perturbations.base import PerturbationError
 
     assert context is not None
@@ -227,9 +227,9 @@ def _tokens(args: argparse.Namespace, entry) -> None:
 def _require_family(entry, args: argparse.Namespace) -> None:
     """A RoPE model takes everything; a learned-absolute, ALiBi (BLOOM, MPT, Falcon) or
     position-free one
-    (:mod:`posgen.harness.position_family`) the fit alone: no ``--length`` (rotary
+    (:mod:`posgen.harness.model_side.family`) the fit alone: no ``--length`` (rotary
     schemes), no ``--experiments`` (RoPE's controlled distance and phase measures)."""
-    from posgen.harness.position_family import family_of_folder
+    from posgen.harness.model_side.family import family_of_folder
 
     family = family_of_folder(entry.path)
     if family is None or family.kind == "rotary":
@@ -267,7 +267,7 @@ def resolve(args: argparse.Namespace):
 
 
 def main(args: argparse.Namespace) -> int:
-    from posgen.harness.decompose.runner import run
+    from posgen.harness.decomposition.runner import run
     from posgen.results.folder.decompose_config import DecomposeFolder
     from posgen.results.folder.lock import RunLockedError
     from posgen.results.folder.store import RunConflictError, default_folder, slug

@@ -188,8 +188,9 @@ def _require_length_family(entry, args: argparse.Namespace, require_rope) -> Non
     family's are; a registered one may refuse), ``--positions`` positions to move (a
     position-free model has none). MPT's ``max_seq_len`` is checked against the max length
     in :func:`posgen.harness.length.job.check_model`.
-    (:mod:`posgen.harness.position_family`.)"""
-    from posgen.harness.position_family import family_of_folder, length_refusal
+    (:mod:`posgen.harness.model_side.family`.)"""
+    from posgen.harness.model_side.family import family_of_folder
+    from posgen.harness.model_side.family_checks import length_refusal
 
     family = family_of_folder(entry.path)
     if family is None or family.kind == "rotary":

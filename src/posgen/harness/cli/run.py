@@ -17,7 +17,7 @@ from posgen.harness.loading.options import add_loading_arguments, check_device
 from posgen.harness.out_folder import check_out_folder
 from posgen.harness.run.metric_check import check_run_metrics
 from posgen.harness.run.options import parse_bool
-from posgen.harness.run.plan import (
+from posgen.harness.run.resolve import (
     check_model_side_kinds,
     default_out,
     hold_decomposition,
@@ -157,7 +157,7 @@ def main(args: argparse.Namespace) -> int:
     except InputError as e:
         print(f"posgen run: {e}", file=sys.stderr)
         return 2
-    from posgen.harness.run.launch import Launch
+    from posgen.harness.launch import Launch
     from posgen.results.folder.lock import RunLockedError
     from posgen.results.folder.store import RunConflictError
 

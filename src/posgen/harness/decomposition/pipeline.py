@@ -1,18 +1,22 @@
 """The decomposition of a model: fit W[i, j] ≈ a[i−j] + b[i] + c[j] for every head.
 
 Streams each layer's logits from the model's own forward
-(:mod:`posgen.harness.decomposition.capture`) into the exact fit
+(:mod:`posgen.harness.model_side.logits.capture`) into the exact fit
 (:mod:`posgen.harness.decomposition.streaming_fit`), one probe document at a time, and
 returns a tidy table: one row per (document, layer, head). ``random_init=True`` measures the
 same architecture with seeded random weights on the same probe documents: report it beside
-the trained model.
+the trained model. A model named by its path or entry is loaded through
+:func:`posgen.harness.loading.load_model`; :func:`write_decomposition` writes the table of
+a loaded ``hf-posgen`` model's weights where ``posgen run`` and ``posgen layers`` keep it.
 
 Top-level imports stay light: torch and transformers load inside the functions.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -26,32 +30,17 @@ from posgen.harness.additive_fit.logit_fit import (
     fit_heads,
     fitted_map,
 )
-from posgen.harness.decomposition.alibi_capture import alibi_capture_forward
-from posgen.harness.decomposition.capture import capture_forward
 from posgen.harness.decomposition.probe import DEFAULT_DOCS, DEFAULT_TOKENS, probe_token_windows
 from posgen.harness.decomposition.streaming_fit import LayerFitter
-from posgen.harness.hf_posgen.length_attention import active_scheme
-from posgen.harness.position_family import length_limit, position_family_of
-from posgen.results.folder.config import ModelEntry
+from posgen.harness.model_side.alibi.capture import alibi_capture_forward
+from posgen.harness.model_side.attention.length import active_scheme
+from posgen.harness.model_side.family import family_of, length_limit
+from posgen.harness.model_side.logits.capture import capture_forward
+from posgen.results.folder.config import Decompose, ModelEntry
+from posgen.results.folder.store import atomic_write_parquet
 from posgen.results.report.decomposition_plots import HeadMap
 
 HEAD_MAP_MAX_TOKENS = 2048  # head_map.png only for windows up to this length
-
-
-def load_model(
-    model: str | ModelEntry, *, random_init: bool = False, seed: int = 0, device=None, length=None
-):
-    """(model, tokenizer) in eval mode through :func:`posgen.harness.loading.load_model`;
-    ``model`` is a name or folder (``embedded`` = SmolLM2-135M, float32) or a ModelEntry
-    (its dtype, revision, adapter, ... as given); ``length`` a length scheme (a rope
-    scaling is applied at load)."""
-    from dataclasses import replace
-
-    entry = model if isinstance(model, ModelEntry) else loading.model_entries([model])[0]
-    if random_init and not entry.random_init:
-        entry = replace(entry, random_init=True)
-    loaded = loading.load_model(entry, device or "cpu", seed=seed, length=length)
-    return loaded.model, loaded.tokenizer
 
 
 def decompose_model(
@@ -160,13 +149,13 @@ def decompose_windows(
     layer, head), ``doc`` = the window's index (the columns of :func:`decompose_model`
     from ``doc`` to the ``past_context`` ones). ``length``: the scheme the model runs
     under, ``forward_context(model, ids)`` wraps each captured forward (under Λ it must
-    enter :func:`posgen.harness.hf_posgen.lambda_attention.lambda_attention` for the scheme,
+    enter :func:`posgen.harness.model_side.attention.lambda_attention.lambda_attention` for the scheme,
     as ``posgen length``'s forward does; checked), ``context`` = C gives the
     ``past_context`` columns. Under Λ (``LengthLambda``) the capture runs Λ's attention for
     the outputs and fits Λ's local band 0 ≤ i − j < W only (``fit_mask`` =
     ``lambda-band:W`` where n > W; the G global keys are left out of the fit,
-    :mod:`posgen.harness.decomposition.capture`). Every row says the model's
-    ``position_family`` (:mod:`posgen.harness.position_family`) and the ``logit_part``
+    :mod:`posgen.harness.model_side.logits.capture`). Every row says the model's
+    ``position_family`` (:mod:`posgen.harness.model_side.family`) and the ``logit_part``
     fitted: ``full`` (the pre-softmax logits; for RoPE and absolute positions q·k is all of
     them) and for ALiBi also ``qk``, the content part q·k without the bias."""
     from tqdm.auto import tqdm
@@ -192,7 +181,7 @@ def _family_fitters(model: PreTrainedModel, include_diagonal: bool, sink_keys: i
     """(the model's position family, a streaming fitter per logit part it fits): ``full``,
     and for ALiBi also ``qk``; refuses an ALiBi attention the capture is not adapted to."""
 
-    family = position_family_of(model)
+    family = family_of(model)
     if family.logits_refused:
         raise ValueError(f"posgen decompose: {family.logits_refused}")
     options, layouts = FitOptions(include_diagonal, sink_keys), LayoutCache()
@@ -224,9 +213,9 @@ def _check_lambda_active(length) -> None:
     if active_scheme() != length:
         raise ValueError(
             f"decomposing under {length.to_string()} needs forward_context to enter "
-            "lambda_attention or infllm_attention (posgen.harness.hf_posgen.length_attention: "
-            "length_attention(model, scheme); posgen.harness.length.apply.length_forward "
-            f"does); the active scheme is {active_scheme()}"
+            "lambda_attention or infllm_attention (posgen.harness.model_side.attention.length: "
+            "length_attention(model, scheme); the door, posgen.harness.model_side.door.forward, "
+            f"does under the scheme); the active scheme is {active_scheme()}"
         )
 
 
@@ -238,11 +227,13 @@ def _forward_context(forward_context, net, ids: list[int]):
 
 
 def _resolve(model, tokenizer, random_init: bool, seed: int, device, length=None):
-    if isinstance(model, (str, ModelEntry)):
-        net, tok = load_model(
-            model, random_init=random_init, seed=seed, device=device, length=length
-        )
-        return net, tokenizer or tok, model if isinstance(model, str) else model.label
+    if isinstance(model, (str, ModelEntry)):  # a name or folder (embedded: SmolLM2-135M)
+        entry = model if isinstance(model, ModelEntry) else loading.model_entries([model])[0]
+        if random_init and not entry.random_init:
+            entry = replace(entry, random_init=True)
+        loaded = loading.load_model(entry, device or "cpu", seed=seed, length=length)
+        name = model if isinstance(model, str) else model.label
+        return loaded.model, tokenizer or loaded.tokenizer, name
     if tokenizer is None:
         raise ValueError("pass tokenizer= with a loaded model")
     name = getattr(model.config, "name_or_path", "") or type(model).__name__
@@ -268,7 +259,7 @@ def head_logit_maps(
     full logits, bias included."""
     import torch
 
-    _, capture_forward = _family_capture(position_family_of(model).kind, {"full": None})
+    _, capture_forward = _family_capture(family_of(model).kind, {"full": None})
     ids = probe_token_windows(tokenizer, docs=doc + 1, tokens=tokens)[doc]
     kept = {}
 
@@ -326,3 +317,23 @@ def median_head_map(
         f"r_3axis = {pick['r_3axis']:.3f} (median head)"
     )
     return HeadMap(actual, fitted, title)
+
+
+def write_decomposition(lm: Any, entry: ModelEntry, spec: Decompose, seed: int, path: Path) -> Path:
+    """The per-(doc, layer, head) decomposition of ``lm``'s loaded weights, unperturbed,
+    on ``spec``'s probe windows (``posgen decompose``'s pipeline,
+    :func:`posgen.harness.decomposition.pipeline.decompose_model`), labelled with the
+    entry's label and random-init flag and written to ``path``."""
+    lm.set_perturbation(None, None, seed)
+    table = decompose_model(
+        lm.model,
+        tokenizer=lm.tokenizer,
+        docs=spec.docs,
+        tokens=spec.tokens,
+        seed=seed,
+        progress=False,
+    )
+    table["model"] = entry.label
+    table["random_init"] = entry.random_init
+    atomic_write_parquet(path, table)
+    return path

@@ -17,10 +17,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from posgen.harness.embedded import resolve_pretrained
-from posgen.harness.hf_posgen.layer_hooks import layer_count
-from posgen.harness.hf_posgen.layer_selection import check_on_model
-from posgen.harness.hf_posgen.logit_forms import LogitDonor, check_beside_length, with_donor
-from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation, refuse_empty
 from posgen.harness.hf_posgen.pretrained_config import (
     check_family_in_config,
     check_layers_in_config,
@@ -29,7 +25,11 @@ from posgen.harness.hf_posgen.pretrained_config import (
     require_compatible,
     resolve_length,
 )
-from posgen.harness.position_family import length_limit
+from posgen.harness.model_side.family import length_limit
+from posgen.harness.model_side.logits.forms import LogitDonor, check_beside_length, with_donor
+from posgen.harness.model_side.perturbation import ModelPerturbation, refuse_empty
+from posgen.harness.model_side.positions.layers import layer_count
+from posgen.harness.model_side.positions.selection import check_on_model
 from posgen.perturbations.base import PerturbationError
 from posgen.perturbations.length import LengthPerturbation
 from posgen.perturbations.length_infllm import FIELDS as INFLLM_FIELDS
@@ -147,7 +147,7 @@ def hold_max_length(lm: Any) -> None:
     """HFLM reads a model's length from ``n_positions``, ``max_position_embeddings`` or
     ``n_ctx``, else its tokenizer's, else 2048: where the model's positions end sooner
     under another field (MPT's ``max_seq_len``,
-    :func:`posgen.harness.position_family.length_limit`), its ``max_length`` is held to
+    :func:`posgen.harness.model_side.family.length_limit`), its ``max_length`` is held to
     them, so its rolling windows and truncated contexts fit (a ``max_length=`` past them
     was refused before load, :func:`checked_before_load`)."""
     limit = length_limit(lm.model.config)

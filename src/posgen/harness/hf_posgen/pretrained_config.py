@@ -16,11 +16,11 @@ from __future__ import annotations
 from typing import Any
 
 from posgen.compat import require
-from posgen.harness.hf_posgen.layer_selection import check_heads, check_layers
-from posgen.harness.hf_posgen.length_attention import config_refusal
-from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
-from posgen.harness.model_family import family_of, family_of_type
-from posgen.harness.position_family import check_schemes, length_limit
+from posgen.harness.model_side.attention.length import config_refusal
+from posgen.harness.model_side.family import family_of, family_of_type, length_limit
+from posgen.harness.model_side.family_checks import check_schemes
+from posgen.harness.model_side.perturbation import ModelPerturbation
+from posgen.harness.model_side.positions.selection import check_heads, check_layers
 from posgen.perturbations.base import PerturbationError
 from posgen.perturbations.length import LengthInfLLM, LengthPerturbation, parse_length
 
@@ -100,7 +100,7 @@ def length_load_kwargs(
 
 def check_family_in_config(pretrained: str, p: ModelPerturbation, given: dict[str, Any]) -> None:
     """Refuse what the model's position family cannot take
-    (:func:`posgen.harness.position_family.check_schemes`: ``layers=`` on learned absolute
+    (:func:`posgen.harness.model_side.family_checks.check_schemes`: ``layers=`` on learned absolute
     positions, a length scheme past a learned table or other than ``none`` on ALiBi, any
     other scheme on a model without positions, ...) from the config alone, before weights
     load."""
@@ -116,7 +116,7 @@ def check_family_in_config(pretrained: str, p: ModelPerturbation, given: dict[st
 def check_max_length(pretrained: Any, given: dict[str, Any]) -> None:
     """Refuse ``max_length=`` (``hf``'s) past the positions one forward of the model takes
     (a learned table's rows, MPT's ``max_seq_len``:
-    :func:`posgen.harness.position_family.length_limit`), from the config alone, before
+    :func:`posgen.harness.model_side.family.length_limit`), from the config alone, before
     weights load."""
     asked = given.get("max_length")
     if asked is None:

@@ -2,19 +2,19 @@
 
 Cells, each the posgen_prose documents scored by the model's own
 ``loglikelihood_rolling`` (lm-eval's rolling windows, as ``posgen run`` scores the task;
-:mod:`posgen.harness.loaded_model.prose_cells`):
+:mod:`posgen.harness.prose_cells`):
 
 - ``plain``: no perturbation;
 - ``layer-NNN``: the scheme in decoder layer NNN only (``hf-posgen`` ``layers=NNN``);
 - ``all``: the scheme in every layer at once (the global path of ``posgen run``).
 
 The plain cell is scored first and every decoder layer's output kept
-(:class:`posgen.harness.hf_posgen.prefix_reuse.PrefixReuse`): a cell whose first perturbed
+(:class:`posgen.harness.model_side.prefix_reuse.PrefixReuse`): a cell whose first perturbed
 layer is L reuses layers 0..L−1 of the plain forward, bit for bit what they would compute,
 and runs only layers L.. (checked once per run against a full forward).
 
 Then the decomposition of the same weights (``posgen decompose``'s pipeline, the step
-``posgen run`` takes too: :mod:`posgen.harness.loaded_model.model`), and the scores (:mod:`posgen.results.scores.layers`) and report (:mod:`posgen.results.report.layers`).
+``posgen run`` takes too: :func:`posgen.harness.decomposition.pipeline.write_decomposition`), and the scores (:mod:`posgen.results.scores.layers`) and report (:mod:`posgen.results.report.layers`).
 Every cell is written as soon as it is scored; a rerun skips the ones already there.
 """
 
@@ -25,9 +25,10 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
-from posgen.harness.loaded_model.model import load_entry_lm, write_decomposition
-from posgen.harness.loaded_model.prose_cells import score_cells
+from posgen.harness.decomposition.pipeline import write_decomposition
+from posgen.harness.hf_posgen.entry_lm import load_entry_lm
+from posgen.harness.model_side.prefix_reuse import PrefixReuse
+from posgen.harness.prose_cells import score_cells
 from posgen.results.folder.layers_config import LayersFolder
 
 

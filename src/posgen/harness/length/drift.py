@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from posgen.harness.model_family import family_of
+from posgen.harness.model_side.family import family_of
 from posgen.results.scores.length_drift import DriftSums
 
 

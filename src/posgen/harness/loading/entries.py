@@ -19,7 +19,7 @@ from posgen.harness import embedded  # looked up at call time (tests replace it)
 from posgen.harness.loading.hub import HubModelError, resolve_commit
 from posgen.harness.loading.identity import content_revision, legacy_revision
 from posgen.harness.loading.options import HUB_ID, LoadError, LoadOptions
-from posgen.harness.position_family import family_of_folder
+from posgen.harness.model_side.family import family_of_folder
 from posgen.results.folder.config import ModelEntry
 from posgen.results.folder.labels import short_labels
 
@@ -59,7 +59,7 @@ def model_entries(
 
 def _check_attention(entry: ModelEntry) -> None:
     """Every command that loads a Falcon-ALiBi fits its logits, which are read where its
-    sdpa attention forms them (:mod:`posgen.harness.hf_posgen.falcon_sdpa`): another
+    sdpa attention forms them (:mod:`posgen.harness.model_side.alibi.falcon_sdpa`): another
     attention implementation is refused here, before it loads."""
     attention = entry.attn_implementation
     family = None if attention in (None, "sdpa") else family_of_folder(entry.path)
@@ -108,7 +108,7 @@ def _entry(name: str, label: str, revision: str | None) -> ModelEntry:
 
 def position_kind(path: str) -> str:
     """Where a local model's positions enter, from its config.json
-    (:mod:`posgen.harness.position_family`): ``rotary`` (also for a hub id, whose config is
+    (:mod:`posgen.harness.model_side.family`): ``rotary`` (also for a hub id, whose config is
     read when it loads), ``absolute``, ``alibi``, ``none``, or ``unadapted`` for an ALiBi
     attention whose logits the commands do not fit (a family registered with a
     ``logits_refusal``: hf-posgen moves its positions, but ``logits=`` and the fit of the

@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 from posgen.compat import CompatError, require
 from posgen.harness import embedded  # looked up at call time (tests replace it)
 from posgen.harness.loading.options import LoadError
-from posgen.harness.model_family import family_of_type
-from posgen.harness.position_family import length_limit
+from posgen.harness.model_side.family import family_of_type, length_limit
 from posgen.perturbations.seeding import item_rng
 from posgen.results.folder.config import ModelEntry, decode_device_map
 
@@ -121,7 +120,7 @@ def load_config(entry: ModelEntry, **overrides: Any) -> Any:
 def position_limit(entry: ModelEntry) -> tuple[str, int] | None:
     """(config field, value): the most tokens one forward of the entry's model takes,
     where its position code bounds them (a learned table's rows, the keys of an ALiBi
-    bias built once: :func:`posgen.harness.position_family.length_limit`); None where any
+    bias built once: :func:`posgen.harness.model_side.family.length_limit`); None where any
     length runs. Reads the config, no weights."""
     return length_limit(load_config(entry))
 

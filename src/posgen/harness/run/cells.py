@@ -17,10 +17,11 @@ from typing import Any
 
 from posgen import __version__
 from posgen.compat import evaluation_tracker, patched
-from posgen.harness.loaded_model.model import load_entry_lm, write_decomposition
-from posgen.harness.run.launch import Launch
-from posgen.harness.run.plan import shared_task_manager
+from posgen.harness.decomposition.pipeline import write_decomposition
+from posgen.harness.hf_posgen.entry_lm import load_entry_lm
+from posgen.harness.launch import Launch
 from posgen.harness.run.realised_rows import RowRecorder
+from posgen.harness.run.resolve import shared_task_manager
 from posgen.lm_eval_plugin import register_all
 from posgen.results.folder.config import Cell, ModelEntry, RunConfig
 from posgen.results.folder.run_store import RunStore

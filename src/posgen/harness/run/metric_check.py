@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from posgen.harness.run import plan  # looked up at call time (tests replace its manager)
+from posgen.harness.run import resolve  # looked up at call time (tests replace its manager)
 from posgen.harness.run.options import PlanError
 from posgen.results.folder.config import RunConfig
 from posgen.results.tables.metric_list import declared_specs
@@ -20,7 +20,7 @@ def check_run_metrics(config: RunConfig) -> list[str]:
     once per process, with the run's ``--include-path`` folders). Returns a note when
     ``--gen-kwargs`` was given and no task generates (lm-eval ignores it then)."""
     if config.suite != "offline":
-        manager = plan.shared_task_manager(config.include_path)
+        manager = resolve.shared_task_manager(config.include_path)
         check_task_metrics(config.tasks, manager)
         types = {_output_type(t, manager) for t in config.tasks}
     else:  # posgen's own tasks

@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 import sys
 
+from posgen.harness.launch import Launch
 from posgen.harness.run.cells import ModelSession
-from posgen.harness.run.launch import Launch
 from posgen.results.folder.config import ModelEntry, RunConfig
 from posgen.results.folder.plan import plan_cells
 

@@ -1,6 +1,6 @@
 """The typed configuration of a run folder: models, sweep, cells, scoring.
 
-One shape for every reader and writer: :mod:`posgen.harness.run.plan` builds it for
+One shape for every reader and writer: :mod:`posgen.harness.run.resolve` builds it for
 ``posgen run``, :mod:`posgen.results.ingest` for an ingested run; ``RunStore.start``
 stores it and the sweep, report, scores and gate read it back (``RunStore.run_config``,
 :meth:`RunConfig.from_dict`); its cells are :func:`posgen.results.folder.plan.plan_cells`.
@@ -43,7 +43,7 @@ class ModelEntry:
     peft: str | None = None
     device_map: str | None = None  # 'auto', 'balanced', a device, or a JSON {module: device}
     rope: bool = True  # False: no rotary position embedding
-    # where the model's positions enter (posgen.harness.position_family): rotary, absolute,
+    # where the model's positions enter (posgen.harness.model_side.family): rotary, absolute,
     # alibi, none, or unadapted (an ALiBi attention whose logits the commands do not fit:
     # a family registered with a logits_refusal; hf-posgen moves its positions)
     positions: str = "rotary"

@@ -2,7 +2,7 @@
 the folder (:mod:`posgen.results.folder.protocol`).
 
 ``posgen decompose`` builds a :class:`DecomposeConfig` (:mod:`posgen.harness.cli.decompose`);
-its runner (:mod:`posgen.harness.decompose.runner`) and its report
+its runner (:mod:`posgen.harness.decomposition.runner`) and its report
 (:func:`posgen.results.report.folder_reports.regenerate_decompose`) take it typed.
 
 Layout::

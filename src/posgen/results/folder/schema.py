@@ -32,7 +32,7 @@ RESULT_COLUMNS: dict[str, str] = {
     "schema_version": "int64",
     "model": "string",  # the label the user gave (``embedded``, a hub id, a path)
     "model_path": "string",  # what was loaded
-    "model_revision": "string",  # hub revision or a content fingerprint of a local folder
+    "model_revision": "string",  # hub revision, or local-content:<hex> of a local folder
     "dtype": "string",
     "random_init": "bool",  # the random-init twin of ``model``'s architecture
     "task": "string",  # the base task, e.g. posgen_prose

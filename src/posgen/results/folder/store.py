@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -205,11 +205,3 @@ def _string_change(old: str, new: str) -> str:
         return f"{'...' * (lo > 0)}{text[lo:hi]!r}{'...' * (hi < len(text))}"
 
     return f"from character {start}: {excerpt(old)} -> {excerpt(new)}"
-
-
-def iter_models(cells: Iterable[Mapping[str, Any]]) -> list[str]:
-    """The models of a run, in first-seen order."""
-    seen: dict[str, None] = {}
-    for c in cells:
-        seen.setdefault(c["model"], None)
-    return list(seen)

@@ -56,14 +56,6 @@ def noncentrality(n: int, cells: int, alpha: float, power: float = POWER) -> flo
     return root
 
 
-def power_at(change: float, margin: float, se: float, n: int, cells: int, alpha: float) -> float:
-    """The exact power of the test at a true ``change`` (test scale), ``se > 0``."""
-    from scipy import stats
-
-    crit = float(stats.t.ppf(1.0 - alpha / cells, n - 1))
-    return float(stats.nct.sf(crit, n - 1, (change - margin) / se))
-
-
 def spread_known(delta: Sequence[float]) -> bool:
     """Whether ``sd(δ)`` can be estimated: at least :data:`MIN_MOVED` documents differ
     from the most common paired difference (compared to 12 significant digits)."""

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
 from posgen.atomic import atomic_write
 
-# what a[i−j] means for each position family (:mod:`posgen.harness.position_family`)
+# what a[i−j] means for each position family (:mod:`posgen.harness.model_side.family`)
 MEANINGS = {
     "rotary": "what the model's rotations make of the offset i−j (learned through RoPE)",
     "absolute": "whatever the model learned of i−j through its position table (no built-in "

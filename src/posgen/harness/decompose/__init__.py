@@ -1,1 +1,0 @@
-"""``posgen decompose``: the attention-logit decomposition of one model (and its twin)."""
