@@ -93,7 +93,8 @@ def refuse_bad_model_args_in_one_line() -> None:
     """In the ``lm_eval`` CLI, a posgen ``PerturbationError`` that reaches the top (bad
     ``hf-posgen`` model arguments: ``layers=99``, ``layers=a``, ``heads=`` without
     ``layers=``, ...; a generative task under a scheme generation does not run, refused
-    as ``generate_until`` starts) or ``CompatError`` (an installed release moved an internal
+    as ``generate_until`` starts; an evidence-depth task without its passage fields or
+    with a bad document, as the tasks are matched before the model loads) or ``CompatError`` (an installed release moved an internal
     ``hf-posgen`` uses: checked as the model is built, before its weights load) ends the
     process with its one-line message on stderr and exit status 2, not under lm-eval's
     traceback; any other exception is shown as before."""
@@ -119,7 +120,8 @@ def refuse_bad_model_args_in_one_line() -> None:
 
         logging.shutdown()
         sys.stdout.flush()
-        sys.stderr.write(f"lm_eval: {MODEL_NAME}: {exc}\n")
+        # a task's refusal names posgen's tasks (``origin``), the rest hf-posgen
+        sys.stderr.write(f"lm_eval: {getattr(exc, 'origin', MODEL_NAME)}: {exc}\n")
         sys.stderr.flush()
         os._exit(2)  # past the interpreter's exit status 1 for an uncaught exception
 

@@ -18,6 +18,7 @@ REORDERINGS = ("swap:0.3", "adjacent:0.3", "local_shuffle:4", "shuffle")
 def test_every_scheme_is_registered_under_kind_position():
     assert registry.names("position") == [
         "adjacent",
+        "depth",
         "local_shuffle",
         "scale",
         "shift",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from posgen.tasks import family, offline
+from posgen.tasks import depth_suite, family, offline
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,7 +37,11 @@ def test_plain_lm_eval_lists_every_shipped_task(plain_tm) -> None:
     names = family.shipped_names()
     assert set(names["tasks"]) <= set(plain_tm.all_subtasks)
     assert set(names["groups"]) <= set(plain_tm.all_groups)
-    assert len(names["groups"]) == 16 and len(names["tasks"]) == 17 * len(offline.TASKS)
+    # 16 word-order groups, 5 depth groups and posgen_depth; each word-order scheme's
+    # tasks and the offline tasks, each depth's tasks and the depth tasks
+    depth_tasks = len(depth_suite.TASKS)
+    assert len(names["groups"]) == 16 + 5 + 1
+    assert len(names["tasks"]) == 17 * len(offline.TASKS) + 6 * depth_tasks
     assert "perm_swap_5pct_posgen_recall" in names["tasks"]  # outside the groups
 
 

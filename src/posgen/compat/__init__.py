@@ -61,6 +61,10 @@ LM_EVAL_INTERNALS: dict[str, str] = {
     "lm_eval.tasks.manager:TaskManager": "the same class, where the CLI imports it",
     "lm_eval.evaluator:TaskManager": "the same class, where simple_evaluate imports it",
     "lm_eval.tasks:TaskManager._entry": "PosgenTaskManager resolves unknown names there",
+    "lm_eval.tasks._factory:TaskFactory": (
+        "PosgenTaskManager's factory builds a task declaring the evidence-depth protocol "
+        "with the protocol's class"
+    ),
     "lm_eval.models.huggingface:pad_and_concat": "hf-posgen records HFLM's padding of a batch",
     "lm_eval.models.huggingface:Collator": "hf-posgen watches HFLM's batcher (a subclass)",
     "lm_eval.models.huggingface:Collator.get_batched": "hf-posgen reads each batch's continuations",

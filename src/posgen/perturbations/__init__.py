@@ -7,6 +7,7 @@ Public API::
     p.apply("the quick brown fox", seed=1234).text
 """
 
+from posgen.perturbations import depth as _depth  # noqa: F401  (evidence depth, both forms)
 from posgen.perturbations import features as _features  # noqa: F401  (model-side schemes)
 from posgen.perturbations import length as _length  # noqa: F401  (length schemes)
 from posgen.perturbations import positions as _positions  # noqa: F401

@@ -79,6 +79,7 @@ def _parse_window(scheme: str, token: str) -> int:
 LEVEL_FORMS: dict[str, LevelForm] = {
     "rate": LevelForm("<R>pct", rate_token, parse_rate_token),
     "window": LevelForm("w<K>", lambda w: f"w{w}", None),
+    "depth": LevelForm("<D>pct", rate_token, parse_rate_token),  # depth 0.5 -> 50pct
 }
 
 
@@ -111,6 +112,9 @@ class TextPerturbation(Perturbation):
     """A reordering of words. Subclasses implement :meth:`reorder`."""
 
     kind: ClassVar[str] = "text"
+    #: what the scheme moves: ``words`` of the content fields, or a document's
+    #: ``passages`` (:mod:`posgen.perturbations.depth`, whose tasks are built apart)
+    moves: ClassVar[str] = "words"
 
     def reorder(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, int]:
         raise NotImplementedError

@@ -20,9 +20,11 @@ from typing import Any
 
 from posgen.atomic import atomic_write_text
 from posgen.perturbations import parse
+from posgen.perturbations.depth import DEFAULT_DEPTHS, EvidenceDepth
 from posgen.perturbations.text import TextPerturbation
-from posgen.tasks import offline, recall
+from posgen.tasks import depth_suite, kv, offline, recall
 from posgen.tasks.content_fields import known_fields
+from posgen.tasks.depth_task import DEPTH_KEY, DepthTaskPerturbation
 from posgen.tasks.naming import DEFAULT_SEED, format_name
 from posgen.tasks.perturbed_task import TaskPerturbation
 
@@ -108,6 +110,84 @@ BASE_TASKS: dict[str, dict[str, Any]] = {
 }
 
 
+FIRST_WORD_FILTER = [
+    {
+        "name": "first-word",
+        "filter": [
+            {"function": "regex", "regex_pattern": "[A-Za-z]+", "group_select": 0},
+            {"function": "take_first"},
+        ],
+    }
+]
+_EXACT_MATCH = {
+    "metric": "exact_match",
+    "aggregation": "mean",
+    "higher_is_better": True,
+    "ignore_case": True,
+    "ignore_punctuation": True,
+}
+_ACC = {"metric": "acc", "aggregation": "mean", "higher_is_better": True}
+_PERPLEXITY = {"metric": "perplexity", "aggregation": "perplexity", "higher_is_better": False}
+
+
+def _depth_task(task: str, dataset: str, output_type: str, **rest: Any) -> dict[str, Any]:
+    """A built-in evidence-depth task (:mod:`posgen.tasks.depth_suite`)."""
+    return {
+        "task": task,
+        "custom_dataset": Fn(f"posgen.tasks.depth_suite.{dataset}"),
+        "test_split": "test",
+        "output_type": output_type,
+        "doc_to_text": depth_suite.doc_to_text(task),
+        **rest,
+        "metadata": {
+            "version": depth_suite.VERSION,
+            "posgen_depth": depth_suite.PROTOCOL,
+            depth_suite.N_KEY: depth_suite.DEFAULT_PASSAGES[task],
+        },
+    }
+
+
+DEPTH_TASKS: dict[str, dict[str, Any]] = {
+    "posgen_kv": _depth_task(
+        "posgen_kv",
+        "kv_dataset",
+        "loglikelihood",
+        doc_to_target="{{' ' + target}}",
+        metric_list=[_ACC, _PERPLEXITY],
+    ),
+    "posgen_kv_mc": _depth_task(
+        "posgen_kv_mc",
+        "kv_dataset",
+        "multiple_choice",
+        doc_to_choice="{{choices}}",
+        doc_to_target="{{gold}}",
+        metric_list=[_ACC],
+    ),
+    "posgen_kv_gen": _depth_task(
+        "posgen_kv_gen",
+        "kv_dataset",
+        "generate_until",
+        doc_to_target="{{target}}",
+        generation_kwargs={"until": ["\n"], "max_gen_toks": kv.MAX_GEN_TOKS, "do_sample": False},
+        filter_list=FIRST_WORD_FILTER,
+        metric_list=[_EXACT_MATCH],
+    ),
+    "posgen_passage_qa": _depth_task(
+        "posgen_passage_qa",
+        "passage_qa_dataset",
+        "loglikelihood",
+        doc_to_target="{{' ' + target}}",
+        metric_list=[_ACC, _PERPLEXITY],
+    ),
+}
+BASE_TASKS.update(DEPTH_TASKS)
+DEPTH_GROUP = {
+    "group": depth_suite.GROUP,
+    "task": list(depth_suite.TASKS),
+    "metadata": {"version": depth_suite.VERSION},
+}
+
+
 def resolved(cfg: dict[str, Any]) -> dict[str, Any]:
     """A config with its ``Fn`` references imported (what lm-eval's YAML loader does)."""
     import importlib
@@ -125,16 +205,28 @@ def shipped_perturbations() -> list[TextPerturbation]:
     return out  # type: ignore[return-value]
 
 
+def shipped_depths() -> list[EvidenceDepth]:
+    """The evidence depths whose tasks ship (the default sweep's)."""
+    return [EvidenceDepth(float(d)) for d in DEFAULT_DEPTHS]
+
+
+def suite_for(p: TextPerturbation) -> tuple[str, ...]:
+    """The tasks of ``perm_<scheme>_<level>`` without a task: the offline suite, or for an
+    evidence depth the built-in depth tasks."""
+    return depth_suite.TASKS if p.moves == "passages" else offline.SUITE_TASKS
+
+
 def group_members(p: TextPerturbation, seed: int = DEFAULT_SEED) -> list[str]:
-    return [format_name(p, t, seed) for t in offline.SUITE_TASKS]
+    return [format_name(p, t, seed) for t in suite_for(p)]
 
 
 def shipped_names() -> dict[str, list[str]]:
     """Every shipped name: ``{"tasks": [...], "groups": [...]}``."""
-    groups = [format_name(p, None) for p in shipped_perturbations()]
-    tasks = list(offline.TASKS) + [
-        format_name(p, t) for p in shipped_perturbations() for t in offline.TASKS
-    ]
+    schemes = [*shipped_perturbations(), *shipped_depths()]
+    groups = [format_name(p, None) for p in schemes] + [depth_suite.GROUP]
+    tasks = list(offline.TASKS) + list(depth_suite.TASKS)
+    tasks += [format_name(p, t) for p in shipped_perturbations() for t in offline.TASKS]
+    tasks += [format_name(p, t) for p in shipped_depths() for t in depth_suite.TASKS]
     return {"tasks": tasks, "groups": groups}
 
 
@@ -158,20 +250,35 @@ def perturbed_yaml(p: TextPerturbation, base: str, seed: int = DEFAULT_SEED) -> 
     }
 
 
+def depth_yaml(p: EvidenceDepth, base: str, seed: int = DEFAULT_SEED) -> dict[str, Any]:
+    """A task with its evidence moved (``perm_depth_<D>pct_<base>``) as a YAML config."""
+    return {
+        "include": f"{base}.yaml",
+        "task": format_name(p, base, seed),
+        "tag": [],
+        "class": Fn("posgen.tasks.depth_task.DepthTask"),
+        DEPTH_KEY: DepthTaskPerturbation(p, seed, base).to_dict(),
+    }
+
+
 def yaml_files() -> dict[str, str]:
     """File name -> content of every shipped YAML file."""
     files = {f"{name}.yaml": yaml_text(cfg) for name, cfg in BASE_TASKS.items()}
-    for p in shipped_perturbations():
+    files[f"{depth_suite.GROUP}.yaml"] = yaml_text(DEPTH_GROUP)
+    for p in [*shipped_perturbations(), *shipped_depths()]:
         group = format_name(p, None)
-        for base in offline.TASKS:  # every offline task; the groups hold the suite's
-            cfg = perturbed_yaml(p, base)
+        # every offline task; the groups hold the suite's (or the depth tasks)
+        for base in depth_suite.TASKS if p.moves == "passages" else offline.TASKS:
+            cfg = depth_yaml(p, base) if p.moves == "passages" else perturbed_yaml(p, base)
             files[f"{cfg['task']}.yaml"] = yaml_text(cfg)
         files[f"{group}.yaml"] = yaml_text(
             {
                 "group": group,
                 "task": group_members(p),
                 "metadata": {
-                    "version": offline.SUITE_VERSION,
+                    "version": depth_suite.VERSION
+                    if p.moves == "passages"
+                    else offline.SUITE_VERSION,
                     "posgen_spec": p.spec.to_dict(),
                     "posgen_seed": DEFAULT_SEED,
                 },

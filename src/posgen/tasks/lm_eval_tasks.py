@@ -42,7 +42,7 @@ from posgen.compat import (
 )
 from posgen.perturbations import PerturbationError, parse
 from posgen.perturbations.text import TextPerturbation
-from posgen.tasks import family, naming
+from posgen.tasks import depth_lm_eval, family, naming
 from posgen.tasks.content_fields import FieldChoice, choose_fields, fields_from_metadata
 from posgen.tasks.perturbed_task import POSGEN_KEY, TaskPerturbation, perturbed_class
 from posgen.tasks.task_ancestry import TaskAncestry
@@ -78,12 +78,17 @@ class PosgenTaskManager(_original_task_manager):  # type: ignore[misc,valid-type
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # tasks that declare the evidence-depth protocol are built with its class
+        self._factory = depth_lm_eval.DepthTaskFactory(meta=self.metadata)
         self._ancestry = TaskAncestry(self._index)
         for name, cfg in family.BASE_TASKS.items():
             if name not in self._index:  # the suite works even without its YAML installed
                 self._add(
                     Entry(name=name, kind=Kind.TASK, yaml_path=None, cfg=family.resolved(cfg))
                 )
+        if family.DEPTH_GROUP["group"] not in self._index:
+            group = family.DEPTH_GROUP
+            self._add(Entry(name=group["group"], kind=Kind.GROUP, yaml_path=None, cfg=group))
         shipped = family.shipped_names()  # the family works even without its YAML installed
         for name in shipped["groups"] + shipped["tasks"]:  # tasks outside the groups too
             self._resolve(name)
@@ -92,11 +97,23 @@ class PosgenTaskManager(_original_task_manager):  # type: ignore[misc,valid-type
         return super()._entry(name) or self._resolve(name)
 
     def match_tasks(self, task_list: list[str]) -> list[str]:
+        """The names lm-eval's CLI asks for, with posgen's resolved; the documents of an
+        evidence-depth task among them checked (built once; the ``lm_eval`` command
+        matches names before it loads the model, so a bad document stops it first)."""
         matched = set(super().match_tasks(task_list))
         for name in task_list:
             if not any(c in name for c in "*?[") and name not in matched and self._resolve(name):
                 matched.add(name)
+        self.check_depth_documents([n for n in task_list if n in matched])
         return sorted(matched)
+
+    def check_depth_documents(self, names: list[str]) -> None:
+        """Build every evidence-depth task among ``names`` (a moved task or group, a task
+        declaring the protocol), which checks each of its documents: a
+        :class:`~posgen.tasks.depth_protocol.DepthTaskError` names the first bad one."""
+        for name in names:
+            if depth_lm_eval.is_depth_task(name, self._index.get(name)):
+                self.load([name])
 
     def task_config(self, name: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
         """The full config of one task (base or perturbed) with ``overrides`` applied,
@@ -124,33 +141,35 @@ class PosgenTaskManager(_original_task_manager):  # type: ignore[misc,valid-type
             return self._index[name]
         if name.endswith(".yaml"):  # a config file path, not a name
             return None
+        variant = depth_lm_eval.variant_config(self._factory, name, super()._entry)
+        if variant is not None:  # a built-in depth task at another length
+            return self._add(Entry(name=name, kind=Kind.PY_TASK, yaml_path=None, cfg=variant))
         try:
             parsed = naming.parse_name(name)
         except PerturbationError as exc:
-            raise ValueError(
+            raise naming.TaskNameError(
                 f"{name!r}: {exc}. Names: perm_<scheme>_<level>[_seed<S>]_<task>, "
                 "e.g. perm_swap_5pct_hellaswag"
             ) from None
         if parsed is None:
             return None
         if parsed.base_task is None:
-            members = [
-                naming.format_name(parsed.perturbation, t, parsed.seed)
-                for t in family.offline.SUITE_TASKS
-            ]
+            members = family.group_members(parsed.perturbation, parsed.seed)
             return self._group(
                 name,
                 members,
                 {"posgen_spec": parsed.perturbation.spec.to_dict(), "posgen_seed": parsed.seed},
             )
         base = super()._entry(parsed.base_task)
+        if base is None and depth_lm_eval.depth_suite.parse_variant(parsed.base_task):
+            base = self._resolve(parsed.base_task)  # a built-in depth task's length variant
         if base is None:
-            raise ValueError(
+            raise naming.TaskNameError(
                 f"{name!r}: base task {parsed.base_task!r} is not an lm-eval task, "
                 "group or tag (see `lm-eval ls tasks`)"
             )
         if naming.parse_name(parsed.base_task) is not None:
-            raise ValueError(f"{name!r}: a perturbed task cannot be perturbed again")
+            raise naming.TaskNameError(f"{name!r}: a perturbed task cannot be perturbed again")
         return self._perturb_entry(name, parsed, base)
 
     def _perturb_entry(self, name: str, parsed: naming.PerturbedName, base: Entry) -> Entry:
@@ -175,7 +194,12 @@ class PosgenTaskManager(_original_task_manager):  # type: ignore[misc,valid-type
                 ) from None
             extra = {k: v for k, v in raw.items() if k in _GROUP_KEYS - {"group", "task"}}
             return self._group(name, members, {}, extra)
-        cfg = self.perturbed_config(name, parsed, base)
+        if parsed.perturbation.moves == "passages":  # the evidence moved: its own config
+            cfg = depth_lm_eval.moved_config(
+                self._factory, name, parsed.perturbation, parsed.seed, parsed.base_task, base
+            )
+        else:
+            cfg = self.perturbed_config(name, parsed, base)
         return self._add(Entry(name=name, kind=Kind.PY_TASK, yaml_path=None, cfg=cfg))
 
     def _perturbed_members(self, members: Any, child: Any) -> list[Any]:

@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_SEED",
     "PREFIX",
     "PerturbedName",
+    "TaskNameError",
     "format_name",
     "grammar",
     "parse_name",
@@ -38,6 +39,14 @@ __all__ = [
 
 PREFIX = "perm_"
 _SEED = re.compile(r"^seed(\d+)$")
+
+
+class TaskNameError(PerturbationError):
+    """A perturbed task name that cannot be resolved (a bad level, an unknown base task);
+    the ``lm_eval`` command shows it as one line (exit status 2) as it matches names,
+    before the model loads. A ``ValueError``, as before."""
+
+    origin = "posgen task"  # how the lm_eval command's one-line refusal names it
 
 
 def grammar() -> str:

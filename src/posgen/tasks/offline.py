@@ -29,6 +29,13 @@
     (:mod:`posgen.tasks.recall` has the construction). Items share no sentence with the
     other two tasks. Metric: ``exact_match`` of the first generated word.
 
+The evidence-depth tasks' items (not in the default suite; :mod:`posgen.tasks.depth_suite`)
+    ``posgen_kv.jsonl`` (24 key-value items: word pairs drawn from the Britannica
+    article's vocabulary, :mod:`posgen.tasks.kv`), ``posgen_passage_qa.jsonl`` (24
+    multi-passage items, 12 Britannica, 12 Python documentation) and
+    ``posgen_passage_pool.jsonl`` (their distractor passages; :mod:`posgen.tasks.passage_qa`).
+    The passages share no sentence with the three tasks above.
+
 The JSONL files ship in ``posgen/tasks/data/`` with ``MANIFEST.json`` (suite version,
 sha256 of each file and of each source), next to ``PROBE_FILE``: the cleaned Britannica
 article (:func:`posgen.tasks.corpora.britannica_text`), the decomposition's probe text, and
@@ -53,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from posgen.atomic import atomic_write_bytes
-from posgen.tasks import corpora, recall
+from posgen.tasks import corpora, kv, passage_qa, recall
 from posgen.tasks.sentence_items import pick_disjoint, target_word
 
 SUITE_VERSION = 2
@@ -68,6 +75,12 @@ DATA_DIR = Path(__file__).parent / "data"
 MANIFEST = "MANIFEST.json"
 PROBE_FILE = "britannica_11th_shakespeare.txt"
 
+# the evidence-depth tasks' data (posgen.tasks.depth_suite reads it)
+DEPTH_FILES = {
+    "kv": "posgen_kv.jsonl",
+    "passage_qa": "posgen_passage_qa.jsonl",
+    "passage_pool": "posgen_passage_pool.jsonl",
+}
 PROSE_QUOTA = {"britannica": 5, "pydoc": 3, "plays": 4}
 PROSE_WORDS = (200, 260)
 CLOZE_QUOTA = {"britannica": 32, "pydoc": 32}
@@ -170,10 +183,16 @@ def build_files() -> dict[str, bytes]:
     prose = build_prose()
     cloze = build_cloze(prose)
     used = [r["text"] for r in prose] + [f"{r['context']} {r['target']}" for r in cloze]
+    recall_rows = recall.build_recall(used)
+    used += [f"{r['passage']} {r['question']} {r['target']}" for r in recall_rows]
+    qa_items, qa_pool = passage_qa.build_passage_qa(used)
     files = {
         "posgen_prose.jsonl": _jsonl(prose),
         "posgen_cloze.jsonl": _jsonl(cloze),
-        "posgen_recall.jsonl": _jsonl(recall.build_recall(used)),
+        "posgen_recall.jsonl": _jsonl(recall_rows),
+        DEPTH_FILES["kv"]: _jsonl(kv.build_kv(corpora.britannica_text())),
+        DEPTH_FILES["passage_qa"]: _jsonl(qa_items),
+        DEPTH_FILES["passage_pool"]: _jsonl(qa_pool),
     }
     files[PROBE_FILE] = corpora.britannica_text().encode("utf-8")
     for play in corpora.PLAYS:  # posgen length's long documents (with the article above)

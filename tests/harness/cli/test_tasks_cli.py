@@ -24,6 +24,8 @@ def test_name(capsys) -> None:
     assert capsys.readouterr().out.strip() == "perm_swap_0p5pct_seed7_hellaswag"
     assert main(["tasks", "name", "piqa", "--scheme", "local_shuffle", "--window", "4"]) == 0
     assert capsys.readouterr().out.strip() == "perm_local_shuffle_w4_piqa"
+    assert main(["tasks", "name", "posgen_kv", "--scheme", "depth", "--depth", "0.25"]) == 0
+    assert capsys.readouterr().out.strip() == "perm_depth_25pct_posgen_kv"
 
 
 _CHILD = """
@@ -43,7 +45,8 @@ def test_bad_input_is_refused_before_anything_loads() -> None:
     message, loaded = proc.stdout.splitlines()[-2:]
     assert message == (
         "posgen tasks: swap: rate must be a number in [0, 1], got 1.5. "
-        "Accepted text forms: adjacent:RATE, local_shuffle:WINDOW, shuffle, swap:RATE"
+        "Accepted text forms: adjacent:RATE, depth:DEPTH, local_shuffle:WINDOW, shuffle, "
+        "swap:RATE"
     )
     assert loaded == "[]"
     with pytest.raises(SystemExit, match="needs --rate"):
@@ -150,3 +153,59 @@ def test_write_leaves_the_whole_file_and_nothing_beside_it(tmp_path, monkeypatch
     assert cfg["include"] == str((tasks / "mine.yaml").resolve())
     assert cfg["task"] == "perm_swap_50pct_mine"
     assert cfg["posgen_perturbation"]["fields"] == [{"name": "story"}]
+
+
+def test_write_of_an_evidence_depth_includes_the_tasks_yaml(tmp_path, monkeypatch, capsys) -> None:
+    """A task of one's own that declares its passages (docs/depth.md): the written config
+    moves its evidence; one without the declaration is refused with what to add."""
+    import json
+
+    import posgen.tasks.lm_eval_tasks as lm_eval_tasks
+    from posgen.tasks.family import yaml_text
+
+    tasks, out = tmp_path / "tasks", tmp_path / "out"
+    tasks.mkdir()
+    data = tasks / "mine.jsonl"
+    data.write_text(json.dumps({"docs": ["a.", "b.", "c."], "gold": 0, "q": "q?"}) + "\n")
+    base = {
+        "task": "mine",
+        "dataset_path": "json",
+        "dataset_kwargs": {"data_files": {"test": str(data)}},
+        "test_split": "test",
+        "output_type": "generate_until",
+        "doc_to_text": "{{docs|join(' ')}} {{q}}",
+        "doc_to_target": "x",
+        "generation_kwargs": {"until": ["."]},
+        "metadata": {"posgen_depth": {"passages": "docs", "evidence": "gold", "question": "q"}},
+    }
+    (tasks / "mine.yaml").write_text(yaml_text(base))
+    (tasks / "plain.yaml").write_text(yaml_text({**base, "task": "plain", "metadata": {}}))
+    managers = []
+
+    def only_included(include_path=None, metadata=None):  # no lm-eval index: seconds
+        managers.append(
+            lm_eval_tasks.PosgenTaskManager(include_path=include_path, include_defaults=False)
+        )
+        return managers[-1]
+
+    monkeypatch.setattr(lm_eval_tasks, "task_manager", only_included)
+    argv = ["tasks", "write", "mine", "--scheme", "depth", "--depth", "1", "--output-dir", str(out)]
+    assert main([*argv, "--include-path", str(tasks)]) == 0
+    (path,) = out.iterdir()
+    assert path.name == "perm_depth_100pct_mine.yaml"
+    (task,) = managers[-1].load([str(path)])["tasks"].values()
+    assert task.eval_docs[0]["docs"] == ["b.", "c.", "a."] and task.eval_docs[0]["gold"] == 2
+    with pytest.raises(SystemExit, match="'plain' does not say which of its doc fields"):
+        main(
+            [
+                "tasks",
+                "write",
+                "plain",
+                "--scheme",
+                "depth",
+                "--depth",
+                "1",
+                "--include-path",
+                str(tasks),
+            ]
+        )

@@ -28,7 +28,11 @@ from posgen.harness.cli.arguments import add_include_path_argument
 from posgen.harness.input_error import InputError
 
 # the short parameter of each text scheme gets a flag (--rate, --window, ...)
-_PARAM_HELP = {"rate": "fraction of words moved", "window": "window in words"}
+_PARAM_HELP = {
+    "rate": "fraction of words moved",
+    "window": "window in words",
+    "depth": "the evidence passage's depth in [0, 1]",
+}
 
 
 def _text_schemes() -> dict[str, str | None]:
@@ -160,6 +164,8 @@ def _write(args: argparse.Namespace, p: Any, name: str) -> int:
             f"posgen tasks write: {args.task!r} is not a YAML task of lm-eval; "
             f"use the name {name} with lm_eval directly"
         )
+    if p.moves == "passages":  # an evidence depth: the task declares its own fields
+        return _write_depth(args, p, name, entry)
     fields_arg = args.fields.split(",") if args.fields else None
     try:
         choice = tm.content_fields(args.task, fields_arg)
@@ -183,6 +189,23 @@ def _write(args: argparse.Namespace, p: Any, name: str) -> int:
     print(choice.describe())
     print(f"wrote {path}\nrun: lm_eval --include_path {args.output_dir} --tasks {name} ...")
     print(json.dumps(tp.to_dict()), file=sys.stderr)
+    return 0
+
+
+def _write_depth(args: argparse.Namespace, p: Any, name: str, entry: Any) -> int:
+    """A YAML config of ``perm_depth_<D>pct_<task>`` that includes the task's own YAML
+    (which must declare the passage fields: docs/depth.md)."""
+    from posgen.perturbations.seeding import DEFAULT_SEED
+    from posgen.tasks.depth_protocol import declared_fields, missing_protocol
+    from posgen.tasks.family import depth_yaml, yaml_text
+
+    if declared_fields(args.task, (entry.cfg or {}).get("metadata")) is None:
+        raise SystemExit(f"posgen tasks write: {missing_protocol(args.task)}")
+    seed = DEFAULT_SEED if args.seed is None else args.seed
+    cfg = {**depth_yaml(p, args.task, seed), "include": str(Path(entry.yaml_path).resolve())}
+    path = args.output_dir / f"{name}.yaml"
+    atomic_write_text(path, yaml_text(cfg))
+    print(f"wrote {path}\nrun: lm_eval --include_path {args.output_dir} --tasks {name} ...")
     return 0
 
 
