@@ -25,6 +25,7 @@ import torch
 
 from posgen.harness.hf_posgen.batch_rows import (
     NO_DOCS,
+    BlockSource,
     DocId,
     PaddedRows,
     docs_by_arguments,
@@ -90,9 +91,10 @@ class LoglikelihoodRows:
         requests: Any,
         observed: bool,
         content_of_row: Callable[[Any], np.ndarray | None],
+        blocks_of_row: Callable[[Any], BlockSource | None] = lambda request: None,
     ) -> Iterator[None]:
         """Within HFLM's ``_loglikelihood_tokens``: every batch it pads is queued with its
-        rows' documents (with ``observed``) and content masks."""
+        rows' documents (with ``observed``), content masks and passage blocks."""
         rows = (
             docs_by_row(requests, self._by_arguments, self._by_window, self.whole_rows)
             if observed
@@ -100,7 +102,9 @@ class LoglikelihoodRows:
         )
         whole = self.whole_rows
         with recording_rows(
-            lambda request: rows.get(row_key(request, whole), NO_DOCS), content_of_row
+            lambda request: rows.get(row_key(request, whole), NO_DOCS),
+            content_of_row,
+            blocks_of_row,
         ) as queue:
             self.queue = queue
             try:
@@ -146,7 +150,7 @@ class LoglikelihoodRows:
                 "hf-posgen could not see how HFLM padded this batch (lm-eval "
                 "changed its padding code?); refusing to guess the real tokens"
             )
-        lengths, contexts, docs, content = self.queue.popleft()
+        lengths, contexts, docs, content, blocks = self.queue.popleft()
         if (
             len(lengths) != batch
             or max(lengths) != width
@@ -156,4 +160,5 @@ class LoglikelihoodRows:
                 f"recorded row lengths {lengths} do not match the padded batch "
                 f"of shape {tuple(inps.shape)}"
             )
-        return PaddedRows(lengths, list(lengths) if self.whole_rows else contexts, docs, content)
+        spans = list(lengths) if self.whole_rows else contexts
+        return PaddedRows(lengths, spans, docs, content, blocks)

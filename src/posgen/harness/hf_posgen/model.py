@@ -50,6 +50,7 @@ from lm_eval.api.model import CacheHook
 from lm_eval.models.huggingface import HFLM
 
 from posgen.harness.hf_posgen.chat_content import ChatContents
+from posgen.harness.hf_posgen.depth_rows import DepthRequests, needs_blocks
 from posgen.harness.hf_posgen.generation import check_generation, generating, plan_generation
 from posgen.harness.hf_posgen.generation_rows import GenerationRows
 from posgen.harness.hf_posgen.launch import join_launch, launch_accelerator
@@ -67,7 +68,7 @@ from posgen.harness.model_side import door
 from posgen.harness.model_side.logits.forms import LogitDonor, LogitForm
 from posgen.harness.model_side.perturbation import ModelPerturbation
 from posgen.harness.model_side.prefix_reuse import PrefixReuse
-from posgen.perturbations.base import Perturbation
+from posgen.perturbations.base import Perturbation, PerturbationError
 from posgen.perturbations.seeding import DEFAULT_SEED
 
 
@@ -124,6 +125,7 @@ class HFPosgenLM(HFLM):
         self.logit_donor: LogitDonor | None = None
         self._chat = ChatContents()
         self._generation = GenerationRows()
+        self._depth = DepthRequests()
         self._perturbation = ModelPerturbation(seed=p.seed)
         self._length = length_scheme
         self.set_perturbation(p.positions, p.features, p.seed, p.layers, p.heads, p.logits)
@@ -181,13 +183,27 @@ class HFPosgenLM(HFLM):
         return rendered
 
     def loglikelihood(self, requests: Any, disable_tqdm: bool = False) -> Any:
-        """HFLM's, remembering (for the plan observer) which documents ask what."""
-        with self._rows.scoring(requests, self.plan_observer is not None):
+        """HFLM's, remembering (for the plan observer) which documents ask what and, under
+        ``positions=depth:D``, each context's document (its passages, :mod:`.depth_rows`)."""
+        positions = self._perturbation.positions
+        with (
+            self._rows.scoring(requests, self.plan_observer is not None),
+            self._depth.serving(positions, requests, lambda request: tuple(request.args)),
+        ):
             return super().loglikelihood(requests, disable_tqdm=disable_tqdm)
 
     def loglikelihood_rolling(self, requests: Any, disable_tqdm: bool = False) -> Any:
         """Perplexity windows are perturbed whole (no answer to keep apart). With a plan
-        observer, each window is traced to the document it was cut from."""
+        observer, each window is traced to the document it was cut from. A scheme that
+        moves a document's passages (``positions=depth:D``) is refused: a window is not
+        a context with passages."""
+        if needs_blocks(self._perturbation.positions):
+            raise PerturbationError(
+                f"positions={self._perturbation.positions.to_string()} moves the evidence "
+                "passage of a context, which loglikelihood_rolling's perplexity windows are "
+                "not: run it on a loglikelihood, multiple-choice or generate_until "
+                "evidence-depth task (docs/depth.md)"
+            )
         with self._rows.rolling(requests, self.plan_observer is not None):
             return super().loglikelihood_rolling(requests, disable_tqdm=disable_tqdm)
 
@@ -199,7 +215,12 @@ class HFPosgenLM(HFLM):
         observed = self.plan_observer is not None
         with (
             self._rows.forwards_apart(self, requests),
-            self._rows.recording(requests, observed, self._content_mask),
+            self._rows.recording(
+                requests,
+                observed,
+                self._content_mask,
+                self._depth.loglikelihood_row(self.tokenizer),
+            ),
         ):
             return super()._loglikelihood_tokens(requests, disable_tqdm, override_bs)
 
@@ -244,9 +265,13 @@ class HFPosgenLM(HFLM):
     def generate_until(self, requests: Any, disable_tqdm: bool = False) -> Any:
         """HFLM's; under a perturbation the context is perturbed as a log-likelihood
         request's and generated tokens continue at natural positions (:mod:`.generation`)."""
-        if self._perturbation.changes_model:
-            check_generation(self._perturbation, {})
-        with self._generation.running(requests, self.plan_observer is not None):
+        p = self._perturbation
+        if p.changes_model:
+            check_generation(p, {})
+        with (
+            self._generation.running(requests, self.plan_observer is not None),
+            self._depth.serving(p.positions, requests, lambda request: request.args[0]),
+        ):
             return super().generate_until(requests, disable_tqdm=disable_tqdm)
 
     def tok_batch_encode(
@@ -261,7 +286,7 @@ class HFPosgenLM(HFLM):
         encoded = super().tok_batch_encode(strings, padding_side, left_truncate_len, truncation)
         if self._perturbation.changes_model:
             whole = None
-            if self._chat.active:
+            if self._chat.active or needs_blocks(self._perturbation.positions):
                 whole = [
                     super(HFPosgenLM, self).tok_batch_encode([s])[0][0].tolist() for s in strings
                 ]
@@ -278,11 +303,13 @@ class HFPosgenLM(HFLM):
         check_generation(p, generation_kwargs)
         observed = self.plan_observer is not None
         strings, whole = (None, None)
-        if self._chat.active or observed:
+        depth = needs_blocks(p.positions)
+        if self._chat.active or observed or depth:
             strings, whole = self._generation.take(context)
         content = self._chat.generation_masks(self.tokenizer, strings, whole)
+        blocks = self._depth.generation_rows(self.tokenizer, strings, whole) if depth else None
         mask = generation_kwargs.get("attention_mask")
-        plan = plan_generation(p, context, mask, max_length, content, whole)
+        plan = plan_generation(p, context, mask, max_length, content, whole, blocks)
         if observed:
             self.plan_observer(*plan.context_rows(), self._generation.docs(strings))
         with generating(self.model, plan):
