@@ -94,10 +94,9 @@ def context_blocks(tokenizer: Any, text: str, ids: Sequence[int], doc: Mapping) 
             f"tokens ({len(ids)} vs {len(own)} tokens), so the passages cannot be placed "
             "among them"
         )
-    chars = char_bounds(text, doc[PASSAGES], doc[QUESTION])
     starts = [-1] * lead + [int(start) for start, _ in offsets]
     try:
-        bounds = token_bounds(chars, starts)
+        bounds = token_bounds(char_bounds(text, doc[PASSAGES], doc[QUESTION]), starts)
     except ValueError as exc:
         raise PerturbationError(f"positions=depth: {exc}") from None
     return PassageBlocks(tuple(bounds), int(doc[EVIDENCE]))
