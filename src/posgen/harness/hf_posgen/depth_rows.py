@@ -102,33 +102,61 @@ def context_blocks(tokenizer: Any, text: str, ids: Sequence[int], doc: Mapping) 
     return PassageBlocks(tuple(bounds), int(doc[EVIDENCE]))
 
 
+# how each lm-eval call's request finds its context's document
+KEYS: dict[str, Callable[[Any], Any]] = {
+    "loglikelihood": lambda request: tuple(request.args),  # (context, continuation)
+    "generate_until": lambda request: request.args[0],  # the context
+}
+
+
 class DepthRequests:
     """Which document each context of the running lm-eval call belongs to, and its
-    blocks (computed once per context)."""
+    blocks over the tokens of ``tokenizer`` (computed once per context), under the
+    position scheme ``positions()`` (the model's, read at each call)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tokenizer: Any, positions: Callable[[], Any] = lambda: None) -> None:
+        self.tokenizer = tokenizer
+        self.positions = positions
         self._docs: dict[Any, Mapping] = {}
         self._blocks: dict[tuple, BlockSource] = {}
 
+    @property
+    def active(self) -> bool:
+        """Does the running call keep its contexts' documents?"""
+        return bool(self._docs)
+
     @contextmanager
-    def serving(
-        self, positions: Any, requests: Sequence[Any], key: Callable[[Any], Any]
-    ) -> Iterator[None]:
-        """Within an lm-eval call under ``positions`` (a scheme that needs blocks: else
-        nothing is kept), each request's document by ``key(request)``; a document
-        without the fields is refused here, before any forward."""
+    def serving(self, requests: Sequence[Any], kind: str) -> Iterator[None]:
+        """Within lm-eval's ``kind`` call, under a position scheme that needs blocks (else
+        nothing is kept), each request's document; a document without the fields (or a
+        rolling call, whose windows have no passages) is refused here, before any
+        forward."""
+        if kind not in KEYS:
+            self.refuse_windows()
+        positions = self.positions()
         if not needs_blocks(positions):
             yield
             return
         requests = list(requests)
         refuse_without_fields(positions, requests)
-        self._docs = {key(req): req.doc for req in requests}
+        self._docs = {KEYS[kind](req): req.doc for req in requests}
         try:
             yield
         finally:
             self._docs, self._blocks = {}, {}
 
-    def blocks(self, tokenizer: Any, key: Any, text: str, ids: Sequence[int]) -> BlockSource:
+    def refuse_windows(self) -> None:
+        """Refuse a ``loglikelihood_rolling`` call under a scheme that needs blocks."""
+        positions = self.positions()
+        if needs_blocks(positions):
+            raise PerturbationError(
+                f"positions={positions.to_string()} moves the evidence passage of a "
+                "context, which loglikelihood_rolling's perplexity windows are not: run it "
+                "on a loglikelihood, multiple-choice or generate_until evidence-depth task "
+                "(docs/depth.md)"
+            )
+
+    def blocks(self, key: Any, text: str, ids: Sequence[int]) -> BlockSource:
         """The blocks of the context ``text`` (whose document is found by ``key``)
         over its tokens ``ids``."""
         ids = [int(t) for t in ids]
@@ -140,27 +168,24 @@ class DepthRequests:
                     "hf-posgen met a context whose request it did not see (lm-eval changed "
                     "how it batches?); it cannot tell its passages"
                 )
-            blocks = context_blocks(tokenizer, text, ids, doc)
+            blocks = context_blocks(self.tokenizer, text, ids, doc)
             cached = self._blocks[(text, tuple(ids))] = BlockSource(blocks, len(ids))
         return cached
 
-    def loglikelihood_row(self, tokenizer: Any) -> Callable[[Any], BlockSource | None]:
+    def row(self, request: Any) -> BlockSource | None:
         """HFLM's token request ``((context, continuation), context_enc, _)`` -> its
-        context's blocks (HFLM encodes the context without its trailing whitespace)."""
-
-        def of(request: Any) -> BlockSource | None:
-            strings, context_enc, _ = request
-            if not self._docs or strings is None:
-                return None
-            return self.blocks(tokenizer, tuple(strings), strings[0].rstrip(), context_enc)
-
-        return of
+        context's blocks (HFLM encodes the context without its trailing whitespace);
+        None when none are kept."""
+        strings, context_enc, _ = request
+        if not self._docs or strings is None:
+            return None
+        return self.blocks(tuple(strings), strings[0].rstrip(), context_enc)
 
     def generation_rows(
-        self, tokenizer: Any, strings: Sequence[str], whole: Sequence[Sequence[int]]
+        self, strings: Sequence[str] | None, whole: Sequence[Sequence[int]] | None
     ) -> list[BlockSource] | None:
         """The blocks of a generation batch's contexts (``whole[b]``: the tokens of
         ``strings[b]`` before any truncation); None when none are kept."""
-        if not self._docs:
+        if not self._docs or strings is None or whole is None:
             return None
-        return [self.blocks(tokenizer, s, s, ids) for s, ids in zip(strings, whole, strict=True)]
+        return [self.blocks(s, s, ids) for s, ids in zip(strings, whole, strict=True)]

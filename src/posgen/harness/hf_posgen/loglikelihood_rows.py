@@ -25,7 +25,6 @@ import torch
 
 from posgen.harness.hf_posgen.batch_rows import (
     NO_DOCS,
-    BlockSource,
     DocId,
     PaddedRows,
     docs_by_arguments,
@@ -34,6 +33,7 @@ from posgen.harness.hf_posgen.batch_rows import (
     recording_window_docs,
     row_key,
 )
+from posgen.harness.hf_posgen.depth_rows import DepthRequests
 
 
 def split_differently(requests: Iterable[Any]) -> bool:
@@ -50,7 +50,8 @@ def split_differently(requests: Iterable[Any]) -> bool:
 class LoglikelihoodRows:
     """What one model knows about the rows of the batches HFLM is scoring now."""
 
-    def __init__(self) -> None:
+    def __init__(self, depth: DepthRequests | None = None) -> None:
+        self.depth = depth or DepthRequests(None)  # each context's passages (depth:D)
         self.queue: deque[PaddedRows] | None = None  # while HFLM pads a perturbed call
         self.whole_rows = False  # a rolling call: each window is perturbed whole
         # the documents of the requests being scored, while a plan observer is set
@@ -59,20 +60,21 @@ class LoglikelihoodRows:
 
     @contextmanager
     def scoring(self, requests: Any, observed: bool) -> Iterator[None]:
-        """Within a ``loglikelihood`` call: with ``observed``, which documents ask what."""
-        if not observed:
-            yield
-            return
-        self._by_arguments = docs_by_arguments(requests)
+        """Within a ``loglikelihood`` call: with ``observed``, which documents ask what;
+        under ``positions=depth:D``, each context's document."""
+        self._by_arguments = docs_by_arguments(requests) if observed else {}
         try:
-            yield
+            with self.depth.serving(requests, "loglikelihood"):
+                yield
         finally:
             self._by_arguments = {}
 
     @contextmanager
     def rolling(self, requests: Any, observed: bool) -> Iterator[None]:
         """Within a ``loglikelihood_rolling`` call: rows are whole windows and, with
-        ``observed``, each window is traced to the document it was cut from."""
+        ``observed``, each window is traced to the document it was cut from
+        (``positions=depth:D`` refused: a window has no passages)."""
+        self.depth.refuse_windows()
         self.whole_rows = True
         try:
             if not observed:
@@ -91,7 +93,6 @@ class LoglikelihoodRows:
         requests: Any,
         observed: bool,
         content_of_row: Callable[[Any], np.ndarray | None],
-        blocks_of_row: Callable[[Any], BlockSource | None] = lambda request: None,
     ) -> Iterator[None]:
         """Within HFLM's ``_loglikelihood_tokens``: every batch it pads is queued with its
         rows' documents (with ``observed``), content masks and passage blocks."""
@@ -104,7 +105,7 @@ class LoglikelihoodRows:
         with recording_rows(
             lambda request: rows.get(row_key(request, whole), NO_DOCS),
             content_of_row,
-            blocks_of_row,
+            self.depth.row,
         ) as queue:
             self.queue = queue
             try:

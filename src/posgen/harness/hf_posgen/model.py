@@ -50,7 +50,7 @@ from lm_eval.api.model import CacheHook
 from lm_eval.models.huggingface import HFLM
 
 from posgen.harness.hf_posgen.chat_content import ChatContents
-from posgen.harness.hf_posgen.depth_rows import DepthRequests, needs_blocks
+from posgen.harness.hf_posgen.depth_rows import DepthRequests
 from posgen.harness.hf_posgen.generation import check_generation, generating, plan_generation
 from posgen.harness.hf_posgen.generation_rows import GenerationRows
 from posgen.harness.hf_posgen.launch import join_launch, launch_accelerator
@@ -68,7 +68,7 @@ from posgen.harness.model_side import door
 from posgen.harness.model_side.logits.forms import LogitDonor, LogitForm
 from posgen.harness.model_side.perturbation import ModelPerturbation
 from posgen.harness.model_side.prefix_reuse import PrefixReuse
-from posgen.perturbations.base import Perturbation, PerturbationError
+from posgen.perturbations.base import Perturbation
 from posgen.perturbations.seeding import DEFAULT_SEED
 
 
@@ -114,7 +114,8 @@ class HFPosgenLM(HFLM):
         join_launch(self, launch)
         hold_max_length(self)
         self._response_cache = ResponseCache()
-        self._rows = LoglikelihoodRows()
+        self._depth = DepthRequests(self.tokenizer, lambda: self._perturbation.positions)
+        self._rows = LoglikelihoodRows(self._depth)
         # called as plan_observer(inps, plan, docs) for every padded loglikelihood batch
         # and every generation batch (its contexts right-aligned), docs[b] the documents
         # (task name, lm-eval doc_id) row b belongs to
@@ -124,8 +125,7 @@ class HFPosgenLM(HFLM):
         # logits=foreign: the distance terms of another sequence's fit (posgen cause)
         self.logit_donor: LogitDonor | None = None
         self._chat = ChatContents()
-        self._generation = GenerationRows()
-        self._depth = DepthRequests()
+        self._generation = GenerationRows(self._depth)
         self._perturbation = ModelPerturbation(seed=p.seed)
         self._length = length_scheme
         self.set_perturbation(p.positions, p.features, p.seed, p.layers, p.heads, p.logits)
@@ -183,27 +183,13 @@ class HFPosgenLM(HFLM):
         return rendered
 
     def loglikelihood(self, requests: Any, disable_tqdm: bool = False) -> Any:
-        """HFLM's, remembering (for the plan observer) which documents ask what and, under
-        ``positions=depth:D``, each context's document (its passages, :mod:`.depth_rows`)."""
-        positions = self._perturbation.positions
-        with (
-            self._rows.scoring(requests, self.plan_observer is not None),
-            self._depth.serving(positions, requests, lambda request: tuple(request.args)),
-        ):
+        """HFLM's, remembering (for the plan observer) which documents ask what."""
+        with self._rows.scoring(requests, self.plan_observer is not None):
             return super().loglikelihood(requests, disable_tqdm=disable_tqdm)
 
     def loglikelihood_rolling(self, requests: Any, disable_tqdm: bool = False) -> Any:
         """Perplexity windows are perturbed whole (no answer to keep apart). With a plan
-        observer, each window is traced to the document it was cut from. A scheme that
-        moves a document's passages (``positions=depth:D``) is refused: a window is not
-        a context with passages."""
-        if needs_blocks(self._perturbation.positions):
-            raise PerturbationError(
-                f"positions={self._perturbation.positions.to_string()} moves the evidence "
-                "passage of a context, which loglikelihood_rolling's perplexity windows are "
-                "not: run it on a loglikelihood, multiple-choice or generate_until "
-                "evidence-depth task (docs/depth.md)"
-            )
+        observer, each window is traced to the document it was cut from."""
         with self._rows.rolling(requests, self.plan_observer is not None):
             return super().loglikelihood_rolling(requests, disable_tqdm=disable_tqdm)
 
@@ -215,12 +201,7 @@ class HFPosgenLM(HFLM):
         observed = self.plan_observer is not None
         with (
             self._rows.forwards_apart(self, requests),
-            self._rows.recording(
-                requests,
-                observed,
-                self._content_mask,
-                self._depth.loglikelihood_row(self.tokenizer),
-            ),
+            self._rows.recording(requests, observed, self._content_mask),
         ):
             return super()._loglikelihood_tokens(requests, disable_tqdm, override_bs)
 
@@ -265,13 +246,9 @@ class HFPosgenLM(HFLM):
     def generate_until(self, requests: Any, disable_tqdm: bool = False) -> Any:
         """HFLM's; under a perturbation the context is perturbed as a log-likelihood
         request's and generated tokens continue at natural positions (:mod:`.generation`)."""
-        p = self._perturbation
-        if p.changes_model:
-            check_generation(p, {})
-        with (
-            self._generation.running(requests, self.plan_observer is not None),
-            self._depth.serving(p.positions, requests, lambda request: request.args[0]),
-        ):
+        if self._perturbation.changes_model:
+            check_generation(self._perturbation, {})
+        with self._generation.running(requests, self.plan_observer is not None):
             return super().generate_until(requests, disable_tqdm=disable_tqdm)
 
     def tok_batch_encode(
@@ -286,7 +263,7 @@ class HFPosgenLM(HFLM):
         encoded = super().tok_batch_encode(strings, padding_side, left_truncate_len, truncation)
         if self._perturbation.changes_model:
             whole = None
-            if self._chat.active or needs_blocks(self._perturbation.positions):
+            if self._chat.active or self._depth.active:
                 whole = [
                     super(HFPosgenLM, self).tok_batch_encode([s])[0][0].tolist() for s in strings
                 ]
@@ -302,12 +279,10 @@ class HFPosgenLM(HFLM):
                 return super()._model_generate(context, max_length, stop, **generation_kwargs)
         check_generation(p, generation_kwargs)
         observed = self.plan_observer is not None
-        strings, whole = (None, None)
-        depth = needs_blocks(p.positions)
-        if self._chat.active or observed or depth:
-            strings, whole = self._generation.take(context)
+        strings, whole, blocks = (None, None, None)
+        if self._chat.active or observed or self._depth.active:
+            strings, whole, blocks = self._generation.take(context)
         content = self._chat.generation_masks(self.tokenizer, strings, whole)
-        blocks = self._depth.generation_rows(self.tokenizer, strings, whole) if depth else None
         mask = generation_kwargs.get("attention_mask")
         plan = plan_generation(p, context, mask, max_length, content, whole, blocks)
         if observed:

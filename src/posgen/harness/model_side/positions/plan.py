@@ -111,24 +111,13 @@ def build_plan(
     for scheme in active:
         if scheme.where not in WHERE:
             raise ValueError(f"{scheme.name}: where={scheme.where!r}, expected one of {WHERE}")
-    masks = [None] * batch if content is None else list(content)
-    if len(masks) != batch or any(
-        m is not None and np.shape(m) != (s,) for m, s in zip(masks, spans, strict=True)
-    ):
-        raise ValueError(f"content masks do not fit the spans {spans}")
-    slots = tuple(None if m is None else np.flatnonzero(m) for m in masks)
+    slots = _content_slots(content, spans)
     rows = [ids[b, :n] for b, n in enumerate(lengths)]
     keys = tuple(token_key(r[:s]) for r, s in zip(rows, spans, strict=True))
     moving = [s for s in active if s.where == "positions"]
-    sources = _block_sources(moving, spans, blocks)
+    sources, depth = _block_sources(moving, spans, blocks)
     table = _position_table(rows, spans, slots, width, moving, seed, sources) if moving else None
     qk = tuple(s for s in active if s.where == "qk")
-    depth = tuple(
-        None if b is None else s.realised(b, span)
-        for s in moving
-        if getattr(s, "needs_blocks", False)
-        for b, span in zip(sources, spans, strict=True)
-    )
     return BatchPlan(
         tuple(int(n) for n in lengths),
         tuple(int(s) for s in spans),
@@ -141,21 +130,37 @@ def build_plan(
     )
 
 
+def _content_slots(
+    content: Sequence[np.ndarray | None] | None, spans: list[int]
+) -> tuple[np.ndarray | None, ...]:
+    """Each row's content tokens (None: all of its span) from its content mask."""
+    masks = [None] * len(spans) if content is None else list(content)
+    if len(masks) != len(spans) or any(
+        m is not None and np.shape(m) != (s,) for m, s in zip(masks, spans, strict=True)
+    ):
+        raise ValueError(f"content masks do not fit the spans {spans}")
+    return tuple(None if m is None else np.flatnonzero(m) for m in masks)
+
+
 def _block_sources(
     schemes: list[ModelSidePerturbation],
     spans: list[int],
     blocks: Sequence[PassageBlocks | None] | None,
-) -> list[PassageBlocks | None]:
+) -> tuple[list[PassageBlocks | None], tuple[dict | None, ...]]:
     """Each row's passage blocks when a scheme needs them (else Nones), refusing a row
-    without them in one line (the scheme's own refusal: its field protocol)."""
+    without them in one line (the scheme's own refusal: its field protocol), and the
+    depth each row realises under it."""
     rows = [None] * len(spans) if blocks is None else list(blocks)
     if len(rows) != len(spans):
         raise ValueError(f"passage blocks for {len(rows)} rows, {len(spans)} in the batch")
     needing = [s for s in schemes if getattr(s, "needs_blocks", False)]
-    if needing and any(b is None for b in rows):
+    if not needing:
+        return rows, ()
+    if any(b is None for b in rows):
         needing[0].values(0, None)  # refuses, naming what the row lacks
         raise PerturbationError(f"{needing[0].to_string()} needs each row's passage blocks")
-    return rows
+    depth = needing[0]  # one position scheme per run
+    return rows, tuple(depth.realised(b, n) for b, n in zip(rows, spans, strict=True))  # type: ignore[attr-defined]
 
 
 def _position_table(
