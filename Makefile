@@ -19,13 +19,13 @@ NEWEST_BIN := $(NEWEST_VENV)/bin
 # predicted change, every model argument at two batch sizes, the non-rotary families'
 # position hooks and capture, and InfLLM's re-rotation
 NEWEST_TESTS ?= tests/test_compat.py tests/test_compat_rotary.py tests/test_compat_version.py \
-	tests/harness/cli/test_compat_refusal.py tests/harness/hf_posgen/test_layer_hooks.py \
-	tests/harness/hf_posgen/test_position_hooks.py tests/harness/hf_posgen/test_perturbed_forward.py \
-	tests/harness/hf_posgen/test_logit_replacement.py tests/harness/decomposition/test_capture.py \
+	tests/harness/cli/test_compat_refusal.py tests/harness/model_side/positions/test_layers.py \
+	tests/harness/model_side/positions/test_plan.py tests/harness/model_side/test_door.py \
+	tests/harness/model_side/logits/test_replacement.py tests/harness/model_side/logits/test_capture.py \
 	tests/harness/decomposition/test_predicted_change.py tests/harness/hf_posgen/test_batch_invariance.py \
-	tests/harness/hf_posgen/test_family_positions.py tests/harness/decomposition/test_family_decomposition.py \
-	tests/harness/length/test_length_infllm.py tests/harness/hf_posgen/test_alibi_logits.py \
-	tests/harness/decomposition/test_mpt_change.py tests/harness/hf_posgen/test_falcon_logits.py \
+	tests/harness/model_side/positions/test_non_rotary.py tests/harness/decomposition/test_family_decomposition.py \
+	tests/harness/model_side/attention/test_infllm.py tests/harness/model_side/alibi/test_logits.py \
+	tests/harness/decomposition/test_mpt_change.py tests/harness/model_side/alibi/test_falcon_sdpa.py \
 	tests/harness/decomposition/test_falcon_decomposition.py tests/test_compat_position_families.py \
 	tests/harness/hf_posgen/test_max_length_limits.py
 

@@ -6,7 +6,7 @@ alike), each timed ``--repeats`` times (the fastest wall time counts; CPU second
 
 1. plain: the model's own forward (sdpa);
 2. intervention: ``hf-posgen logits=additive`` in every layer (each layer's logits fitted
-   exactly and replaced, :mod:`posgen.harness.hf_posgen.logit_replacement`);
+   exactly and replaced, :mod:`posgen.harness.model_side.logits.replacement`);
 3. capture: the decomposition's captured forward with its streaming fit
    (``posgen decompose``'s ``LayerFitter``, fitted after the forward);
 4. prediction: the captured forward that measures and predicts the logit change of
@@ -36,7 +36,6 @@ def main() -> int:
     import torch
 
     from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache
-    from posgen.harness.decomposition.capture import capture_forward
     from posgen.harness.decomposition.pipeline import load_model
     from posgen.harness.decomposition.predicted_change import (
         ChangePredictor,
@@ -44,9 +43,10 @@ def main() -> int:
     )
     from posgen.harness.decomposition.probe import probe_token_windows
     from posgen.harness.decomposition.streaming_fit import LayerFitter
-    from posgen.harness.hf_posgen.layer_hooks import layer_count, layer_positions
-    from posgen.harness.hf_posgen.logit_forms import LogitForm
-    from posgen.harness.hf_posgen.logit_replacement import LogitReplacement, logits_replaced
+    from posgen.harness.model_side.logits.capture import capture_forward
+    from posgen.harness.model_side.logits.forms import LogitForm
+    from posgen.harness.model_side.logits.replacement import LogitReplacement, logits_replaced
+    from posgen.harness.model_side.positions.layers import layer_count, layer_positions
     from posgen.perturbations.base import registry
 
     if args.threads:

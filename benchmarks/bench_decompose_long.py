@@ -102,10 +102,10 @@ def child(mode: str, n: int, threads: int) -> dict:
 
     torch.set_num_threads(threads)
     from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache
-    from posgen.harness.decomposition.capture import capture_forward
     from posgen.harness.decomposition.pipeline import load_model
     from posgen.harness.decomposition.probe import probe_token_windows
     from posgen.harness.decomposition.streaming_fit import LayerFitter
+    from posgen.harness.model_side.logits.capture import capture_forward
 
     model, tok = load_model("embedded", device="cpu")
     ids = probe_token_windows(tok, docs=1, tokens=n)[0]

@@ -21,7 +21,7 @@ import time
 def main() -> None:
     import torch
 
-    from posgen.harness.hf_posgen import infllm_attention as mod
+    from posgen.harness.model_side.attention import infllm as mod
     from posgen.perturbations.length import parse_length_list
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

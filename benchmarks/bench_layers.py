@@ -28,10 +28,10 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=8)
     args = parser.parse_args()
 
-    from posgen.harness.hf_posgen.layer_selection import parse_layers
     from posgen.harness.hf_posgen.model import HFPosgenLM
-    from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
     from posgen.harness.loaded_model.prose_cells import prose_documents, score_documents
+    from posgen.harness.model_side.positions.selection import parse_layers
+    from posgen.harness.model_side.prefix_reuse import PrefixReuse
 
     texts = [d["text"] for d in prose_documents(args.limit)]
     lm = HFPosgenLM(pretrained=args.model, device="cpu", batch_size=args.batch_size)

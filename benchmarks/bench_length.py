@@ -112,15 +112,18 @@ def child(scheme_text: str, tokens: int, model_name: str, layers: int | None) ->
 def _step(model, input_ids, scheme, c: int):
     """What posgen length runs per document: the window pass (``window[:S]``, S = C/2 by
     default) or one forward under ``scheme`` with the drift capture; the NLLs it gives."""
-    from posgen.harness.length.apply import length_forward
     from posgen.harness.length.drift import drift_capture
     from posgen.harness.length.nll import position_nll
     from posgen.harness.length.window import window_nll
+    from posgen.harness.model_side import door
+    from posgen.harness.model_side.perturbation import ModelPerturbation
 
     if isinstance(scheme, str):
         stride = int(scheme.split(":")[1]) if ":" in scheme else c // 2
         return window_nll(model, input_ids, c, stride)[c:]
-    with length_forward(model, input_ids, scheme), drift_capture(model, c, c // 8, 16):
+    p = ModelPerturbation(length=scheme)
+    plan = door.plan_forward(input_ids, p, model=model)
+    with door.forward(model, p, plan), drift_capture(model, c, c // 8, 16):
         return position_nll(model, input_ids)
 
 

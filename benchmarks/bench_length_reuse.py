@@ -44,11 +44,12 @@ def _measured(run):
 def main() -> None:
     import torch
 
-    from posgen.harness.length.apply import length_forward
     from posgen.harness.length.drift import drift_capture
     from posgen.harness.length.nll import position_nll
     from posgen.harness.length.reuse import run_prefix, run_suffix, shared_length
     from posgen.harness.loading import load_model, model_entries
+    from posgen.harness.model_side import door
+    from posgen.harness.model_side.perturbation import ModelPerturbation
     from posgen.perturbations.length import parse_length
     from posgen.tasks.long_documents import long_documents
 
@@ -76,7 +77,9 @@ def main() -> None:
     def whole():
         out = []
         for s in schemes:
-            with length_forward(model, ids, s), drift_capture(model, c, c // 8, 16):
+            p = ModelPerturbation(length=s)
+            plan = door.plan_forward(ids, p, model=model)
+            with door.forward(model, p, plan), drift_capture(model, c, c // 8, 16):
                 out.append(position_nll(model, ids))
         return out
 

@@ -76,10 +76,10 @@ def bench_reference(n: int, heads: int, device: str, repeats: int) -> dict:
 
 def bench_model(tokens: int, device: str, repeats: int) -> dict:
     from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache
-    from posgen.harness.decomposition.capture import capture_attention
     from posgen.harness.decomposition.pipeline import load_model
     from posgen.harness.decomposition.probe import probe_token_windows
     from posgen.harness.decomposition.streaming_fit import LayerFitter
+    from posgen.harness.model_side.logits.capture import capture_attention
 
     model, tok = load_model("embedded", device=device)
     ids = torch.tensor([probe_token_windows(tok, docs=1, tokens=tokens)[0]], device=device)
@@ -135,7 +135,7 @@ def float32_vs_float64(model, ids, mask) -> float:
     """Largest |r| difference over all heads between float32 and float64 sums (3-axis,
     2-axis, row-centred) on the embedded model's logits."""
     from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache, fit_sums, head_sums
-    from posgen.harness.decomposition.capture import capture_attention
+    from posgen.harness.model_side.logits.capture import capture_attention
 
     layouts, worst = LayoutCache(), [0.0]
 
@@ -162,10 +162,10 @@ def bench_memory(tokens: int, device: str) -> dict:
     shows the fit's own peak; the timings run in a process with the default allocator.
     """
     from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache
-    from posgen.harness.decomposition.capture import capture_attention
     from posgen.harness.decomposition.pipeline import load_model
     from posgen.harness.decomposition.probe import probe_token_windows
     from posgen.harness.decomposition.streaming_fit import LayerFitter
+    from posgen.harness.model_side.logits.capture import capture_attention
 
     model, tok = load_model("embedded", device=device)
     ids = torch.tensor([probe_token_windows(tok, docs=1, tokens=tokens)[0]], device=device)

@@ -153,17 +153,18 @@ def train(model: torch.nn.Module, ids: torch.Tensor, args: argparse.Namespace) -
 def held_out_loss(model: torch.nn.Module, ids: torch.Tensor, window: int, spec: str | None):
     """Mean next-token loss on consecutive held-out windows, plain or under ``spec``."""
     from posgen.harness.hf_posgen.batch_rows import NO_DOCS, PaddedRows
-    from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
-    from posgen.harness.hf_posgen.perturbed_forward import perturbed_forward, plan_forward
+    from posgen.harness.model_side import door
+    from posgen.harness.model_side.perturbation import ModelPerturbation
 
     usable = ids[: ids.numel() // window * window].view(-1, window)[:64]
     with torch.no_grad():
         if spec is None:
-            return float(model(usable, labels=usable).loss)
+            with door.forward(model):
+                return float(model(usable, labels=usable).loss)
         p = ModelPerturbation.parse(spec, None, 1234, None, None, None)
         n = usable.shape[0]
         rows = PaddedRows([window] * n, [window] * n, [NO_DOCS] * n, [None] * n)
-        with perturbed_forward(model, p, plan_forward(usable, p, rows)):
+        with door.forward(model, p, door.plan_forward(usable, p, rows)):
             return float(model(usable, labels=usable).loss)
 
 

@@ -38,3 +38,18 @@ def rotary_inputs(model, monkeypatch) -> list[torch.Tensor]:
 
     monkeypatch.setattr(rotary, "forward", spy)
     return seen
+
+
+def greedy_rows(lm, new_tokens: int = 8) -> tuple[list[list[int]], list[list[int]]]:
+    """Each prompt's context tokens and its greedy generation at batch 4 (up to EOS)."""
+    context, mask = lm.tok_batch_encode(PROMPTS)
+    out = lm._model_generate(
+        context, context.shape[1] + new_tokens, [], attention_mask=mask, do_sample=False
+    )
+    contexts, generated = [], []
+    for b, n in enumerate(mask.sum(dim=1).tolist()):
+        contexts.append(context[b, context.shape[1] - n :].tolist())
+        row = out[b, context.shape[1] :].tolist()
+        eos = lm.tokenizer.eos_token_id
+        generated.append(row[: row.index(eos) + 1] if eos in row else row)
+    return contexts, generated

@@ -70,7 +70,7 @@ def _described(name: str) -> bool:
     """An entry of the page (a table row, a line of a code block, a paragraph) names
     ``name`` (alone or after folders, in backticks or in the tree) beside at least three
     words of prose: code spans and other file and folder names left out. A path is also
-    found by its last folder and file (``hf_posgen/qk_noise.py``)."""
+    found by its last folder and file (``model_side/attention/qk_noise.py``)."""
     parts = name.rstrip("/").split("/")
     tails = {"/".join(parts[i:]) + ("/" if name.endswith("/") else "") for i in range(len(parts))}
     tails = {t for t in tails if "/" in t.rstrip("/") or t == name}
@@ -107,7 +107,7 @@ def test_every_module_of_the_package_harness_and_hf_posgen_is_described(folder):
 
 
 def test_the_description_checker_needs_prose_beside_the_name():
-    assert _described("perturbed_forward.py") and _described("compat/")
+    assert _described("door.py") and _described("compat/")
     assert not _described("nowhere.py")
 
 

@@ -37,6 +37,7 @@ HARNESS_RANKS = {
     "embedded": 0,
     "additive_fit": 0,  # the exact fit: pure tensor math, used by the model side and above
     "loading": 1,  # the one loader, below every driver that loads a model
+    "model_side": 1,  # every intervention on a model's forward, behind one door
     "hf_posgen": 2,
     "decomposition": 3,
     "loaded_model": 4,  # one hf-posgen model loaded: its decomposition, prose cells scored

@@ -81,7 +81,7 @@ print(model_registry.get("hf-posgen").__name__)
 REFUSE = """
 from posgen._lm_eval_hook import refuse_bad_model_args_in_one_line
 refuse_bad_model_args_in_one_line()
-from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
+from posgen.harness.model_side.perturbation import ModelPerturbation
 ModelPerturbation.parse("swap:0.1", None, 0, {layers!r}, {heads!r})
 """
 

@@ -128,7 +128,7 @@ def test_a_scheme_with_a_parameter_needs_its_value(kind, text, form) -> None:
 
 def test_hf_posgen_names_the_accepted_forms_once() -> None:
     pytest.importorskip("torch")
-    from posgen.harness.hf_posgen.model_perturbation import parse_spec
+    from posgen.harness.model_side.perturbation import parse_spec
 
     for value in ("swap", "swop:0.1", "shuffle:3"):
         with pytest.raises(PerturbationError) as info:

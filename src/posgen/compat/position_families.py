@@ -4,7 +4,7 @@
 posgen moves learned absolute positions by replacing, within a block, the ``forward`` of
 the model's position embedding (:func:`posgen.compat.forward_replaced`), and ALiBi
 positions by a forward pre-hook on each decoder block that swaps what it is handed
-(:mod:`posgen.harness.hf_posgen.alibi_rows`): BLOOM's ``alibi=``; MPT's ``position_bias=``,
+(:mod:`posgen.harness.model_side.alibi.rows`): BLOOM's ``alibi=``; MPT's ``position_bias=``,
 wrapped so that its attention's ``scores + position_bias`` adds each row's bias (a call
 that never adds it is refused at run time); Falcon's ``alibi=`` and the mask it folds it
 into (checked at every call to be ``masked_fill(alibi / √(D/H), ...)`` of the handed
@@ -13,9 +13,9 @@ bias); it reads BLOOM's and Falcon's slopes from the model file's own
 decomposition and ``logits=`` wrap the bias each attention module is handed, whose
 ``baddbmm`` (BLOOM) or addition to the scores (MPT) is that module's logits (a call that
 computes none through it is refused at run time:
-:func:`posgen.harness.hf_posgen.alibi_bias.alibi_bias_calls`); on Falcon they wrap the
+:func:`posgen.harness.model_side.alibi.bias.alibi_bias_calls`); on Falcon they wrap the
 mask each attention module is handed, whose sdpa call (``attn_mask=``) forms its logits
-(:mod:`posgen.harness.hf_posgen.falcon_sdpa`). Each entry
+(:mod:`posgen.harness.model_side.alibi.falcon_sdpa`). Each entry
 below is a callable and the parameters posgen's hooks are written for (the first ones of
 its signature, or a keyword that must be among them).
 """
@@ -80,7 +80,7 @@ POSITION_FAMILY_INTERNALS: dict[str, tuple[tuple[str, ...], str]] = {
     # q·kᵀ·scale + attn_mask are its logits: 5.24's FalconAttention.forward calls it
     # itself, 5.25's through this function, handed the mask and Falcon's 1/√d scaling (a
     # layer call that hands its mask to no sdpa is refused at run time:
-    # posgen.harness.hf_posgen.falcon_sdpa)
+    # posgen.harness.model_side.alibi.falcon_sdpa)
     "transformers.integrations.sdpa_attention:sdpa_attention_forward": (
         ("module", "query", "key", "value", "attention_mask"),
         "scaling",

@@ -23,7 +23,7 @@ A decoder-only transformer gets its order signal in one of four ways (transforme
 :func:`position_family_of` reads the family from ``config.model_type`` (and the config
 flags above); :func:`check_schemes` refuses, in one line, what a family cannot take.
 The hooks that move positions for the non-rotary families are in
-:mod:`posgen.harness.hf_posgen.family_positions`.
+:mod:`posgen.harness.model_side.positions.non_rotary`.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class PositionFamily:
       ``bias.baddbmm(q, kᵀ)`` (BLOOM): the keyword of the decoder block that carries the
       bias ``[B·H, 1, K]`` (``alibi``); the decomposition and ``logits=`` wrap it there.
     - ``bias_form``: how an ALiBi block is handed its bias, which the position hooks
-      replace (:mod:`posgen.harness.hf_posgen.alibi_rows`): ``bloom``, ``mpt`` or
+      replace (:mod:`posgen.harness.model_side.alibi.rows`): ``bloom``, ``mpt`` or
       ``falcon``; ``block_suffix`` the blocks' class suffix, ``attention`` the blocks'
       attention attribute.
     - ``bias_keys``: the config field bounding the keys an ALiBi bias covers ('' when it
@@ -280,8 +280,8 @@ def _refuse_length(family: PositionFamily, length: Any, arch: str) -> None:
 def _refusals(family: PositionFamily, p: Any) -> list[tuple[bool, str]]:
     """(refused?, why) of each thing a non-rotary family may not take. ``logits=`` runs on
     learned absolute positions (through the attention functions), on BLOOM and MPT (where
-    their own attention adds the bias, :mod:`posgen.harness.hf_posgen.alibi_logit_replacement`)
-    and on Falcon-ALiBi (through its sdpa mask, :mod:`posgen.harness.hf_posgen.falcon_sdpa`);
+    their own attention adds the bias, :mod:`posgen.harness.model_side.alibi.logits`)
+    and on Falcon-ALiBi (through its sdpa mask, :mod:`posgen.harness.model_side.alibi.falcon_sdpa`);
     a family registered with a ``logits_refusal`` takes positions, features, ``layers=`` and
     ``heads=`` but not ``logits=``."""
     qk = p.features is not None and getattr(p.features, "where", "") == "qk"

@@ -6,7 +6,7 @@
   when they are outside that window (``i − j ≥ W``); those global keys are seen at
   distance exactly W (the query rotated to position W, the key to position 0). With
   ``n ≤ W`` it is plain causal attention. Applied through a registered attention function
-  (:mod:`posgen.harness.hf_posgen.lambda_attention`).
+  (:mod:`posgen.harness.model_side.attention.lambda_attention`).
 - ``scale:F``: position interpolation by an extension factor F: ``p[t] = t / F`` (the same
   as ``positions=scale:1/F``), applied inside the rotary embedding like every position
   scheme, so it combines with any position scheme (the scheme's values divided by F).

@@ -25,7 +25,7 @@ n_local 4096, topk 16, repr_topk 4, exc_block_size 512) scaled to the trained co
 ``s = n_local / 4096``, ``block_size = n_init = max(1, round(128 s))``,
 ``exc_block_size = max(1, round(512 s))``, ``repr_topk = min(4, block_size)``; topk
 stays 16. At C = 8192 (Llama-3, the embedded model) that is InfLLM's own config.
-The attention itself: :mod:`posgen.harness.hf_posgen.infllm_attention`.
+The attention itself: :mod:`posgen.harness.model_side.attention.infllm`.
 """
 
 from __future__ import annotations

@@ -13,12 +13,13 @@ from posgen.harness.additive_fit.logit_fit import (
     diagonal_and_column_sums,
     head_sums,
 )
-from posgen.harness.decomposition import block_sums, capture, streaming_fit
+from posgen.harness.decomposition import block_sums, streaming_fit
 from posgen.harness.decomposition.block_sums import (
     streamed_diagonal_and_column_sums,
     streamed_head_sums,
 )
 from posgen.harness.decomposition.pipeline import decompose_model
+from posgen.harness.model_side.logits import capture
 from tiny_models import build_model, build_tokenizer
 
 

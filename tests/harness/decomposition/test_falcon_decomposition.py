@@ -1,5 +1,5 @@
 """The decomposition and the predicted change on Falcon-ALiBi, whose logits are read at
-its sdpa call (hf_posgen/falcon_sdpa.py): the captured full logits are q·k plus the
+its sdpa call (model_side/alibi/falcon_sdpa.py): the captured full logits are q·k plus the
 model's √d-scaled bias, a Falcon whose logits are its bias alone is fitted (r = 1) and
 predicted exactly, the measured change is the model's own logits with one layer's bias
 moved by hf-posgen's own hook (``posgen cause`` on Falcon: test_alibi_change.py; tiny

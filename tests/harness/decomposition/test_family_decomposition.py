@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_capture import _check_probabilities
 
+from capture_checks import check_probabilities
 from posgen.harness.additive_fit.logit_fit_reference import reference_fit
-from posgen.harness.decomposition.alibi_capture import capture_alibi_attention
 from posgen.harness.decomposition.pipeline import decompose_model, head_logit_maps
+from posgen.harness.model_side.alibi.capture import capture_alibi_attention
 from tiny_models import build_model, build_tokenizer
 
 
@@ -22,7 +22,7 @@ def tok():
 @pytest.mark.parametrize("arch", ["gpt2", "opt"])
 def test_absolute_models_captured_logits_are_their_own(arch):
     ids = torch.randint(3, 384, (2, 20), generator=torch.Generator().manual_seed(0))
-    seen = _check_probabilities(build_model(arch), ids)
+    seen = check_probabilities(build_model(arch), ids)
     assert len(seen) == 2
 
 

@@ -13,9 +13,9 @@ import torch
 from posgen.harness.additive_fit.fit_layout import band_mask
 from posgen.harness.additive_fit.logit_fit_reference import reference_fit
 from posgen.harness.cli import decompose
-from posgen.harness.decomposition.capture import capture_forward
 from posgen.harness.decomposition.pipeline import decompose_model, head_logit_maps
-from posgen.harness.hf_posgen.lambda_attention import lambda_attention
+from posgen.harness.model_side.attention.lambda_attention import lambda_attention
+from posgen.harness.model_side.logits.capture import capture_forward
 from posgen.perturbations.length import LengthLambda
 from tiny_models import build_short_context_model, build_tokenizer
 
@@ -149,7 +149,7 @@ def test_cli_refuses_lambda_on_a_sliding_window_model_before_loading(
 def test_config_refusal_names_what_lambda_cannot_run():
     from types import SimpleNamespace as Config
 
-    from posgen.harness.hf_posgen.lambda_attention import config_refusal
+    from posgen.harness.model_side.attention.lambda_attention import config_refusal
 
     assert config_refusal(Config(max_position_embeddings=64)) is None
     sliding = "does not combine with sliding-window layers"

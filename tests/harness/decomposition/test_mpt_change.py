@@ -12,14 +12,14 @@ import torch
 
 from posgen.harness.cli import build_parser
 from posgen.harness.cli.cause import main as cause_main
-from posgen.harness.decomposition.alibi_capture import capture_alibi_attention
 from posgen.harness.decomposition.alibi_change import (
     alibi_moved_logits,
     alibi_window_rows,
     bias_step,
 )
 from posgen.harness.decomposition.predicted_change import perturbed_positions, predict_windows
-from posgen.harness.hf_posgen.family_positions import alibi_positions, full_forward_keys
+from posgen.harness.model_side.alibi.capture import capture_alibi_attention
+from posgen.harness.model_side.positions.non_rotary import alibi_positions, full_forward_keys
 from posgen.harness.position_family import position_family_of
 from posgen.perturbations.base import registry
 from tiny_models import build_model, build_tokenizer

@@ -14,13 +14,13 @@ import torch
 
 from planted_models import block_window, planted_model
 from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache, fit_heads
-from posgen.harness.decomposition.capture import capture_forward
 from posgen.harness.decomposition.predicted_change import (
     change_figures,
     perturbed_positions,
     predict_windows,
 )
-from posgen.harness.hf_posgen.layer_hooks import TWIN_ROTATIONS, layer_positions
+from posgen.harness.model_side.logits.capture import capture_forward
+from posgen.harness.model_side.positions.layers import TWIN_ROTATIONS, layer_positions
 from posgen.perturbations.base import registry
 from posgen.results.scores.cause import r_and_share
 from tiny_models import build_model

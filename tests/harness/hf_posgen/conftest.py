@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from posgen.harness.hf_posgen import perturbed_forward
-from posgen.harness.hf_posgen.position_hooks import build_plan
+from posgen.harness.model_side import door
+from posgen.harness.model_side.positions.plan import build_plan
 
 
 @pytest.fixture
@@ -18,5 +18,5 @@ def plans(monkeypatch) -> list:
         seen.append((inps.clone(), plan))
         return plan
 
-    monkeypatch.setattr(perturbed_forward, "build_plan", spying)
+    monkeypatch.setattr(door, "build_plan", spying)
     return seen

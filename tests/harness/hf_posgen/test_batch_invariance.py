@@ -19,8 +19,8 @@ from lm_eval.api.instance import Instance
 
 from generation_requests import PROMPTS, generate
 from posgen.harness.decomposition.predicted_change import distance_terms
-from posgen.harness.hf_posgen.logit_forms import LogitDonor
 from posgen.harness.hf_posgen.model import HFPosgenLM, model_arguments
+from posgen.harness.model_side.logits.forms import LogitDonor
 from tiny_models import build_short_context_model, build_tokenizer, training_text
 
 # 6 documents of very different lengths, most past the model's trained context of 64
@@ -65,7 +65,7 @@ CASES: dict[str, Case] = {
 
 # the same check on the other position families' tiny models: name -> (architecture of
 # tests/tiny_models.py, case). BLOOM's logits= runs apart from the attention functions
-# (hf_posgen/alibi_logit_replacement.py): its rows come from the batch plan there too.
+# (model_side/alibi/logits.py): its rows come from the batch plan there too.
 FAMILY_CASES: dict[str, tuple[str, Case]] = {
     "bloom_additive": ("bloom_qk", Case({"logits": "additive"}, LOGIT_REFUSAL)),
     "bloom_shuffled": ("bloom_qk", Case({"logits": "shuffled"}, LOGIT_REFUSAL)),

@@ -186,7 +186,7 @@ def test_a_template_that_rewrites_content_fails_only_a_perturbed_cell(
 
 
 def test_a_row_without_content_tokens_keeps_every_position():
-    from posgen.harness.hf_posgen.position_hooks import build_plan
+    from posgen.harness.model_side.positions.plan import build_plan
 
     ids = torch.arange(1, 13).reshape(2, 6)
     content = [np.zeros(4, dtype=bool), np.array([False, True, True, True])]

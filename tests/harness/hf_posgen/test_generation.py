@@ -13,7 +13,7 @@ import pytest
 import torch
 from lm_eval.models.huggingface import HFLM
 
-from generation_requests import PROMPTS, generate, requests, rotary_inputs
+from generation_requests import PROMPTS, generate, greedy_rows, requests, rotary_inputs
 from posgen.harness.hf_posgen.generation import generating, plan_generation
 from posgen.harness.hf_posgen.model import HFPosgenLM
 from tiny_models import ROPE_ARCHS, save_previous_token_model
@@ -119,21 +119,6 @@ def test_hooks_that_move_nothing_give_plain_logits_bit_for_bit(lm, perturbed, sp
 
 
 # ---------------------------------------------------------------- the semantics
-def greedy_rows(lm, new_tokens: int = 8) -> tuple[list[list[int]], list[list[int]]]:
-    """Each prompt's context tokens and its greedy generation at batch 4 (up to EOS)."""
-    context, mask = lm.tok_batch_encode(PROMPTS)
-    out = lm._model_generate(
-        context, context.shape[1] + new_tokens, [], attention_mask=mask, do_sample=False
-    )
-    contexts, generated = [], []
-    for b, n in enumerate(mask.sum(dim=1).tolist()):
-        contexts.append(context[b, context.shape[1] - n :].tolist())
-        row = out[b, context.shape[1] :].tolist()
-        eos = lm.tokenizer.eos_token_id
-        generated.append(row[: row.index(eos) + 1] if eos in row else row)
-    return contexts, generated
-
-
 SPECS = [
     ("swap:0.5", None, None, None),
     (None, "rope_noise:1", None, None),

@@ -16,7 +16,7 @@ from lm_eval.tasks import TaskManager
 
 from generation_requests import PROMPTS, generate, requests, rotary_inputs
 from posgen.harness.hf_posgen.model import HFPosgenLM
-from posgen.harness.hf_posgen.position_hooks import build_plan
+from posgen.harness.model_side.positions.plan import build_plan
 from posgen.harness.run.realised_rows import RowRecorder
 from posgen.lm_eval_plugin import register_all
 from posgen.perturbations import parse

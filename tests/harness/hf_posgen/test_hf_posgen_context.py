@@ -14,9 +14,10 @@ import pytest
 import torch
 from lm_eval.api.instance import Instance
 
-from posgen.harness.hf_posgen import qk_noise
 from posgen.harness.hf_posgen.model import HFPosgenLM
-from posgen.harness.hf_posgen.position_hooks import build_plan, rotary_positions
+from posgen.harness.model_side.attention import qk_noise
+from posgen.harness.model_side.positions.plan import build_plan
+from posgen.harness.model_side.positions.rotary import rotary_positions
 from posgen.perturbations import parse
 from tiny_models import training_text
 

@@ -9,27 +9,10 @@ from lm_eval.api.model import CachingLM
 from lm_eval.models.huggingface import HFLM
 
 from posgen.harness.hf_posgen.model import HFPosgenLM
-from posgen.harness.hf_posgen.position_hooks import rotary_positions
+from posgen.harness.model_side.positions.rotary import rotary_positions
 from posgen.perturbations import PerturbationError
-from tiny_models import ROPE_ARCHS, training_text
-
-# 10 documents of very different lengths, so batches of 4 and 16 are right-padded.
-TEXTS = [t[: 40 + 47 * i] for i, t in enumerate(training_text()[:10])]
-
-
-def rolling(lm, texts=TEXTS) -> list[float]:
-    reqs = [Instance("loglikelihood_rolling", None, (t,), i) for i, t in enumerate(texts)]
-    return lm.loglikelihood_rolling(reqs, disable_tqdm=True)
-
-
-def pairs(lm) -> list[float]:
-    """Multiple-choice style requests: one context, several continuations."""
-    ctx = TEXTS[5][:200]
-    reqs = [
-        Instance("loglikelihood", None, (ctx, " " + t[: 20 + 7 * i]), i)
-        for i, t in enumerate(TEXTS[:6])
-    ]
-    return [ll for ll, _ in lm.loglikelihood(reqs, disable_tqdm=True)]
+from scoring_requests import TEXTS, pairs, rolling
+from tiny_models import ROPE_ARCHS
 
 
 def at_batch_size(lm, bs: int, fn=rolling) -> list[float]:
@@ -203,7 +186,7 @@ def test_logits_beside_lambda_attention_fails_before_the_weights_load(monkeypatc
 
 def test_gpt2_moves_its_learned_positions_and_refuses_what_has_no_meaning(tiny_model_dir):
     """GPT-2's positions are a learned table (posgen.harness.position_family): positions=
-    and rope_noise act there (tests/harness/hf_posgen/test_family_positions.py); qk noise
+    and rope_noise act there (tests/harness/model_side/positions/test_non_rotary.py); qk noise
     and layers= are refused in one line; text still runs as plain hf."""
     path = str(tiny_model_dir("gpt2"))
     for kwargs, message in (

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from door_forwards import document
 from posgen.harness.cli import main as cli_main
-from posgen.harness.length.apply import length_forward
 from posgen.harness.length.nll import position_nll
 from posgen.perturbations import parse
 from posgen.perturbations.length import LengthNone
@@ -86,7 +86,7 @@ def test_the_nll_is_the_models_own(arch):
     with torch.no_grad():
         logp = torch.log_softmax(model(ids).logits[0].double(), dim=-1)
     expected = -logp[:-1].gather(1, ids[0, 1:, None])[:, 0].numpy()
-    with length_forward(model, ids, LengthNone()):
+    with document(model, ids, LengthNone()):
         got = position_nll(model, ids, chunk=16)
     np.testing.assert_allclose(got[1:], expected, rtol=1e-5, atol=1e-5)
 
@@ -100,7 +100,7 @@ def test_a_position_scheme_moves_the_bias(arch):
     ids = torch.randint(3, 384, (1, 80), generator=torch.Generator().manual_seed(4))
     plain = position_nll(model, ids)
     for spec, moved in (("swap:0.3", True), ("shift:7", False)):
-        with length_forward(model, ids, LengthNone(), parse("position", spec), seed=1):
+        with document(model, ids, LengthNone(), parse("position", spec), seed=1):
             got = position_nll(model, ids)
         assert np.allclose(got[1:], plain[1:], atol=1e-4) != moved, spec
 

@@ -12,10 +12,9 @@ import torch
 from tests.tiny_models import build_short_context_model
 from transformers import DynamicCache
 
+from door_forwards import document
 from posgen.harness.cli import main as cli_main
-from posgen.harness.hf_posgen.lambda_attention import lambda_attention
 from posgen.harness.length import reuse
-from posgen.harness.length.apply import length_forward
 from posgen.harness.length.drift import drift_capture
 from posgen.harness.length.nll import position_nll
 from posgen.harness.length.reuse import (
@@ -24,6 +23,7 @@ from posgen.harness.length.reuse import (
     run_suffix,
     shared_length,
 )
+from posgen.harness.model_side.attention.lambda_attention import lambda_attention
 from posgen.perturbations.length import LengthLambda, LengthNone
 from posgen.results.scores.length import result_path
 
@@ -44,7 +44,7 @@ def _ids(n: int = N) -> torch.Tensor:
 
 def _whole(model, ids, scheme):
     with (
-        length_forward(model, ids, scheme, None, CONFIG.seed, CONFIG.block_size),
+        document(model, ids, scheme, None, CONFIG.seed, CONFIG.block_size),
         drift_capture(model, C, CONFIG.bucket_width, CONFIG.n_buckets) as drift,
     ):
         nll = position_nll(model, ids, CONFIG.chunk)

@@ -11,8 +11,8 @@ import pytest
 import torch
 from tests.tiny_models import build_short_context_model
 
+from door_forwards import document
 from posgen.harness.cli import main as cli_main
-from posgen.harness.length.apply import length_forward
 from posgen.harness.length.drift import drift_capture, token_cosines
 from posgen.harness.length.nll import bucket_sums, position_nll
 from posgen.perturbations.length import LengthLambda, LengthNone, LengthScale, LengthYarn
@@ -57,18 +57,18 @@ def test_bucket_sums_skip_nan_and_overflow():
 def test_schemes_change_only_what_they_should(model):
     ids = _ids(2 * C)
     plain = position_nll(model, ids)
-    with length_forward(model, ids, LengthNone()):
+    with document(model, ids, LengthNone()):
         assert np.array_equal(position_nll(model, ids), plain, equal_nan=True)
-    with length_forward(model, ids, LengthLambda(4, C)):
+    with document(model, ids, LengthLambda(4, C)):
         lam = position_nll(model, ids)
     # window = C: the first C+1 predictions see no capped key (float noise only)
     np.testing.assert_allclose(lam[1 : C + 1], plain[1 : C + 1], rtol=1e-5, atol=1e-5)
     assert not np.allclose(lam[C + 1 :], plain[C + 1 :])
-    with length_forward(model, ids, LengthScale(2.0)):
+    with document(model, ids, LengthScale(2.0)):
         assert not np.allclose(position_nll(model, ids)[1:], plain[1:])
     with (
         pytest.raises(RuntimeError, match="load time"),
-        length_forward(model, ids, LengthYarn(2.0)),
+        document(model, ids, LengthYarn(2.0)),
     ):
         pass
 
@@ -234,19 +234,19 @@ def test_posgen_run_refuses_a_bad_length_before_loading(capsys):
 
 
 def test_scale_equals_interpolated_positions_and_composes(model):
-    from posgen.harness.hf_posgen.position_hooks import rotary_positions
+    from posgen.harness.model_side.positions.rotary import rotary_positions
     from posgen.perturbations import parse
 
     ids = _ids(100)
     with torch.no_grad(), rotary_positions(model, torch.arange(100.0).unsqueeze(0) / 2):
         expected = model(ids).logits
-    with torch.no_grad(), length_forward(model, ids, LengthScale(2.0)):
+    with torch.no_grad(), document(model, ids, LengthScale(2.0)):
         assert torch.equal(model(ids).logits, expected)
     swap = parse("position", "swap:0.2")
     values = torch.tensor(swap.position_values(ids[0].numpy(), 7), dtype=torch.float32) / 2
     with torch.no_grad(), rotary_positions(model, values.unsqueeze(0)):
         expected = model(ids).logits
-    with torch.no_grad(), length_forward(model, ids, LengthScale(2.0), swap, seed=7):
+    with torch.no_grad(), document(model, ids, LengthScale(2.0), swap, seed=7):
         assert torch.equal(model(ids).logits, expected)
 
 

@@ -30,10 +30,10 @@ from posgen.harness.decomposition.predicted_change import (
     rotary_window_rows,
 )
 from posgen.harness.decomposition.probe import probe_token_windows
-from posgen.harness.hf_posgen.logit_forms import LogitDonor
-from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
 from posgen.harness.loaded_model.model import load_entry_lm
 from posgen.harness.loaded_model.prose_cells import prose_documents, score_cells
+from posgen.harness.model_side.logits.forms import LogitDonor
+from posgen.harness.model_side.prefix_reuse import PrefixReuse
 from posgen.harness.position_family import position_family_of
 from posgen.perturbations.base import registry
 from posgen.results.folder.cause_config import CauseFolder

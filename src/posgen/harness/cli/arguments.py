@@ -117,8 +117,8 @@ def check_out_and_layers(args: argparse.Namespace, folder: type) -> None:
     unusable folder or one holding something else, an empty ``--layers ''``, which would
     silently mean every layer, a seed outside [0, 2**32) (``posgen run``'s range, and
     hf-posgen's ``perturb_seed``'s, which it sets). Raises :class:`InputError`."""
-    from posgen.harness.hf_posgen.layer_selection import LAYERS_FORMS
     from posgen.harness.input_error import InputError
+    from posgen.harness.model_side.positions.selection import LAYERS_FORMS
     from posgen.harness.out_folder import check_out_folder
 
     if args.out is not None:

@@ -92,7 +92,7 @@ def _names(text: str, what: str) -> list[str]:
 
 
 def _forms(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    from posgen.harness.hf_posgen.logit_forms import LogitForm
+    from posgen.harness.model_side.logits.forms import LogitForm
 
     forms, controls = _names(args.forms, "forms"), _names(args.controls, "controls")
     for name in [*forms, *controls]:
@@ -133,8 +133,8 @@ def resolve(args: argparse.Namespace) -> CauseConfig:
     """The run's :class:`~posgen.results.folder.cause_config.CauseConfig`, every check done
     before the model loads (its config is read, no weights). Raises
     :class:`~posgen.harness.input_error.InputError`."""
-    from posgen.harness.hf_posgen.layer_selection import check_layers, parse_layers
     from posgen.harness.loading import LoadOptions, check_device, load_config, model_entries
+    from posgen.harness.model_side.positions.selection import check_layers, parse_layers
     from posgen.perturbations.base import PerturbationError
     from posgen.results.folder.cause_config import CauseConfig, CauseFolder
 

@@ -105,7 +105,7 @@ def _resolve_length(args: argparse.Namespace, entry, context: int | None):
     model (read from its config)."""
     if args.length is None:
         return None
-    from posgen.harness.hf_posgen.length_attention import config_refusal
+    from posgen.harness.model_side.attention.length import config_refusal
     from posgen.perturbations.base import PerturbationError
 
     assert context is not None

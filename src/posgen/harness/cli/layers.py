@@ -81,9 +81,9 @@ def resolve(args: argparse.Namespace) -> LayersConfig:
     done before the model loads (its config is read, no weights): numbers, schemes,
     ``--layers``, ``--length-run`` (its drift of the plain model read now), the device and
     the model. Raises :class:`~posgen.harness.input_error.InputError`."""
-    from posgen.harness.hf_posgen.layer_selection import check_layers, parse_layers
-    from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
     from posgen.harness.loading import LoadOptions, check_device, model_entries
+    from posgen.harness.model_side.perturbation import ModelPerturbation
+    from posgen.harness.model_side.positions.selection import check_layers, parse_layers
     from posgen.perturbations.base import PerturbationError
     from posgen.results.folder.config import Decompose
     from posgen.results.folder.layers_config import LayersConfig, LayersFolder

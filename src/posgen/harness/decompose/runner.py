@@ -18,8 +18,9 @@ from posgen.harness.decomposition.pipeline import (
     load_model,
     median_head_map,
 )
-from posgen.harness.length.apply import length_forward
 from posgen.harness.loading import random_init_twin
+from posgen.harness.model_side import door
+from posgen.harness.model_side.perturbation import ModelPerturbation
 from posgen.perturbations.length import parse_length
 from posgen.results.folder.decompose_config import DecomposeConfig, DecomposeFolder
 from posgen.results.folder.store import atomic_write_json
@@ -31,14 +32,17 @@ def length_scheme(config: DecomposeConfig):
 
 
 def forward_context(length) -> Callable[..., Any] | None:
-    """``posgen length``'s forward for ``length`` as a ``forward_context(model, ids)``."""
+    """``posgen length``'s forward for ``length`` (through the door) as a
+    ``forward_context(model, ids)``."""
     if length is None:
         return None
+    p = ModelPerturbation(length=length)
 
     def forward(model, ids: list[int]):
         import torch
 
-        return length_forward(model, torch.tensor([ids]), length)
+        inps = torch.tensor([ids])
+        return door.forward(model, p, door.plan_forward(inps, p, model=model))
 
     return forward
 

@@ -31,8 +31,8 @@ from typing import Any
 import torch
 
 from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache
-from posgen.harness.decomposition.alibi_capture import AlibiCapture, alibi_capture_forward
 from posgen.harness.decomposition.predicted_change import change_figures, fit_capture, head_rows
+from posgen.harness.model_side.alibi.capture import AlibiCapture, alibi_capture_forward
 
 
 def alibi_moved_logits(cap: AlibiCapture, positions: torch.Tensor) -> torch.Tensor:

@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING
 
 from posgen.atomic import atomic_write
 from posgen.harness.additive_fit.logit_fit import FitOptions, LayoutCache, fit_heads
-from posgen.harness.decomposition.capture import capture_forward
 from posgen.harness.decomposition.probe import probe_token_windows
 from posgen.harness.decomposition.qk_pattern import (
     check_half_split,
     subspace_stats,
     subspace_wavelengths,
 )
+from posgen.harness.model_side.logits.capture import capture_forward
 from posgen.results.report.decomposition_plots import plot_lines
 
 if TYPE_CHECKING:

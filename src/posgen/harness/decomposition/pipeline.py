@@ -1,7 +1,7 @@
 """The decomposition of a model: fit W[i, j] ≈ a[i−j] + b[i] + c[j] for every head.
 
 Streams each layer's logits from the model's own forward
-(:mod:`posgen.harness.decomposition.capture`) into the exact fit
+(:mod:`posgen.harness.model_side.logits.capture`) into the exact fit
 (:mod:`posgen.harness.decomposition.streaming_fit`), one probe document at a time, and
 returns a tidy table: one row per (document, layer, head). ``random_init=True`` measures the
 same architecture with seeded random weights on the same probe documents: report it beside
@@ -26,11 +26,11 @@ from posgen.harness.additive_fit.logit_fit import (
     fit_heads,
     fitted_map,
 )
-from posgen.harness.decomposition.alibi_capture import alibi_capture_forward
-from posgen.harness.decomposition.capture import capture_forward
 from posgen.harness.decomposition.probe import DEFAULT_DOCS, DEFAULT_TOKENS, probe_token_windows
 from posgen.harness.decomposition.streaming_fit import LayerFitter
-from posgen.harness.hf_posgen.length_attention import active_scheme
+from posgen.harness.model_side.alibi.capture import alibi_capture_forward
+from posgen.harness.model_side.attention.length import active_scheme
+from posgen.harness.model_side.logits.capture import capture_forward
 from posgen.harness.position_family import length_limit, position_family_of
 from posgen.results.folder.config import ModelEntry
 from posgen.results.report.decomposition_plots import HeadMap
@@ -160,12 +160,12 @@ def decompose_windows(
     layer, head), ``doc`` = the window's index (the columns of :func:`decompose_model`
     from ``doc`` to the ``past_context`` ones). ``length``: the scheme the model runs
     under, ``forward_context(model, ids)`` wraps each captured forward (under Λ it must
-    enter :func:`posgen.harness.hf_posgen.lambda_attention.lambda_attention` for the scheme,
+    enter :func:`posgen.harness.model_side.attention.lambda_attention.lambda_attention` for the scheme,
     as ``posgen length``'s forward does; checked), ``context`` = C gives the
     ``past_context`` columns. Under Λ (``LengthLambda``) the capture runs Λ's attention for
     the outputs and fits Λ's local band 0 ≤ i − j < W only (``fit_mask`` =
     ``lambda-band:W`` where n > W; the G global keys are left out of the fit,
-    :mod:`posgen.harness.decomposition.capture`). Every row says the model's
+    :mod:`posgen.harness.model_side.logits.capture`). Every row says the model's
     ``position_family`` (:mod:`posgen.harness.position_family`) and the ``logit_part``
     fitted: ``full`` (the pre-softmax logits; for RoPE and absolute positions q·k is all of
     them) and for ALiBi also ``qk``, the content part q·k without the bias."""
@@ -224,9 +224,9 @@ def _check_lambda_active(length) -> None:
     if active_scheme() != length:
         raise ValueError(
             f"decomposing under {length.to_string()} needs forward_context to enter "
-            "lambda_attention or infllm_attention (posgen.harness.hf_posgen.length_attention: "
-            "length_attention(model, scheme); posgen.harness.length.apply.length_forward "
-            f"does); the active scheme is {active_scheme()}"
+            "lambda_attention or infllm_attention (posgen.harness.model_side.attention.length: "
+            "length_attention(model, scheme); the door, posgen.harness.model_side.door.forward, "
+            f"does under the scheme); the active scheme is {active_scheme()}"
         )
 
 

@@ -8,7 +8,7 @@ one captured forward gives
 - W_π [H, n, n]: the logits layer ℓ computes when only its own positions are π, i.e.
   what ``hf-posgen layers=ℓ`` feeds that layer: the family's ``apply_rotary_pos_emb``
   called again on the same pre-RoPE q and k with the angles of π
-  (:func:`posgen.harness.hf_posgen.layer_hooks.layer_positions` with ``split_heads``).
+  (:func:`posgen.harness.model_side.positions.layers.layer_positions` with ``split_heads``).
   The forward itself runs plainly, so every layer's input is the plain one.
 
 The measured change is ΔW = W_π − W. The exact fit of W over its fitted entries F,
@@ -39,7 +39,7 @@ the strips (:func:`strip_change_figures`): ΔW and ΔŴ are 0 off the changed en
 lie in the rows and columns of the moved tokens, so W and W_π are computed there only
 (two [H, k, n] strips for k moved tokens); each row's normaliser over its unchanged
 covered entries U comes from torch's fused attention kernel with U as its mask
-(:func:`posgen.harness.hf_posgen.lambda_attention.local_attention`, which returns the
+(:func:`posgen.harness.model_side.attention.lambda_attention.local_attention`, which returns the
 log-sum-exp); the fit's distance term comes from q and k
 (:func:`posgen.harness.additive_fit.qk_sums.grouped_fit_sums`). With
 LSE_x = logaddexp(LSE_U, log Σ_{E_i} e^x), KL(P_x ‖ P_y) = Σ_{E_i} P_x (x − y) − LSE_x +
@@ -66,14 +66,14 @@ from posgen.harness.additive_fit.logit_fit import (
     head_sums,
 )
 from posgen.harness.additive_fit.qk_sums import grouped_fit_sums
-from posgen.harness.decomposition.alibi_capture import alibi_capture_forward
-from posgen.harness.decomposition.capture import capture_forward
-from posgen.harness.hf_posgen.lambda_attention import local_attention
-from posgen.harness.hf_posgen.layer_hooks import TWIN_ROTATIONS, layer_count, layer_positions
-from posgen.harness.hf_posgen.logit_replacement import grouped_like_repeat_kv
-from posgen.harness.hf_posgen.logit_rows import fit_layout
-from posgen.harness.hf_posgen.position_hooks import build_plan
 from posgen.harness.model_family import family_of
+from posgen.harness.model_side.alibi.capture import alibi_capture_forward
+from posgen.harness.model_side.attention.lambda_attention import local_attention
+from posgen.harness.model_side.logits.capture import capture_forward
+from posgen.harness.model_side.logits.replacement import grouped_like_repeat_kv
+from posgen.harness.model_side.logits.rows import fit_layout
+from posgen.harness.model_side.positions.layers import TWIN_ROTATIONS, layer_count, layer_positions
+from posgen.harness.model_side.positions.plan import build_plan
 from posgen.harness.position_family import position_family_of
 from posgen.results.scores.cause import KLS, SUMS, r_and_share
 

@@ -1,7 +1,7 @@
 """The study's distance + key form, and the q/k pattern per RoPE frequency subspace.
 
 Both work on the model's own queries and keys (post-RoPE, as captured by
-``posgen.harness.decomposition.capture``); pre-RoPE vectors come from undoing the model's own
+``posgen.harness.model_side.logits.capture``); pre-RoPE vectors come from undoing the model's own
 rotation (``LayerCapture.unrotate``), never from a re-implementation.
 
 Distance + key form. With pre-RoPE key k̃_j, its mean k̄ over the fitted key positions, the

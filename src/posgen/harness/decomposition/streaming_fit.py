@@ -1,7 +1,7 @@
 """The streaming fit: each layer's captured logits reduced to O(heads × n) sums during the
 forward, all layers solved in one batched product after it.
 
-``LayerFitter`` is a consumer for :func:`posgen.harness.decomposition.capture.capture_attention`.
+``LayerFitter`` is a consumer for :func:`posgen.harness.model_side.logits.capture.capture_attention`.
 For every layer it accumulates the sufficient statistics of the exact fit and of the
 distance + key form without holding the layer's ``[H, n, n]`` logits: a causal layer
 without soft-capping from its queries and keys alone

@@ -8,7 +8,7 @@ the k-th generated token), and caches keys after RoPE. :func:`plan_generation` p
 whole ``generate`` call once; :func:`generating` follows it step by step:
 
 - **The context** gets exactly the positions, rope noise and qk noise of a log-likelihood
-  request with the same context tokens: the plan is :func:`.perturbed_forward.plan_forward`
+  request with the same context tokens: the plan is :func:`posgen.harness.model_side.door.plan_forward`
   over each row's real tokens, keyed on them alone (one draw per context at any batch
   size, padding or order; under a chat template its content only, :mod:`.chat_content`).
 - **Generated tokens** continue at natural positions after the context: the k-th
@@ -39,16 +39,17 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from posgen.harness.hf_posgen.batch_rows import NO_DOCS, PaddedRows
-from posgen.harness.hf_posgen.family_positions import family_positions, generation_source
+from posgen.harness.hf_posgen.batch_rows import NO_DOCS, BlockSource, PaddedRows, truncated
 from posgen.harness.hf_posgen.generation_rows import left_padded_lengths
-from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
-from posgen.harness.hf_posgen.perturbed_forward import enter_perturbation, plan_forward
-from posgen.harness.hf_posgen.position_hooks import BatchPlan
-from posgen.harness.hf_posgen.qk_noise import mix_heads, perturb, twin_rotation
 from posgen.harness.model_family import require_rotary, rotary_modules
+from posgen.harness.model_side import door
+from posgen.harness.model_side.attention.qk_noise import mix_heads, perturb, twin_rotation
+from posgen.harness.model_side.perturbation import ModelPerturbation
+from posgen.harness.model_side.positions.non_rotary import generation_source
+from posgen.harness.model_side.positions.plan import BatchPlan
 from posgen.harness.position_family import position_family_of
 from posgen.perturbations.base import PerturbationError, registry
+from posgen.perturbations.depth import PassageBlocks
 
 
 class GenerationRefused(PerturbationError, NotImplementedError):
@@ -101,25 +102,29 @@ def plan_generation(
     max_length: int,
     content: Sequence[np.ndarray] | None = None,
     encoded: Sequence[Sequence[int]] | None = None,
+    blocks: Sequence[BlockSource] | None = None,
 ) -> GenerationPlan:
     """The plan of one ``generate(input_ids=context, attention_mask=mask,
     max_length=max_length)`` call under ``p`` (``context`` ``[B, W]``, left-padded).
     Under a chat template ``content[b]`` is the content mask over ``encoded[b]``, the
-    whole tokens of row b's context string; HFLM may have cut the row from the left."""
+    whole tokens of row b's context string; under ``positions=depth:D`` ``blocks[b]``
+    its passage blocks over them. HFLM may have cut the row from the left."""
     lengths = left_padded_lengths(context, mask)
-    masks = None
-    if content is not None and encoded is not None:
+    masks = cut = None
+    if encoded is not None and (content is not None or blocks is not None):
         ids = context.detach().to("cpu", torch.int64)
-        masks = []
         for b, n in enumerate(lengths):
             whole = list(encoded[b])
             if len(whole) < n or whole[len(whole) - n :] != ids[b, ids.shape[1] - n :].tolist():
                 raise RuntimeError(
                     f"row {b} of the generation batch is not the end of its context's own "
-                    "tokens; hf-posgen cannot place the content of its chat template"
+                    "tokens; hf-posgen cannot place its chat template's content or passages"
                 )
-            masks.append(np.asarray(content[b])[len(whole) - n :])
-    return GenerationPlan(p, context, lengths, max_length - context.shape[1], masks)
+        if content is not None:
+            masks = [np.asarray(content[b])[len(encoded[b]) - n :] for b, n in enumerate(lengths)]
+        if blocks is not None:
+            cut = [truncated(blocks[b], n) for b, n in enumerate(lengths)]
+    return GenerationPlan(p, context, lengths, max_length - context.shape[1], masks, cut)
 
 
 class Step(NamedTuple):
@@ -147,8 +152,10 @@ class GenerationPlan:
         lengths: Sequence[int],
         new_tokens: int,
         content: Sequence[np.ndarray | None] | None = None,
+        blocks: Sequence[PassageBlocks] | None = None,
     ) -> None:
         self.p = p
+        self.blocks = None if blocks is None else list(blocks)
         self.ids = context.detach().to("cpu", torch.int64).numpy()
         self.lengths = tuple(int(n) for n in lengths)
         self.width = int(self.ids.shape[1])
@@ -165,8 +172,8 @@ class GenerationPlan:
         for b, n in enumerate(self.lengths):
             right[b, :n] = self.ids[b, width - n :]
         total = [n + new_tokens for n in self.lengths]
-        rows = PaddedRows(total, list(self.lengths), [NO_DOCS] * batch, self.content)
-        base = plan_forward(torch.from_numpy(right), self.p, rows)
+        rows = PaddedRows(total, list(self.lengths), [NO_DOCS] * batch, self.content, self.blocks)
+        base = door.plan_forward(torch.from_numpy(right), self.p, rows)
         self._right, self._base = right, base
         columns = width + new_tokens
         natural = torch.zeros((batch, columns), dtype=torch.int64)
@@ -296,13 +303,15 @@ class GenerationAttention:
 
 @contextmanager
 def generating(model: torch.nn.Module, plan: GenerationPlan) -> Iterator[None]:
-    """Within the block, ``model.generate`` runs under ``plan.p`` as ``plan`` planned it:
-    every rotary call records its step (:meth:`GenerationPlan.follow`), then the planned
-    positions, qk schemes and ``heads=`` act through :func:`enter_perturbation`. A
-    non-rotary model follows its steps where its positions enter (:mod:`.family_positions`)."""
+    """Within the block, ``model.generate`` runs under ``plan.p`` as ``plan`` planned it,
+    through the door (:func:`posgen.harness.model_side.door.forward` with the call's
+    :class:`~posgen.harness.model_side.door.Steps`): every rotary call records its step
+    (:meth:`GenerationPlan.follow`), then the planned positions, qk schemes and ``heads=``
+    act. A non-rotary model follows its steps where its positions enter
+    (:func:`posgen.harness.model_side.positions.non_rotary.generation_source`)."""
     p = plan.p
     if position_family_of(model).kind != "rotary":  # absolute or ALiBi: no rotary call
-        with family_positions(model, generation_source(model, plan), p.layers, p.heads):
+        with door.forward(model, p, door.Steps(generation_source(model, plan), None)):
             yield
         return
     modules = rotary_modules(model)
@@ -317,5 +326,5 @@ def generating(model: torch.nn.Module, plan: GenerationPlan) -> Iterator[None]:
         stack.callback(lambda: [h.remove() for h in handles])
         attend = GenerationAttention(plan) if plan.columns.qk or p.heads is not None else None
         positions = plan.positions if plan.table is not None else None
-        enter_perturbation(stack, model, p, positions, attend)
+        stack.enter_context(door.forward(model, p, door.Steps(positions, attend)))
         yield

@@ -6,17 +6,15 @@ Usage (any lm-eval task; every ``hf`` model argument is accepted)::
         --model_args pretrained=PATH,positions=swap:0.05,features=rope_noise:0.5,perturb_seed=1 \\
         --tasks TASK
 
-``pretrained`` may also be posgen's embedded model alias (``embedded``). The perturbation
-enters at two places, :meth:`HFPosgenLM._model_call` through
-:func:`.perturbed_forward.perturbed_forward` and :meth:`HFPosgenLM._model_generate` through
-:func:`.generation.generating`: hooks installed inside a context manager
-and always removed (the pattern of lm-eval's ``hf_steered``). Position values and rope
-noise enter inside the model's rotary embedding (:mod:`.position_hooks`; a learned
-position table or an ALiBi bias for the other families, :mod:`.family_positions`), qk noise
-through a registered attention function (:mod:`.qk_noise`). Both are drawn from each
-row's real tokens only: HFLM right-pads its loglikelihood batches, and the real length of
-every row (and the documents it belongs to, for a plan observer) is recorded where HFLM
-pads it (:mod:`.loglikelihood_rows`, :mod:`.batch_rows`).
+``pretrained`` may also be posgen's embedded model alias (``embedded``). Every forward
+of the model runs inside the one door, :func:`posgen.harness.model_side.door.forward`:
+:meth:`HFPosgenLM._model_call` with its batch's plan, :meth:`HFPosgenLM._model_generate`
+through :func:`.generation.generating`, plain forwards with no perturbation; hooks live
+inside it and are always removed (the pattern of lm-eval's ``hf_steered``; the rooms of
+:mod:`posgen.harness.model_side`). Plans are drawn from each row's real tokens only: HFLM
+right-pads its loglikelihood batches, and the real length of every row (and the
+documents it belongs to, for a plan observer) is recorded where HFLM pads it
+(:mod:`.loglikelihood_rows`, :mod:`.batch_rows`).
 
 A ``loglikelihood`` request perturbs its context only, keyed on the context tokens alone:
 every answer choice of a document sees the same perturbed context, and the continuation
@@ -52,10 +50,10 @@ from lm_eval.api.model import CacheHook
 from lm_eval.models.huggingface import HFLM
 
 from posgen.harness.hf_posgen.chat_content import ChatContents
+from posgen.harness.hf_posgen.depth_rows import DepthRequests
 from posgen.harness.hf_posgen.generation import check_generation, generating, plan_generation
 from posgen.harness.hf_posgen.generation_rows import GenerationRows
 from posgen.harness.hf_posgen.launch import join_launch, launch_accelerator
-from posgen.harness.hf_posgen.logit_forms import LogitDonor, LogitForm
 from posgen.harness.hf_posgen.loglikelihood_rows import LoglikelihoodRows
 from posgen.harness.hf_posgen.model_arguments import (
     checked_arguments,
@@ -63,12 +61,13 @@ from posgen.harness.hf_posgen.model_arguments import (
     checked_on_model,
     hold_max_length,
 )
-from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
-from posgen.harness.hf_posgen.perturbed_forward import perturbed_forward, plan_forward
-from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
 from posgen.harness.hf_posgen.pretrained_config import length_load_kwargs
 from posgen.harness.hf_posgen.response_cache import ResponseCache
 from posgen.harness.loading.identity import folder_record
+from posgen.harness.model_side import door
+from posgen.harness.model_side.logits.forms import LogitDonor, LogitForm
+from posgen.harness.model_side.perturbation import ModelPerturbation
+from posgen.harness.model_side.prefix_reuse import PrefixReuse
 from posgen.perturbations.base import Perturbation
 from posgen.perturbations.seeding import DEFAULT_SEED
 
@@ -93,18 +92,18 @@ class HFPosgenLM(HFLM):
         **kwargs: Any,
     ) -> None:
         """Same arguments as lm-eval's ``hf`` model plus ``positions``, ``features``,
-        ``perturb_seed`` (an integer in [0, 2**32)), ``length`` (a length scheme; write ``lambda:G:W`` and
-        ``infllm:KEY=VALUE:...`` in ``--model_args``, which splits at commas) and
-        ``layers`` (the decoder layers the position and feature schemes act in: ``12``,
-        ``0-5``, ``3;7;11``; default all) and ``heads`` (query heads within those layers,
-        same forms; default all) and ``logits`` (``additive``, ``distance``, ``key``,
-        ``shuffled``: those heads' logits replaced by their exact additive fit or part of
-        it, :mod:`.logit_forms`; ``foreign`` needs a donor, :attr:`logit_donor`, and is set
-        with :meth:`set_perturbation`). Generation perturbs the context as a log-likelihood
-        request does; generated tokens continue at natural positions after it (n + k for
-        the k-th generated token of an n-token context). Specs are checked before any
-        weights load (:mod:`.model_arguments`); rope scalings (``dynamic:F``, ``yarn:F``)
-        are passed to ``from_pretrained``."""
+        ``perturb_seed`` (an integer in [0, 2**32)), ``length`` (a length scheme; write
+        ``lambda:G:W`` and ``infllm:KEY=VALUE:...`` in ``--model_args``, which splits at
+        commas), ``layers`` (the decoder layers the position and feature schemes act in:
+        ``12``, ``0-5``, ``3;7;11``; default all), ``heads`` (query heads within those
+        layers, same forms; default all) and ``logits`` (``additive``, ``distance``,
+        ``key``, ``shuffled``: those heads' logits replaced by their exact additive fit or
+        part of it, :mod:`posgen.harness.model_side.logits.forms`; ``foreign`` needs a
+        donor, :attr:`logit_donor`, set with :meth:`set_perturbation`). Generation perturbs
+        the context as a log-likelihood request does; the k-th generated token of an
+        n-token context is at n + k. Specs are checked before any weights load
+        (:mod:`.model_arguments`); rope scalings (``dynamic:F``, ``yarn:F``) are passed to
+        ``from_pretrained``."""
         p, length_scheme = checked_arguments(
             positions, features, perturb_seed, length, layers, heads, logits, kwargs
         )
@@ -115,7 +114,8 @@ class HFPosgenLM(HFLM):
         join_launch(self, launch)
         hold_max_length(self)
         self._response_cache = ResponseCache()
-        self._rows = LoglikelihoodRows()
+        self._depth = DepthRequests(self.tokenizer, lambda: self._perturbation.positions)
+        self._rows = LoglikelihoodRows(self._depth)
         # called as plan_observer(inps, plan, docs) for every padded loglikelihood batch
         # and every generation batch (its contexts right-aligned), docs[b] the documents
         # (task name, lm-eval doc_id) row b belongs to
@@ -125,7 +125,7 @@ class HFPosgenLM(HFLM):
         # logits=foreign: the distance terms of another sequence's fit (posgen cause)
         self.logit_donor: LogitDonor | None = None
         self._chat = ChatContents()
-        self._generation = GenerationRows()
+        self._generation = GenerationRows(self._depth)
         self._perturbation = ModelPerturbation(seed=p.seed)
         self._length = length_scheme
         self.set_perturbation(p.positions, p.features, p.seed, p.layers, p.heads, p.logits)
@@ -143,14 +143,11 @@ class HFPosgenLM(HFLM):
         heads: str | int | tuple[int, ...] | None = None,
         logits: str | LogitForm | None = None,
     ) -> ModelPerturbation:
-        """Switch the model-side perturbation without reloading weights.
-
-        The response-cache namespace follows the switch. Raises ``PerturbationError`` for an
-        invalid spec (or ``layers`` past the model's last layer, or ``logits=foreign``
-        without :attr:`logit_donor`, or what the model's position family cannot take,
-        :mod:`posgen.harness.position_family`) and ``NoRotaryEmbeddingError`` for a
-        position or feature scheme on an unlisted model without RoPE.
-        """
+        """Switch the model-side perturbation without reloading weights; the response-cache
+        namespace follows. Raises ``PerturbationError`` for an invalid spec (or ``layers``
+        past the model's last layer, ``logits=foreign`` without :attr:`logit_donor`, or what
+        the model's position family cannot take) and ``NoRotaryEmbeddingError`` for a
+        position or feature scheme on an unlisted model without RoPE."""
         new = ModelPerturbation.parse(positions, features, seed, layers, heads, logits)
         length, donor = getattr(self, "_length", None), getattr(self, "logit_donor", None)
         new = checked_on_model(new, length, donor, self.model, self.backend)
@@ -228,20 +225,22 @@ class HFPosgenLM(HFLM):
         labels: torch.Tensor | None = None,
     ) -> torch.Tensor:
         if attn_mask is not None or labels is not None:
-            return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
+            with door.forward(self.model):
+                return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
 
         def forward() -> torch.Tensor:
             return super(HFPosgenLM, self)._model_call(inps)
 
         p, reuse = self._perturbation, self.prefix_reuse
         if not p.changes_model:
-            return forward() if reuse is None else reuse.plain_forward(inps, forward)
+            with door.forward(self.model):
+                return forward() if reuse is None else reuse.plain_forward(inps, forward)
         observed = self._rows.queue is not None and self.plan_observer is not None
         rows = self._rows.take(inps)
-        plan = plan_forward(inps, p, rows)
+        plan = door.plan_forward(inps, p, rows)
         if observed:
             self.plan_observer(inps, plan, rows.docs)
-        with perturbed_forward(self.model, p, plan, reuse, inps, self.logit_donor):
+        with door.forward(self.model, p, plan, reuse=reuse, inps=inps, donor=self.logit_donor):
             return forward()
 
     def generate_until(self, requests: Any, disable_tqdm: bool = False) -> Any:
@@ -264,7 +263,7 @@ class HFPosgenLM(HFLM):
         encoded = super().tok_batch_encode(strings, padding_side, left_truncate_len, truncation)
         if self._perturbation.changes_model:
             whole = None
-            if self._chat.active:
+            if self._chat.active or self._depth.active:
                 whole = [
                     super(HFPosgenLM, self).tok_batch_encode([s])[0][0].tolist() for s in strings
                 ]
@@ -276,15 +275,16 @@ class HFPosgenLM(HFLM):
     ) -> torch.Tensor:
         p = self._perturbation
         if not p.changes_model:
-            return super()._model_generate(context, max_length, stop, **generation_kwargs)
+            with door.forward(self.model):
+                return super()._model_generate(context, max_length, stop, **generation_kwargs)
         check_generation(p, generation_kwargs)
         observed = self.plan_observer is not None
-        strings, whole = (None, None)
-        if self._chat.active or observed:
-            strings, whole = self._generation.take(context)
+        strings, whole, blocks = (None, None, None)
+        if self._chat.active or observed or self._depth.active:
+            strings, whole, blocks = self._generation.take(context)
         content = self._chat.generation_masks(self.tokenizer, strings, whole)
         mask = generation_kwargs.get("attention_mask")
-        plan = plan_generation(p, context, mask, max_length, content, whole)
+        plan = plan_generation(p, context, mask, max_length, content, whole, blocks)
         if observed:
             self.plan_observer(*plan.context_rows(), self._generation.docs(strings))
         with generating(self.model, plan):

@@ -16,10 +16,10 @@ from __future__ import annotations
 from typing import Any
 
 from posgen.compat import require
-from posgen.harness.hf_posgen.layer_selection import check_heads, check_layers
-from posgen.harness.hf_posgen.length_attention import config_refusal
-from posgen.harness.hf_posgen.model_perturbation import ModelPerturbation
 from posgen.harness.model_family import family_of, family_of_type
+from posgen.harness.model_side.attention.length import config_refusal
+from posgen.harness.model_side.perturbation import ModelPerturbation
+from posgen.harness.model_side.positions.selection import check_heads, check_layers
 from posgen.harness.position_family import check_schemes, length_limit
 from posgen.perturbations.base import PerturbationError
 from posgen.perturbations.length import LengthInfLLM, LengthPerturbation, parse_length

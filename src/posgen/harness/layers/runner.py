@@ -9,7 +9,7 @@ Cells, each the posgen_prose documents scored by the model's own
 - ``all``: the scheme in every layer at once (the global path of ``posgen run``).
 
 The plain cell is scored first and every decoder layer's output kept
-(:class:`posgen.harness.hf_posgen.prefix_reuse.PrefixReuse`): a cell whose first perturbed
+(:class:`posgen.harness.model_side.prefix_reuse.PrefixReuse`): a cell whose first perturbed
 layer is L reuses layers 0..L−1 of the plain forward, bit for bit what they would compute,
 and runs only layers L.. (checked once per run against a full forward).
 
@@ -25,9 +25,9 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from posgen.harness.hf_posgen.prefix_reuse import PrefixReuse
 from posgen.harness.loaded_model.model import load_entry_lm, write_decomposition
 from posgen.harness.loaded_model.prose_cells import score_cells
+from posgen.harness.model_side.prefix_reuse import PrefixReuse
 from posgen.results.folder.layers_config import LayersFolder
 
 

@@ -1,7 +1,9 @@
 """Length generalization: running a model past its trained context under a length scheme.
 
-- :mod:`.apply`: one context manager that puts a length (+ position) scheme on a model
-  (Λ attention itself: :mod:`posgen.harness.hf_posgen.lambda_attention`).
+Each forward of a document enters the model through the one door
+(:func:`posgen.harness.model_side.door.forward`), with the length scheme (and the
+position scheme) as its perturbation.
+
 - :mod:`.nll`: per-token negative log-likelihood by position, one forward per document,
   the LM head applied over position chunks.
 - :mod:`.drift`: per-layer drift of attention outputs past the trained context.

@@ -4,8 +4,8 @@ For each (scheme, document) of the run, the exact fit W[i, j] ≈ a[i−j] + b[i
 (:func:`posgen.harness.decomposition.pipeline.decompose_windows`) is made on the very token
 ids the NLL forward scored (the document cut to the run's max length), with the model the
 runner loaded for the scheme (rope scalings applied at load) and each captured forward run
-inside the scheme's own :func:`~posgen.harness.length.apply.length_forward` (``scale:F``
-and the position scheme in the rotary embedding, with the run's seed). With the trained
+inside the door under the scheme (:func:`posgen.harness.model_side.door.forward`:
+``scale:F`` and the position scheme in the rotary embedding, with the run's seed). With the trained
 context C, every head gets r on the query rows before C and past it and the rms of a[d]
 about its in-context trend (:mod:`posgen.harness.decomposition.past_context`).
 
@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from posgen.harness.decomposition.pipeline import decompose_windows
-from posgen.harness.length.apply import length_forward
+from posgen.harness.model_side import door
+from posgen.harness.model_side.perturbation import ModelPerturbation
 from posgen.perturbations.length import LengthPerturbation
 from posgen.perturbations.positions import PositionPerturbation
 from posgen.results.folder.store import atomic_write_json
@@ -42,13 +43,16 @@ def scheme_forward(
     seed: int,
     block_size: int | None,
 ) -> Callable[[Any, list[int]], Any]:
-    """``forward_context(model, ids)``: the length run's forward of ``ids`` under ``scheme``."""
+    """``forward_context(model, ids)``: the length run's forward of ``ids`` under ``scheme``
+    (and ``positions``), through the door."""
+    p = ModelPerturbation(positions=positions, seed=seed, length=scheme)
 
     def forward_context(model: Any, ids: list[int]) -> Any:
         import torch
 
         input_ids = torch.tensor([ids], dtype=torch.long, device=model.device)
-        return length_forward(model, input_ids, scheme, positions, seed, block_size)
+        plan = door.plan_forward(input_ids, p, model=model)
+        return door.forward(model, p, plan, block_size=block_size)
 
     return forward_context
 

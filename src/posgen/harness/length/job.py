@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from posgen.harness import loading  # looked up at call time (tests replace its loaders)
-from posgen.harness.hf_posgen.length_attention import config_refusal
 from posgen.harness.input_error import InputError
 from posgen.harness.length.documents import (
     Document,
@@ -29,6 +28,7 @@ from posgen.harness.length.documents import (
 )
 from posgen.harness.length.nll import head_refusal
 from posgen.harness.length.runner import run_documents
+from posgen.harness.model_side.attention.length import config_refusal
 from posgen.harness.position_family import family_of_model_config
 from posgen.perturbations import PerturbationError
 from posgen.perturbations.length import parse_length_list

@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from posgen.harness.length.apply import length_forward
 from posgen.harness.length.drift import (
     attention_modules,
     cosines_to,
@@ -34,6 +33,8 @@ from posgen.harness.length.drift import (
     reference_direction,
 )
 from posgen.harness.length.nll import check_document, fill_head_nll
+from posgen.harness.model_side import door
+from posgen.harness.model_side.perturbation import ModelPerturbation
 from posgen.perturbations.length import LengthLambda, LengthNone, LengthPerturbation
 from posgen.results.scores.length_drift import DriftSums
 
@@ -148,7 +149,7 @@ def run_prefix(
     n = check_document(model, ids)
     begin = time.perf_counter()
     nll, cache, outputs = np.full(n, np.nan), DynamicCache(), LayerOutputs(model, context)
-    with torch.no_grad(), outputs.capture():
+    with torch.no_grad(), door.forward(model), outputs.capture():
         run = model.base_model(input_ids=ids[:, :tokens], **_cache_kwargs(model, cache))
         fill_head_nll(nll, model, run.last_hidden_state[0], ids, 0, chunk)
     return SharedPrefix(tokens, nll, cache, outputs, time.perf_counter() - begin, shared_by)
@@ -171,9 +172,12 @@ def run_suffix(
     nll, outputs = prefix.nll.copy(), prefix.outputs.fork()
     cache = copy.deepcopy(prefix.cache)
     like = model.get_output_embeddings().weight
+    p = ModelPerturbation(seed=config.seed, length=scheme)
     with (
         torch.no_grad(),
-        length_forward(model, ids, scheme, None, config.seed, config.block_size),
+        door.forward(
+            model, p, door.plan_forward(ids, p, model=model), block_size=config.block_size
+        ),
         outputs.capture(),
     ):
         for start in range(prefix.tokens, n, SUFFIX_CHUNK):

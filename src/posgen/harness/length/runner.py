@@ -39,13 +39,14 @@ from pathlib import Path
 from typing import Any
 
 from posgen.harness import loading  # looked up at call time (tests replace its loaders)
-from posgen.harness.length.apply import length_forward
 from posgen.harness.length.decompose import decompose_document
 from posgen.harness.length.drift import drift_capture
 from posgen.harness.length.nll import bucket_sums, position_nll
 from posgen.harness.length.reuse import run_prefix, run_suffix, shared_length, sharing
 from posgen.harness.length.window import context_range, window_nll
 from posgen.harness.model_family import rotary_modules
+from posgen.harness.model_side import door
+from posgen.harness.model_side.perturbation import ModelPerturbation
 from posgen.harness.position_family import position_family_of
 from posgen.perturbations import parse
 from posgen.perturbations.length import LengthPerturbation
@@ -164,9 +165,12 @@ def _score_window(folder, config, loaded, doc: str, ids: list[int], log) -> None
 def _score_document(folder, config, loaded, scheme, doc, input_ids, positions, log) -> None:
     """NLL and drift of one (scheme, document), written to its record."""
     model, width, n_buckets = loaded.model, config.bucket_width, config.n_buckets
+    p = ModelPerturbation(positions=positions, seed=config.seed, length=scheme)
     start = time.perf_counter()
     with (
-        length_forward(model, input_ids, scheme, positions, config.seed, config.block_size),
+        door.forward(
+            model, p, door.plan_forward(input_ids, p, model=model), block_size=config.block_size
+        ),
         drift_capture(model, config.trained_context, width, n_buckets) as drift,
     ):
         nll = position_nll(model, input_ids, config.chunk)

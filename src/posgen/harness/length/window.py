@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from posgen.harness.length.nll import check_document, fill_head_nll
+from posgen.harness.model_side import door
 
 
 def window_plan(n: int, c: int, stride: int) -> list[tuple[int, int, int]]:
@@ -58,7 +59,7 @@ def window_nll(
     or position scheme may be active."""
     n = check_document(model, input_ids)
     out = np.full(n, np.nan)
-    with torch.no_grad():
+    with torch.no_grad(), door.forward(model):
         for a, lo, hi in window_plan(n, c, stride):
             window = input_ids[:, a : a + c]  # [1, C], positions 0 … C−1
             hidden = model.base_model(input_ids=window).last_hidden_state[0]  # [C, hidden]

@@ -3,7 +3,7 @@ model's own ``loglikelihood_rolling`` (lm-eval's rolling windows, as ``posgen ru
 the task) under one model-side perturbation, written to its folder as soon as it is
 scored. ``posgen layers`` and ``posgen cause`` score their cells here.
 
-With the model's prefix reuse (:class:`posgen.harness.hf_posgen.prefix_reuse.PrefixReuse`)
+With the model's prefix reuse (:class:`posgen.harness.model_side.prefix_reuse.PrefixReuse`)
 the plain cell keeps every decoder layer's output, and a cell whose first perturbed layer
 is L runs only layers L.. .
 """

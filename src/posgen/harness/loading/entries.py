@@ -59,7 +59,7 @@ def model_entries(
 
 def _check_attention(entry: ModelEntry) -> None:
     """Every command that loads a Falcon-ALiBi fits its logits, which are read where its
-    sdpa attention forms them (:mod:`posgen.harness.hf_posgen.falcon_sdpa`): another
+    sdpa attention forms them (:mod:`posgen.harness.model_side.alibi.falcon_sdpa`): another
     attention implementation is refused here, before it loads."""
     attention = entry.attn_implementation
     family = None if attention in (None, "sdpa") else family_of_folder(entry.path)

@@ -2,7 +2,7 @@
 
 **What survives the form.** On the same ``n`` documents, with per-document
 log-likelihoods ``bll_d`` (plain model) and ``ll_{c,d}`` (cell c: one form of logits,
-:mod:`posgen.harness.hf_posgen.logit_forms`, in one layer or in every layer), word counts
+:mod:`posgen.harness.model_side.logits.forms`, in one layer or in every layer), word counts
 ``w_d`` and token counts ``t_d``: ``D_c = PPL_c / PPL_plain − 1`` with the log-t interval
 over documents (:func:`posgen.results.scores.layers.degradation_row`, as ``posgen layers``)
 and the NLL per token ``−Σ_d ll_{c,d} / Σ_d t_d`` beside the plain one.

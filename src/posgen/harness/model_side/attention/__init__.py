@@ -1,0 +1,1 @@
+"""posgen's attention functions behind one wrapper: qk noise, Λ and InfLLM."""
