@@ -31,7 +31,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import ROUND_FLOOR, Decimal
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -231,6 +231,19 @@ def block_starts(bounds: np.ndarray, order: Sequence[int]) -> np.ndarray:
     return starts
 
 
+class PassageBlocks(NamedTuple):
+    """One row's passage blocks in its context tokens: ``bounds = (s_0, ..., s_k)`` (the
+    module docstring) and ``evidence``, the evidence block's index."""
+
+    bounds: tuple[int, ...]
+    evidence: int
+
+    def shifted(self, by: int) -> PassageBlocks:
+        """The blocks of the same tokens after ``by`` tokens were cut from the left of the
+        context (``by`` may be negative: tokens added before it)."""
+        return PassageBlocks(tuple(int(s) - by for s in self.bounds), self.evidence)
+
+
 @registry.register
 @dataclass(frozen=True)
 class PositionDepth(DepthMixin, PositionPerturbation):
@@ -241,6 +254,9 @@ class PositionDepth(DepthMixin, PositionPerturbation):
     give: the model side calls :meth:`values_for_blocks` per row; :meth:`values` refuses."""
 
     name: ClassVar[str] = "depth"
+    #: the model side plans it from each row's :class:`PassageBlocks`
+    #: (:meth:`row_offsets`), never from :meth:`values`
+    needs_blocks: ClassVar[bool] = True
     depth: float = 0.5
 
     def values(self, n: int, rng: np.random.Generator | None) -> tuple[np.ndarray, int]:
@@ -272,6 +288,40 @@ class PositionDepth(DepthMixin, PositionPerturbation):
         for b in range(k):
             values[s[b] : s[b + 1]] = starts[b] + np.arange(s[b + 1] - s[b], dtype=np.int64)
         return values
+
+    def row_offsets(self, blocks: PassageBlocks, span: int, n: int) -> np.ndarray:
+        """Offsets ``p[t] − t`` ``[n]`` (int64) of a row of ``n`` tokens whose first
+        ``span`` are its context with passage ``blocks``: :meth:`values_for_blocks` over
+        the context, 0 after it (a continuation, generated tokens: their own positions
+        after the context, as for every scheme that moves a context)."""
+        if not 0 < span <= n:
+            raise ValueError(f"{self.name}: span {span} outside 1..{n}")
+        offsets = np.zeros(n, dtype=np.int64)
+        values = self.values_for_blocks(blocks.bounds, blocks.evidence, span)
+        offsets[:span] = values - np.arange(span, dtype=np.int64)
+        return offsets
+
+    def realised(self, blocks: PassageBlocks, span: int) -> dict[str, Any]:
+        """What a row's ids realise beside the nominal depth: ``depth_nominal`` (D),
+        ``depth_target`` (the slot t) among ``depth_k`` blocks, ``depth_source`` (the
+        evidence's own slot), ``depth_realised`` (t / (k − 1)), and in tokens where the
+        evidence's ids put it: ``depth_evidence_offset`` (its first id),
+        ``depth_evidence_length``, ``depth_to_question`` (ids between its end and the
+        question) and ``depth_n`` (the context's tokens)."""
+        k = len(blocks.bounds) - 1
+        t = self.target(k)
+        where = self.layout(blocks.bounds, blocks.evidence, span)
+        return {
+            "depth_nominal": float(self.depth),
+            "depth_target": t,
+            "depth_k": k,
+            "depth_source": int(blocks.evidence),
+            "depth_realised": t / (k - 1),
+            "depth_evidence_offset": where.evidence_start,
+            "depth_evidence_length": where.evidence_length,
+            "depth_to_question": where.distance_to_question,
+            "depth_n": where.n,
+        }
 
     def layout(self, bounds: Sequence[int], evidence: int, n: int) -> BlockLayout:
         """Where the evidence block's position ids put it (:meth:`values_for_blocks`):

@@ -27,19 +27,30 @@ import numpy as np
 import torch
 
 from posgen.compat import patched
+from posgen.perturbations.base import PerturbationError
+from posgen.perturbations.depth import PassageBlocks
 
 DocId = tuple[str | None, int]  # (task name, lm-eval doc_id)
 NO_DOCS: frozenset[DocId] = frozenset()
 
 
+class BlockSource(NamedTuple):
+    """A request's passage blocks over its whole context of ``n`` tokens."""
+
+    blocks: PassageBlocks
+    n: int
+
+
 class PaddedRows(NamedTuple):
-    """One padded batch: per row its real length, context length, documents and which of
-    its context tokens are content (None: all of them; see :mod:`.chat_content`)."""
+    """One padded batch: per row its real length, context length, documents, which of
+    its context tokens are content (None: all of them; see :mod:`.chat_content`) and its
+    context's passage blocks (``positions=depth:D``, :mod:`.depth_rows`; None: unknown)."""
 
     lengths: list[int]
     contexts: list[int]
     docs: list[frozenset[DocId]]
     content: list[np.ndarray | None]
+    blocks: list[PassageBlocks | None] | None = None
 
 
 def docs_by_arguments(requests: Iterable[Any]) -> dict[tuple, frozenset[DocId]]:
@@ -119,12 +130,14 @@ def padded_rows(
     conts: list[int],
     docs: list[frozenset[DocId]],
     masks: list[np.ndarray | None],
+    blocks: list[BlockSource | None] | None = None,
 ) -> PaddedRows:
     """One padded batch's rows from the real ``lengths`` n of its rows, as HFLM pads them,
-    and the continuation lengths m, documents and whole-context content masks its batcher
-    gave for them: each row's context part ``n − m + 1`` (what remains after truncation
-    from the left) and its mask cut to that part. Raises ``RuntimeError`` when they do not
-    match (lm-eval changed its batching or truncation)."""
+    and the continuation lengths m, documents, whole-context content masks and passage
+    blocks its batcher gave for them: each row's context part ``n − m + 1`` (what remains
+    after truncation from the left), its mask cut to that part and its blocks shifted to
+    it. Raises ``RuntimeError`` when they do not match (lm-eval changed its batching or
+    truncation)."""
     if len(conts) != len(lengths) or any(n < m for n, m in zip(lengths, conts, strict=True)):
         raise RuntimeError(
             f"hf-posgen could not match the padded rows {lengths} to the continuation "
@@ -140,24 +153,44 @@ def padded_rows(
             f"hf-posgen's content masks do not cover the context parts {contexts} of the "
             "padded rows (lm-eval changed how it truncates contexts?)"
         )
-    return PaddedRows(lengths, contexts, docs, content)
+    if blocks is None or all(b is None for b in blocks):
+        return PaddedRows(lengths, contexts, docs, content)
+    cut = [None if b is None else truncated(b, c) for b, c in zip(blocks, contexts, strict=True)]
+    return PaddedRows(lengths, contexts, docs, content, cut)
+
+
+def truncated(blocks: BlockSource, kept: int) -> PassageBlocks:
+    """A context's passage blocks (``blocks.blocks`` over its ``blocks.n`` tokens) in the
+    last ``kept`` of them, what HFLM keeps when it cuts a context from the left; refused
+    in one line when the cut reaches a passage (the evidence's depth would be another)."""
+    cut = blocks.n - kept
+    if cut > blocks.blocks.bounds[0]:
+        raise PerturbationError(
+            f"a context of {blocks.n} tokens was cut to its last {kept} (the model's "
+            f"max_length), which drops tokens of its passages (they start at token "
+            f"{blocks.blocks.bounds[0]}); positions=depth needs the whole passages: use "
+            "shorter documents or a model that holds them"
+        )
+    return blocks.blocks.shifted(cut)
 
 
 @contextmanager
 def recording_rows(
     docs_of_row: Callable[[Any], frozenset[DocId]] = lambda request: NO_DOCS,
     content_of_row: Callable[[Any], np.ndarray | None] = lambda request: None,
+    blocks_of_row: Callable[[Any], BlockSource | None] = lambda request: None,
 ) -> Iterator[deque[PaddedRows]]:
     """Within the block, every batch HFLM pads with ``pad_and_concat`` leaves in the yielded
     queue the real length n of each row, the length of its context part, its documents
     (``docs_of_row(request)``) and its content mask (``content_of_row(request)``, a mask
-    over the request's whole context, cut here as the context is). A row is
+    over the request's whole context, cut here as the context is) and its context's
+    passage blocks (``blocks_of_row(request)``, shifted here as the context is cut). A row is
     ``(context + continuation)[-(L+1):][:-1]``, so its context part is ``n − (m − 1)`` for
     a continuation of m tokens: the context that remains after truncation from the left.
     HFLM's batcher (``Collator.get_batched``) is watched for the requests of the batch
     being padded."""
     queue: deque[PaddedRows] = deque()
-    batched: deque[tuple[list[int], list[frozenset[DocId]], list[np.ndarray | None]]] = deque()
+    batched: deque[tuple[list, list, list, list]] = deque()
 
     def recording_collator(original_collator: type) -> type:
         class RecordingCollator(original_collator):  # type: ignore[misc, valid-type]
@@ -165,7 +198,8 @@ def recording_rows(
                 for chunk in super().get_batched(*args, **kwargs):
                     conts = [len(request[-1]) for request in chunk]
                     docs = [docs_of_row(request) for request in chunk]
-                    batched.append((conts, docs, [content_of_row(r) for r in chunk]))
+                    masks = [content_of_row(r) for r in chunk]
+                    batched.append((conts, docs, masks, [blocks_of_row(r) for r in chunk]))
                     yield chunk
 
         return RecordingCollator
@@ -175,7 +209,7 @@ def recording_rows(
 
     def record(original_pad, max_length: int, tensors: list[torch.Tensor], *args, **kwargs):
         lengths = [int(t.shape[-1]) for t in tensors]
-        queue.append(padded_rows(lengths, *(batched.popleft() if batched else ([], [], []))))
+        queue.append(padded_rows(lengths, *(batched.popleft() if batched else ([], [], [], []))))
         return original_pad(max_length, tensors, *args, **kwargs)
 
     with (

@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from posgen.harness.hf_posgen.batch_rows import NO_DOCS, PaddedRows
+from posgen.harness.hf_posgen.batch_rows import NO_DOCS, BlockSource, PaddedRows, truncated
 from posgen.harness.hf_posgen.generation_rows import left_padded_lengths
 from posgen.harness.model_side import door
 from posgen.harness.model_side.attention.qk_noise import mix_heads, perturb, twin_rotation
@@ -48,6 +48,7 @@ from posgen.harness.model_side.perturbation import ModelPerturbation
 from posgen.harness.model_side.positions.non_rotary import generation_source
 from posgen.harness.model_side.positions.plan import BatchPlan
 from posgen.perturbations.base import PerturbationError, registry
+from posgen.perturbations.depth import PassageBlocks
 
 
 class GenerationRefused(PerturbationError, NotImplementedError):
@@ -100,25 +101,29 @@ def plan_generation(
     max_length: int,
     content: Sequence[np.ndarray] | None = None,
     encoded: Sequence[Sequence[int]] | None = None,
+    blocks: Sequence[BlockSource] | None = None,
 ) -> GenerationPlan:
     """The plan of one ``generate(input_ids=context, attention_mask=mask,
     max_length=max_length)`` call under ``p`` (``context`` ``[B, W]``, left-padded).
     Under a chat template ``content[b]`` is the content mask over ``encoded[b]``, the
-    whole tokens of row b's context string; HFLM may have cut the row from the left."""
+    whole tokens of row b's context string; under ``positions=depth:D`` ``blocks[b]``
+    its passage blocks over them. HFLM may have cut the row from the left."""
     lengths = left_padded_lengths(context, mask)
-    masks = None
-    if content is not None and encoded is not None:
+    masks = cut = None
+    if encoded is not None and (content is not None or blocks is not None):
         ids = context.detach().to("cpu", torch.int64)
-        masks = []
         for b, n in enumerate(lengths):
             whole = list(encoded[b])
             if len(whole) < n or whole[len(whole) - n :] != ids[b, ids.shape[1] - n :].tolist():
                 raise RuntimeError(
                     f"row {b} of the generation batch is not the end of its context's own "
-                    "tokens; hf-posgen cannot place the content of its chat template"
+                    "tokens; hf-posgen cannot place its chat template's content or passages"
                 )
-            masks.append(np.asarray(content[b])[len(whole) - n :])
-    return GenerationPlan(p, context, lengths, max_length - context.shape[1], masks)
+        if content is not None:
+            masks = [np.asarray(content[b])[len(encoded[b]) - n :] for b, n in enumerate(lengths)]
+        if blocks is not None:
+            cut = [truncated(blocks[b], n) for b, n in enumerate(lengths)]
+    return GenerationPlan(p, context, lengths, max_length - context.shape[1], masks, cut)
 
 
 class Step(NamedTuple):
@@ -146,8 +151,10 @@ class GenerationPlan:
         lengths: Sequence[int],
         new_tokens: int,
         content: Sequence[np.ndarray | None] | None = None,
+        blocks: Sequence[PassageBlocks] | None = None,
     ) -> None:
         self.p = p
+        self.blocks = None if blocks is None else list(blocks)
         self.ids = context.detach().to("cpu", torch.int64).numpy()
         self.lengths = tuple(int(n) for n in lengths)
         self.width = int(self.ids.shape[1])
@@ -164,7 +171,7 @@ class GenerationPlan:
         for b, n in enumerate(self.lengths):
             right[b, :n] = self.ids[b, width - n :]
         total = [n + new_tokens for n in self.lengths]
-        rows = PaddedRows(total, list(self.lengths), [NO_DOCS] * batch, self.content)
+        rows = PaddedRows(total, list(self.lengths), [NO_DOCS] * batch, self.content, self.blocks)
         base = door.plan_forward(torch.from_numpy(right), self.p, rows)
         self._right, self._base = right, base
         columns = width + new_tokens

@@ -33,6 +33,7 @@ from posgen.harness.hf_posgen.batch_rows import (
     recording_window_docs,
     row_key,
 )
+from posgen.harness.hf_posgen.depth_rows import DepthRequests
 
 
 def split_differently(requests: Iterable[Any]) -> bool:
@@ -49,7 +50,8 @@ def split_differently(requests: Iterable[Any]) -> bool:
 class LoglikelihoodRows:
     """What one model knows about the rows of the batches HFLM is scoring now."""
 
-    def __init__(self) -> None:
+    def __init__(self, depth: DepthRequests | None = None) -> None:
+        self.depth = depth or DepthRequests(None)  # each context's passages (depth:D)
         self.queue: deque[PaddedRows] | None = None  # while HFLM pads a perturbed call
         self.whole_rows = False  # a rolling call: each window is perturbed whole
         # the documents of the requests being scored, while a plan observer is set
@@ -58,20 +60,21 @@ class LoglikelihoodRows:
 
     @contextmanager
     def scoring(self, requests: Any, observed: bool) -> Iterator[None]:
-        """Within a ``loglikelihood`` call: with ``observed``, which documents ask what."""
-        if not observed:
-            yield
-            return
-        self._by_arguments = docs_by_arguments(requests)
+        """Within a ``loglikelihood`` call: with ``observed``, which documents ask what;
+        under ``positions=depth:D``, each context's document."""
+        self._by_arguments = docs_by_arguments(requests) if observed else {}
         try:
-            yield
+            with self.depth.serving(requests, "loglikelihood"):
+                yield
         finally:
             self._by_arguments = {}
 
     @contextmanager
     def rolling(self, requests: Any, observed: bool) -> Iterator[None]:
         """Within a ``loglikelihood_rolling`` call: rows are whole windows and, with
-        ``observed``, each window is traced to the document it was cut from."""
+        ``observed``, each window is traced to the document it was cut from
+        (``positions=depth:D`` refused: a window has no passages)."""
+        self.depth.refuse_windows()
         self.whole_rows = True
         try:
             if not observed:
@@ -92,7 +95,7 @@ class LoglikelihoodRows:
         content_of_row: Callable[[Any], np.ndarray | None],
     ) -> Iterator[None]:
         """Within HFLM's ``_loglikelihood_tokens``: every batch it pads is queued with its
-        rows' documents (with ``observed``) and content masks."""
+        rows' documents (with ``observed``), content masks and passage blocks."""
         rows = (
             docs_by_row(requests, self._by_arguments, self._by_window, self.whole_rows)
             if observed
@@ -100,7 +103,9 @@ class LoglikelihoodRows:
         )
         whole = self.whole_rows
         with recording_rows(
-            lambda request: rows.get(row_key(request, whole), NO_DOCS), content_of_row
+            lambda request: rows.get(row_key(request, whole), NO_DOCS),
+            content_of_row,
+            self.depth.row,
         ) as queue:
             self.queue = queue
             try:
@@ -146,7 +151,7 @@ class LoglikelihoodRows:
                 "hf-posgen could not see how HFLM padded this batch (lm-eval "
                 "changed its padding code?); refusing to guess the real tokens"
             )
-        lengths, contexts, docs, content = self.queue.popleft()
+        lengths, contexts, docs, content, blocks = self.queue.popleft()
         if (
             len(lengths) != batch
             or max(lengths) != width
@@ -156,4 +161,5 @@ class LoglikelihoodRows:
                 f"recorded row lengths {lengths} do not match the padded batch "
                 f"of shape {tuple(inps.shape)}"
             )
-        return PaddedRows(lengths, list(lengths) if self.whole_rows else contexts, docs, content)
+        spans = list(lengths) if self.whole_rows else contexts
+        return PaddedRows(lengths, spans, docs, content, blocks)

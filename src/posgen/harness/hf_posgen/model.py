@@ -50,6 +50,7 @@ from lm_eval.api.model import CacheHook
 from lm_eval.models.huggingface import HFLM
 
 from posgen.harness.hf_posgen.chat_content import ChatContents
+from posgen.harness.hf_posgen.depth_rows import DepthRequests
 from posgen.harness.hf_posgen.generation import check_generation, generating, plan_generation
 from posgen.harness.hf_posgen.generation_rows import GenerationRows
 from posgen.harness.hf_posgen.loglikelihood_rows import LoglikelihoodRows
@@ -113,7 +114,8 @@ class HFPosgenLM(HFLM):
         join_launch(self, launch)
         hold_max_length(self)
         self._response_cache = ResponseCache()
-        self._rows = LoglikelihoodRows()
+        self._depth = DepthRequests(self.tokenizer, lambda: self._perturbation.positions)
+        self._rows = LoglikelihoodRows(self._depth)
         # called as plan_observer(inps, plan, docs) for every padded loglikelihood batch
         # and every generation batch (its contexts right-aligned), docs[b] the documents
         # (task name, lm-eval doc_id) row b belongs to
@@ -123,7 +125,7 @@ class HFPosgenLM(HFLM):
         # logits=foreign: the distance terms of another sequence's fit (posgen cause)
         self.logit_donor: LogitDonor | None = None
         self._chat = ChatContents()
-        self._generation = GenerationRows()
+        self._generation = GenerationRows(self._depth)
         self._perturbation = ModelPerturbation(seed=p.seed)
         self._length = length_scheme
         self.set_perturbation(p.positions, p.features, p.seed, p.layers, p.heads, p.logits)
@@ -261,7 +263,7 @@ class HFPosgenLM(HFLM):
         encoded = super().tok_batch_encode(strings, padding_side, left_truncate_len, truncation)
         if self._perturbation.changes_model:
             whole = None
-            if self._chat.active:
+            if self._chat.active or self._depth.active:
                 whole = [
                     super(HFPosgenLM, self).tok_batch_encode([s])[0][0].tolist() for s in strings
                 ]
@@ -277,12 +279,12 @@ class HFPosgenLM(HFLM):
                 return super()._model_generate(context, max_length, stop, **generation_kwargs)
         check_generation(p, generation_kwargs)
         observed = self.plan_observer is not None
-        strings, whole = (None, None)
-        if self._chat.active or observed:
-            strings, whole = self._generation.take(context)
+        strings, whole, blocks = (None, None, None)
+        if self._chat.active or observed or self._depth.active:
+            strings, whole, blocks = self._generation.take(context)
         content = self._chat.generation_masks(self.tokenizer, strings, whole)
         mask = generation_kwargs.get("attention_mask")
-        plan = plan_generation(p, context, mask, max_length, content, whole)
+        plan = plan_generation(p, context, mask, max_length, content, whole, blocks)
         if observed:
             self.plan_observer(*plan.context_rows(), self._generation.docs(strings))
         with generating(self.model, plan):

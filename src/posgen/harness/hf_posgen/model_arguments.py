@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from posgen.harness.embedded import resolve_pretrained
+from posgen.harness.hf_posgen.depth_rows import needs_blocks
 from posgen.harness.hf_posgen.pretrained_config import (
     check_family_in_config,
     check_layers_in_config,
@@ -69,6 +70,7 @@ def checked_arguments(
             "HFPosgenLM.logit_donor and call set_perturbation (posgen cause does)"
         )
     length_scheme = parse_length_arg(length)
+    _refuse_depth_beside_scaling(perturbation, length_scheme)
     _refuse_layers_beside_length(perturbation.layers, length_scheme)
     check_beside_length(perturbation.logits, length_scheme)
     return perturbation, length_scheme
@@ -153,6 +155,17 @@ def hold_max_length(lm: Any) -> None:
     limit = length_limit(lm.model.config)
     if limit is not None and lm.max_length > limit[1]:
         lm._max_length = limit[1]  # HFLM's max_length= (compat.LM_EVAL_ATTRIBUTES)
+
+
+def _refuse_depth_beside_scaling(p: ModelPerturbation, length: LengthPerturbation | None) -> None:
+    """``positions=depth:D`` gives the evidence block the ids of its slot at depth D; a
+    length scheme that scales every position (``scale:F``) would move those ids again."""
+    if needs_blocks(p.positions) and length is not None and length.position_factor != 1:
+        raise PerturbationError(
+            f"positions={p.positions.to_string()} beside length={length.to_string()}: the "
+            "length scheme scales every position, the evidence's moved ids included; run "
+            "them apart"
+        )
 
 
 def _refuse_layers_beside_length(

@@ -48,6 +48,7 @@ from posgen.harness.model_side.positions.non_rotary import family_positions
 from posgen.harness.model_side.positions.plan import BatchPlan, build_plan
 from posgen.harness.model_side.positions.rotary import PositionSource, rotary_positions
 from posgen.harness.model_side.prefix_reuse import PrefixReuse
+from posgen.perturbations.depth import PassageBlocks
 from posgen.perturbations.length import LengthPerturbation, combined_positions
 
 _DEPTH: ContextVar[int] = ContextVar("posgen_door_depth", default=0)
@@ -61,11 +62,13 @@ def inside() -> bool:
 class Rows(Protocol):
     """The rows of one padded batch (``hf-posgen``'s
     :class:`~posgen.harness.hf_posgen.batch_rows.PaddedRows`): per row its real length, how
-    many leading tokens are its context and which of them are content (None: all)."""
+    many leading tokens are its context, which of them are content (None: all) and its
+    context's passage blocks (``positions=depth:D``; None: not known)."""
 
     lengths: Sequence[int]
     contexts: Sequence[int]
     content: Sequence[np.ndarray | None]
+    blocks: Sequence[PassageBlocks | None] | None
 
 
 class Steps(NamedTuple):
@@ -85,7 +88,7 @@ def plan_forward(
 ) -> BatchPlan:
     """The plan of one forward of ``inps`` ``[B, T]`` under ``p``: row b has
     ``rows.lengths[b]`` real tokens, of which the first ``rows.contexts[b]`` (narrowed to
-    ``rows.content[b]``) are perturbed; position schemes combined with the length scheme
+    ``rows.content[b]``; their passage blocks ``rows.blocks[b]``) are perturbed; position schemes combined with the length scheme
     (``positions / F``), then the feature scheme; restricted to ``p.layers``/``p.heads``.
 
     ``rows`` None: ``inps`` is one unpadded document ``[1, n]``, all of it perturbed, and
@@ -100,8 +103,9 @@ def plan_forward(
             check_loaded(model, p.length)
     lengths = [int(inps.shape[1])] if rows is None else rows.lengths
     spans, content = (None, None) if rows is None else (rows.contexts, rows.content)
+    blocks = None if rows is None else getattr(rows, "blocks", None)
     moved = combined_positions(p.positions, p.length)
-    plan = build_plan(inps, lengths, (moved, p.features), p.seed, spans, content)
+    plan = build_plan(inps, lengths, (moved, p.features), p.seed, spans, content, blocks)
     return dataclasses.replace(plan, layers=p.layers, heads=p.heads)
 
 

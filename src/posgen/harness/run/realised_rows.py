@@ -17,6 +17,10 @@ A plan without position values (``qk_noise``) moves no position: its rows carry 
 Under a chat template only the context's content tokens are perturbed, and only they
 count (n is their number; a displacement is in the row's positions).
 
+A row planned from its passage blocks (``positions=depth:D``) also carries the
+realised evidence depth beside the nominal one (``depth_*``:
+:meth:`posgen.perturbations.depth.PositionDepth.realised`).
+
 Each row also keeps the lm-eval documents it served (``docs``: ``[task name, doc_id]``
 pairs, from the model's batch records), so the cell record can give every document its
 own realised amount (:func:`posgen.results.tables.realised.document_items`).
@@ -60,6 +64,8 @@ class RowRecorder:
             self._items[key] = row_stats(
                 key, None if values is None else values[at], at.size, at.astype(np.float64)
             )
+            if plan.depth and plan.depth[b] is not None:
+                self._items[key].update(plan.depth[b])
             self._rows[key] = (row, values)
 
     def state(self) -> tuple[dict, dict, dict]:

@@ -16,6 +16,7 @@ from posgen.atomic import atomic_write_bytes, atomic_write_text
 from posgen.results.folder.config import RunConfig
 from posgen.results.folder.run_store import RunStore
 from posgen.results.report import plots
+from posgen.results.report.depth import depth_blocks
 from posgen.results.report.examples import examples_section
 from posgen.results.report.length import run_blocks as length_run_blocks
 from posgen.results.report.realised_plots import common_axis_blocks
@@ -116,6 +117,7 @@ def build_blocks(store, scores: dict[str, Any]) -> list[Block]:
     blocks.append(("table", *detail_table(scores)))
     blocks += worst_case_blocks(cfg, scores)  # posgen run --seeds K > 1
     blocks += length_run_blocks(store.root)  # posgen run --length: RUN/length/<model>/
+    blocks += depth_blocks(scores["perdoc"])[0]  # depth cells (kind text | position)
     blocks += examples_section(cfg_models(cfg), scores["cells"])
     blocks += not_shown_blocks(cfg, scores)
     return blocks

@@ -15,6 +15,14 @@ other scheme's offsets (a shift, a scale, rope noise) are added at the content t
 The template's tokens keep their positions, and ``qk`` schemes perturb the content
 tokens' queries and keys only.
 
+A scheme that needs a document's passage blocks (``positions=depth:D``,
+:class:`~posgen.perturbations.depth.PositionDepth`) takes its values from a per-row
+source instead of a draw: ``blocks[b]``, the passage blocks of row b's context in its
+tokens (found from the request's document, :mod:`posgen.harness.hf_posgen.depth_rows`);
+a row without them is refused. Its tokens are addressed directly (a chat template's
+tokens before the passages are the fixed prefix), and the plan records what each row
+realised (``depth``).
+
 The planned positions enter the model where its positions enter: the rotary embedding
 (:mod:`.rotary`), chosen layers only (:mod:`.layers`), a learned table or an ALiBi bias
 (:mod:`.non_rotary`).
@@ -28,6 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from posgen.perturbations.base import PerturbationError
+from posgen.perturbations.depth import PassageBlocks
 from posgen.perturbations.model_side import WHERE, ModelSidePerturbation
 from posgen.perturbations.seeding import token_key
 
@@ -45,6 +55,8 @@ class BatchPlan:
     - ``slots``: per row, the indices of the perturbed tokens when they are not all of the
       first ``spans[b]`` (the content tokens under a chat template), else None.
     - ``layers``: the decoder layers the schemes act in (``layers=``), None for all.
+    - ``depth``: per row, the realised evidence depth of a scheme planned from passage
+      blocks (:meth:`~posgen.perturbations.depth.PositionDepth.realised`), else ().
     """
 
     lengths: tuple[int, ...]
@@ -56,6 +68,7 @@ class BatchPlan:
     slots: tuple[np.ndarray | None, ...] = ()
     layers: tuple[int, ...] | None = None  # the layers the schemes act in (None: all)
     heads: tuple[int, ...] | None = None  # query heads within those layers (None: all)
+    depth: tuple[dict | None, ...] = ()  # per row, the realised evidence depth
 
     def acts_in(self, layer: int) -> bool:
         """Do the planned schemes act in decoder layer ``layer``?"""
@@ -74,11 +87,13 @@ def build_plan(
     seed: int,
     spans: Sequence[int] | None = None,
     content: Sequence[np.ndarray | None] | None = None,
+    blocks: Sequence[PassageBlocks | None] | None = None,
 ) -> BatchPlan:
     """Plan one forward of ``input_ids`` ``[B, T]`` whose row b has ``lengths[b]`` real
     tokens followed by padding, of which the first ``spans[b]`` (default: all) are perturbed
     by ``schemes`` (None and identity entries are skipped); ``content[b]``, a boolean mask
-    over those ``spans[b]`` tokens, narrows them to its True tokens (None: all).
+    over those ``spans[b]`` tokens, narrows them to its True tokens (None: all);
+    ``blocks[b]``: the passage blocks of those tokens, for a scheme that needs them.
 
     Positions: ``p_b[t] = t + Σ_schemes draw(tokens of b, spans[b])[t]`` for the schemes
     acting on positions (see :mod:`posgen.perturbations.model_side`), and ``t`` on padding:
@@ -96,16 +111,12 @@ def build_plan(
     for scheme in active:
         if scheme.where not in WHERE:
             raise ValueError(f"{scheme.name}: where={scheme.where!r}, expected one of {WHERE}")
-    masks = [None] * batch if content is None else list(content)
-    if len(masks) != batch or any(
-        m is not None and np.shape(m) != (s,) for m, s in zip(masks, spans, strict=True)
-    ):
-        raise ValueError(f"content masks do not fit the spans {spans}")
-    slots = tuple(None if m is None else np.flatnonzero(m) for m in masks)
+    slots = _content_slots(content, spans)
     rows = [ids[b, :n] for b, n in enumerate(lengths)]
     keys = tuple(token_key(r[:s]) for r, s in zip(rows, spans, strict=True))
     moving = [s for s in active if s.where == "positions"]
-    table = _position_table(rows, spans, slots, width, moving, seed) if moving else None
+    sources, depth = _block_sources(moving, spans, blocks)
+    table = _position_table(rows, spans, slots, width, moving, seed, sources) if moving else None
     qk = tuple(s for s in active if s.where == "qk")
     return BatchPlan(
         tuple(int(n) for n in lengths),
@@ -115,7 +126,41 @@ def build_plan(
         qk,
         int(seed),
         slots if any(s is not None for s in slots) else (),
+        depth=depth,
     )
+
+
+def _content_slots(
+    content: Sequence[np.ndarray | None] | None, spans: list[int]
+) -> tuple[np.ndarray | None, ...]:
+    """Each row's content tokens (None: all of its span) from its content mask."""
+    masks = [None] * len(spans) if content is None else list(content)
+    if len(masks) != len(spans) or any(
+        m is not None and np.shape(m) != (s,) for m, s in zip(masks, spans, strict=True)
+    ):
+        raise ValueError(f"content masks do not fit the spans {spans}")
+    return tuple(None if m is None else np.flatnonzero(m) for m in masks)
+
+
+def _block_sources(
+    schemes: list[ModelSidePerturbation],
+    spans: list[int],
+    blocks: Sequence[PassageBlocks | None] | None,
+) -> tuple[list[PassageBlocks | None], tuple[dict | None, ...]]:
+    """Each row's passage blocks when a scheme needs them (else Nones), refusing a row
+    without them in one line (the scheme's own refusal: its field protocol), and the
+    depth each row realises under it."""
+    rows = [None] * len(spans) if blocks is None else list(blocks)
+    if len(rows) != len(spans):
+        raise ValueError(f"passage blocks for {len(rows)} rows, {len(spans)} in the batch")
+    needing = [s for s in schemes if getattr(s, "needs_blocks", False)]
+    if not needing:
+        return rows, ()
+    if any(b is None for b in rows):
+        needing[0].values(0, None)  # refuses, naming what the row lacks
+        raise PerturbationError(f"{needing[0].to_string()} needs each row's passage blocks")
+    depth = needing[0]  # one position scheme per run
+    return rows, tuple(depth.realised(b, n) for b, n in zip(rows, spans, strict=True))  # type: ignore[attr-defined]
 
 
 def _position_table(
@@ -125,15 +170,19 @@ def _position_table(
     width: int,
     schemes: list[ModelSidePerturbation],
     seed: int,
+    blocks: Sequence[PassageBlocks | None],
 ) -> torch.Tensor:
     """Position values ``[B, T]``: long when every value is an integer, else float32."""
     table = np.tile(np.arange(width, dtype=np.float64), (len(rows), 1))
     integral = True
     for b, (row, span, idx) in enumerate(zip(rows, spans, slots, strict=True)):
-        if idx is not None and not idx.size:
-            continue  # no content token: nothing of the row moves
         for scheme in schemes:
-            if idx is None:
+            if getattr(scheme, "needs_blocks", False):  # its own tokens, from the blocks
+                offsets = scheme.row_offsets(blocks[b], span, row.size)  # type: ignore[attr-defined]
+                table[b, : row.size] += offsets
+            elif idx is not None and not idx.size:
+                continue  # no content token: nothing of the row moves
+            elif idx is None:
                 offsets = scheme.draw(row, span, seed)
                 table[b, : row.size] += offsets
             else:
