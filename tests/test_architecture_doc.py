@@ -135,6 +135,7 @@ def test_every_command_that_writes_a_folder_has_its_files_and_the_protocol():
         sources = "".join((PKG / f).read_text(encoding="utf-8") for f in files)
         job = PKG / "harness" / command / "job.py"  # posgen length hands it to run_job
         sources += job.read_text(encoding="utf-8") if job.is_file() else ""
-        assert re.search(r"\b(\w+Folder|RunStore)\.create\(", sources), command
+        opened = r"\b(\w+Folder|RunStore)\.create\(|write_folder\(\s*\"\w+\",\s*\w+Folder\b"
+        assert re.search(opened, sources), command
     recipe = TEXT[TEXT.index("is six files:") : TEXT.index("The commands as they are")]
     assert len([ln for ln in recipe.splitlines() if ln.startswith("| `")]) == 6

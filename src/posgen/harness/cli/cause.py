@@ -14,7 +14,6 @@ docs/cause.md.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -194,10 +193,6 @@ _NO_LAYER_POSITIONS = {
 }
 
 
-def _progress(line: str) -> None:
-    print(f"posgen cause: {line}", file=sys.stderr, flush=True)
-
-
 def combine_main(args: argparse.Namespace) -> int:
     from posgen.results.report.combine import combine_cause
 
@@ -207,43 +202,46 @@ def combine_main(args: argparse.Namespace) -> int:
 def main(args: argparse.Namespace) -> int:
     if args.combine is not None:
         return combine_main(args)
+    import time
+
+    from posgen.harness.cause.runner import run
+    from posgen.harness.cli.driver import default_out, resolved, say, write_folder
     from posgen.harness.loading import require_compatible
+    from posgen.results.folder.cause_config import CauseFolder
+    from posgen.results.report.folder_reports import regenerate_cause
     from posgen.results.scores.cause_profile import LayersRunError, check_layers_run
 
-    try:
+    def resolve_all() -> CauseConfig:
         config = resolve(args)
         require_compatible([config.model])  # posgen.compat, before the first cell
         if args.layers_run is not None:
             check_layers_run(config, args.layers_run)
-    except (InputError, LayersRunError) as e:
-        print(f"posgen cause: {e}", file=sys.stderr)
+        return config
+
+    config = resolved("cause", resolve_all, (LayersRunError,))
+    if config is None:
         return 2
     note = limit_note(args.limit, config.limit)
     if note is not None:
-        print(f"posgen cause: note: {note}", file=sys.stderr)
-    import time
+        say("cause")(f"note: {note}")
+    progress = None if args.no_progress else say("cause")
 
-    from posgen.harness.cause.runner import run
-    from posgen.results.folder.cause_config import CauseFolder
-    from posgen.results.folder.lock import RunLockedError
-    from posgen.results.folder.store import RunConflictError, default_folder, slug
-    from posgen.results.report.folder_reports import regenerate_cause
+    def cells(folder: CauseFolder) -> dict[str, float]:
+        folder.layers_run(args.layers_run)
+        return run(folder, args.device, progress)
 
-    name = slug(config.model.label)
-    out = args.out or default_folder("cause", name, Path("posgen-cause") / name)
     start = time.perf_counter()
-    try:
-        with CauseFolder.create(out, config, note=_progress) as folder:
-            folder.layers_run(args.layers_run)
-            timings = run(folder, args.device, None if args.no_progress else _progress)
-            paths = regenerate_cause(folder)
-    except (RunConflictError, RunLockedError, LayersRunError) as e:
-        print(f"posgen cause: {e}", file=sys.stderr)
+    out = args.out or default_out("cause", config.model.label, "posgen-cause")
+    done = write_folder(
+        "cause", CauseFolder, out, config, cells, regenerate_cause, (LayersRunError,)
+    )
+    if done is None:
         return 2
-    cells = sum(v for k, v in timings.items() if k != "prediction")
+    _, timings, paths = done
+    steps = sum(v for k, v in timings.items() if k != "prediction")
     made = f"prediction {timings.get('prediction', 0):.1f} s" if config.schemes else "no prediction"
     print(
         f"posgen cause: {len(timings)} step(s) in {time.perf_counter() - start:.1f} s "
-        f"(cells {cells:.1f} s, {made}); report in {paths['md']}"
+        f"(cells {steps:.1f} s, {made}); report in {paths['md']}"
     )
     return 0

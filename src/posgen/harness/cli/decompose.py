@@ -4,7 +4,6 @@ probe text, with its tables and plots."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from posgen.harness import loading  # loading.load_config, looked up at call time
@@ -267,30 +266,29 @@ def resolve(args: argparse.Namespace):
 
 
 def main(args: argparse.Namespace) -> int:
+    from posgen.harness.cli.driver import default_out, resolved, say, write_folder
     from posgen.harness.decomposition.runner import run
     from posgen.results.folder.decompose_config import DecomposeFolder
-    from posgen.results.folder.lock import RunLockedError
-    from posgen.results.folder.store import RunConflictError, default_folder, slug
     from posgen.results.report.folder_reports import decompose_text, regenerate_decompose
 
-    def note(line: str) -> None:
-        print(f"posgen decompose: {line}", file=sys.stderr)
-
-    try:
-        config, device = resolve(args)
-    except InputError as e:
-        print(f"posgen decompose: {e}", file=sys.stderr)
+    found = resolved("decompose", lambda: resolve(args))
+    if found is None:
         return 2
+    config, device = found
     if args.tokens_note:
-        note(f"note: {args.tokens_note}")
-    out = args.out or default_folder("decompose", slug(config.model.label))
-    try:
-        with DecomposeFolder.create(out, config, note=note) as folder:
-            run(folder, device, note)
-            regenerate_decompose(folder)
-    except (RunConflictError, RunLockedError) as e:
-        print(f"posgen decompose: {e}", file=sys.stderr)
+        say("decompose")(f"note: {args.tokens_note}")
+    out = args.out or default_out("decompose", config.model.label)
+    done = write_folder(
+        "decompose",
+        DecomposeFolder,
+        out,
+        config,
+        lambda folder: run(folder, device, say("decompose")),
+        regenerate_decompose,
+    )
+    if done is None:
         return 2
+    folder = done[0]
     if config.experiments:
         for name, rows in folder.read_cell("experiments").items():
             print(f"{name}:\n{pd_table(rows)}")

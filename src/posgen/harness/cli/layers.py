@@ -11,7 +11,6 @@ docs/layers.md.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -200,47 +199,44 @@ def combine_main(args: argparse.Namespace) -> int:
     return combine_command(args, "layers", configure_parser, combine_layers)
 
 
-def _progress(line: str) -> None:
-    print(f"posgen layers: {line}", file=sys.stderr, flush=True)
-
-
 def main(args: argparse.Namespace) -> int:
     if args.combine is not None:
         return combine_main(args)
-    from posgen.harness.loading import require_compatible
+    import time
 
-    try:
+    from posgen.harness.cli.driver import default_out, resolved, say, write_folder
+    from posgen.harness.layers.runner import run
+    from posgen.harness.loading import require_compatible
+    from posgen.results.folder.layers_config import LayersFolder
+    from posgen.results.report.folder_reports import regenerate_layers
+
+    def resolve_all() -> LayersConfig:
         config = resolve(args)
         require_compatible([config.model])  # posgen.compat, before the first cell
-    except InputError as e:
-        print(f"posgen layers: {e}", file=sys.stderr)
+        return config
+
+    config = resolved("layers", resolve_all)
+    if config is None:
         return 2
     for note in (limit_note(args.limit, config.limit), args.tokens_note):
         if note is not None:
-            print(f"posgen layers: note: {note}", file=sys.stderr)
-    import time
+            say("layers")(f"note: {note}")
+    progress = None if args.no_progress else say("layers")
 
-    from posgen.harness.layers.runner import run
-    from posgen.results.folder.layers_config import LayersFolder
-    from posgen.results.folder.lock import RunLockedError
-    from posgen.results.folder.store import RunConflictError, default_folder, slug
-    from posgen.results.report.folder_reports import regenerate_layers
+    def cells(folder: LayersFolder) -> dict[str, float]:
+        folder.length_run(args.length_run)
+        return run(folder, args.device, progress=progress)
 
-    name = slug(config.model.label)
-    out = args.out or default_folder("layers", name, Path("posgen-layers") / name)
     start = time.perf_counter()
-    try:
-        with LayersFolder.create(out, config, note=_progress) as folder:
-            folder.length_run(args.length_run)
-            timings = run(folder, args.device, progress=None if args.no_progress else _progress)
-            paths = regenerate_layers(folder)
-    except (RunConflictError, RunLockedError) as e:
-        print(f"posgen layers: {e}", file=sys.stderr)
+    out = args.out or default_out("layers", config.model.label, "posgen-layers")
+    done = write_folder("layers", LayersFolder, out, config, cells, regenerate_layers)
+    if done is None:
         return 2
-    cells = sum(v for k, v in timings.items() if k != "decomposition")
+    _, timings, paths = done
+    steps = sum(v for k, v in timings.items() if k != "decomposition")
     print(
         f"posgen layers: {len(timings)} step(s) in {time.perf_counter() - start:.1f} s "
-        f"(cells {cells:.1f} s, decomposition {timings.get('decomposition', 0):.1f} s); "
+        f"(cells {steps:.1f} s, decomposition {timings.get('decomposition', 0):.1f} s); "
         f"report in {paths['md']}"
     )
     return 0
