@@ -76,9 +76,17 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kinds",
         help="perturbation kinds to sweep, a comma-separated subset of "
-        "text,position,feature (default: all three); position and feature cells of a "
-        "generative task perturb the prompt, and generated tokens continue at natural "
-        "positions after it",
+        "text,position,feature,depth (default: text,position,feature); position and "
+        "feature cells of a generative task perturb the prompt, and generated tokens "
+        "continue at natural positions after it; depth: the evidence passage at each of "
+        "--depths, in both forms (text: perm_depth_<D>pct_<task>; position: hf-posgen "
+        "positions=depth:D), on the built-in depth tasks (or the --suite tasks, which must "
+        "declare metadata.posgen_depth; docs/depth.md)",
+    )
+    parser.add_argument(
+        "--depths",
+        help="comma-separated evidence depths in [0, 1] for --kinds depth (0: first "
+        "passage, 1: last before the question; default 0,0.25,0.5,0.75,1, --quick 0,0.5,1)",
     )
     add_threshold_arguments(parser)
     parser.add_argument(

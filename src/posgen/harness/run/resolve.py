@@ -21,6 +21,8 @@ from posgen import __version__
 from posgen.harness.loading.entries import model_entries
 from posgen.harness.loading.load import position_limit
 from posgen.harness.loading.options import LoadOptions
+from posgen.harness.run.depth_sweep import KIND as DEPTH
+from posgen.harness.run.depth_sweep import depth_limit, depth_sweep
 from posgen.harness.run.options import (
     PlanError,
     check_include_paths,
@@ -36,6 +38,7 @@ from posgen.perturbations.seeding import DEFAULT_SEED
 from posgen.results.folder.config import (
     MODEL_SIDE_KINDS,
     Decompose,
+    DepthSweep,
     RunConfig,
     Scoring,
     SweepAxis,
@@ -203,11 +206,16 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
         random_init=args.random_init,
         seed=args.seed,
     )
-    limits = {
-        t: shipped_limit(t, args.limit or LIMITS[preset].get(t, OTHER_TASK_LIMIT[preset]))
-        for t in tasks
-    }
     kinds = parse_kinds(getattr(args, "kinds", None))
+    depth = depth_sweep(
+        args,
+        kinds,
+        None if args.suite == "offline" else tuple(tasks),
+        None if args.suite == "offline" else shared_task_manager(include_path).task_config,
+    )
+    if depth is not None and kinds == (DEPTH,):
+        tasks = list(depth.tasks)  # depth cells only: no rate task
+    limits = _limits(tasks, depth, args.limit, preset)
     values = {"text": rates, "position": rates, "feature": sigmas}
     values = {k: v for k, v in values.items() if k in kinds}
     return RunConfig(
@@ -228,8 +236,21 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
         scoring=Scoring(threshold_ppl=args.threshold, threshold_acc=args.threshold_acc),
         seeds=getattr(args, "seeds", 1),
         include_path=include_path,
+        depth=depth,
         **prompt_options(args),
     )
+
+
+def _limits(
+    tasks: list[str], depth: DepthSweep | None, asked: int | None, preset: str
+) -> dict[str, int]:
+    """Documents per task: the preset's (or ``--limit``); a built-in depth task its own."""
+    limits = {
+        t: shipped_limit(t, asked or LIMITS[preset].get(t, OTHER_TASK_LIMIT[preset])) for t in tasks
+    }
+    if depth is not None:  # a suite task keeps its rate limit
+        limits |= {t: depth_limit(t, asked, preset) for t in depth.tasks if t not in limits}
+    return limits
 
 
 def hold_decomposition(config: RunConfig) -> tuple[RunConfig, list[str]]:
@@ -268,15 +289,16 @@ def _checked_numbers(args: argparse.Namespace) -> int | str:
 
 
 def parse_kinds(text: str | None) -> tuple[str, ...]:
-    """``--kinds text,position`` -> the perturbation kinds to sweep (default: all)."""
+    """``--kinds text,position,depth`` -> the perturbation kinds to sweep (default: the
+    rate kinds, text, position and feature; ``depth`` adds the evidence-depth cells)."""
     if text is None:
         return tuple(SCHEMES)
-    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
-    bad = [k for k in kinds if k not in SCHEMES]
+    kinds = tuple(dict.fromkeys(k.strip() for k in text.split(",") if k.strip()))
+    bad = [k for k in kinds if k not in (*SCHEMES, DEPTH)]
     if bad or not kinds:
         raise PlanError(
             f"--kinds: {', '.join(bad) or repr(text)} not a perturbation kind; "
-            f"give a comma-separated subset of {','.join(SCHEMES)}"
+            f"give a comma-separated subset of {','.join((*SCHEMES, DEPTH))}"
         )
     return kinds
 

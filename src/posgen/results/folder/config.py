@@ -127,6 +127,20 @@ class SweepAxis:
 
 
 @dataclass(frozen=True)
+class DepthSweep:
+    """The evidence-depth cells of a run (``--kinds depth``): each depth D of ``depths``
+    in both forms (text: the task ``perm_depth_<D>pct_<task>``; position: ``hf-posgen
+    positions=depth:D`` on the task as it is) on each of ``tasks``. D is where the
+    evidence sits, not a rate: these cells stay out of the rate axes (docs/depth.md)."""
+
+    depths: tuple[float, ...]
+    tasks: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"depths": list(self.depths), "tasks": list(self.tasks)}
+
+
+@dataclass(frozen=True)
 class Decompose:
     """The probe of the attention-logit decomposition: ``docs`` windows of ``tokens``."""
 
@@ -190,6 +204,7 @@ class RunConfig:
     system_instruction: str | None = None
     fewshot_as_multiturn: bool | None = None
     include_path: tuple[str, ...] = ()
+    depth: DepthSweep | None = None  # ``--kinds depth``: the evidence-depth cells
     # an ingested run (``posgen ingest``): the lm-eval results files it was read from and
     # the lm-eval release that read them
     ingested_from: tuple[str, ...] = ()
@@ -220,6 +235,7 @@ class RunConfig:
             "models": [m.to_dict() for m in self.models],
             **({"batch_size": self.batch_size} if self.batch_size is not None else {}),
             "sweep": {kind: axis.to_dict() for kind, axis in self.sweep.items()},
+            **({"depth": self.depth.to_dict()} if self.depth is not None else {}),
             "decompose": self.decompose.to_dict(),
             "scoring": self.scoring.to_dict(),
             **(
@@ -275,9 +291,16 @@ class RunConfig:
             system_instruction=d.get("system_instruction"),
             fewshot_as_multiturn=d.get("fewshot_as_multiturn"),
             include_path=tuple(d.get("include_path", ())),
+            depth=_depth_sweep(d.get("depth")),
             ingested_from=tuple(d.get("ingested_from", ())),
             installed_lm_eval_version=d.get("installed_lm_eval_version"),
         )
+
+
+def _depth_sweep(d: Mapping[str, Any] | None) -> DepthSweep | None:
+    if d is None:
+        return None
+    return DepthSweep(tuple(float(v) for v in d["depths"]), tuple(d["tasks"]))
 
 
 _PLAIN_KEYS = (

@@ -6,6 +6,12 @@ unperturbed cell first, then every value of every scheme of every kind, per seed
 (``seed, seed+1, ...``). Rate 0 of each scheme is the identity (checked), so it is the
 shared baseline cell; a scheme whose 0 were not the identity would get its own rate-0
 cell. A model without RoPE gets no model-side cells (:data:`MODEL_SIDE_KINDS`).
+
+The evidence-depth cells (``config.depth``) follow, per depth task (its unperturbed cell
+first when it is not one of the rate tasks): at each depth D the text form (kind
+``text``, scheme ``depth``, the task ``perm_depth_<D>pct_<task>``) then the position form
+(kind ``position``, ``positions=depth:D``), rate D. Depth 0 is a cell of its own (the
+evidence first, not the identity); a depth move draws nothing, so one seed.
 """
 
 from __future__ import annotations
@@ -41,6 +47,24 @@ def plan_cells(config: RunConfig, model: ModelEntry | None = None) -> list[Cell]
                         if s != seed:  # the first seed keeps its old cell id
                             cell = replace(cell, cell_id=f"{cell.cell_id}_seed{s}")
                         cells.append(cell)
+    return cells + _depth_cells(config, model)
+
+
+def _depth_cells(config: RunConfig, model: ModelEntry | None) -> list[Cell]:
+    """The evidence-depth cells of ``config.depth`` (none without it)."""
+    if config.depth is None:
+        return []
+    cells = []
+    for task in config.depth.tasks:
+        if task not in config.tasks:
+            cells.append(_cell(task, task, "none", "none", 0.0, config.seed, None))
+        for depth in config.depth.depths:
+            for kind in ("text", "position"):
+                if kind == "position" and model is not None and not model.model_side:
+                    continue
+                p = registry.parse(kind, f"depth:{float(depth)!r}")
+                lm_task = format_name(p, task, config.seed) if kind == "text" else task  # type: ignore[arg-type]
+                cells.append(_cell(task, lm_task, kind, "depth", depth, config.seed, p))
     return cells
 
 

@@ -111,6 +111,13 @@ def require_power_lines(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+DEPTH_CELLS = (
+    "  depth cells (scheme depth): each depth is a cell of its own, its rate column the "
+    "evidence's depth D (not a rate): the change from the unmoved document with the "
+    "evidence at D, against the baseline's at the same D"
+)
+
+
 def summary(rows: list[dict[str, Any]], info: dict[str, Any]) -> list[str]:
     """The lines under the table: verdicts, pairing, worse-at-base notes, the intervals,
     and which cells lack power or a power estimate.
@@ -135,6 +142,8 @@ def summary(rows: list[dict[str, Any]], info: dict[str, Any]) -> list[str]:
     else:
         out.append("  same seed and settings: both runs saw identical perturbations")
     out += base_notes(rows)
+    if any(r.get("scheme") == "depth" for r in rows):
+        out.append(DEPTH_CELLS)
     out += [
         f"  not gated: {n['task']} / {n['metric']}: {n['reason']}"
         for n in info.get("not_gated", ())

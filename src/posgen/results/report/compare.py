@@ -3,7 +3,8 @@
 Prints the config keys that differ, then every (model, task, metric, filter, kind,
 scheme, rate) degradation present in either run with both values, the difference B - A and
 whether the 95% CIs overlap, then the tolerance and fit-quality differences. Cells
-present in only one run are listed as such, never dropped silently.
+present in only one run are listed as such, never dropped silently. Depth cells (scheme
+``depth``) are not compared: one line says so where either run has them.
 """
 
 from __future__ import annotations
@@ -14,8 +15,13 @@ from typing import Any
 
 from posgen.results.folder.metrics import MetricSpec
 from posgen.results.report.length import compare_lines
+from posgen.results.scores.depth import DEPTH_SCHEME
 from posgen.results.scores.run import load_scores
 
+DEPTH_NOT_COMPARED = (
+    "  depth cells (posgen run --kinds depth) are not compared here (their depth is not a "
+    "rate): see each run's report, section Evidence depth"
+)
 KEY = ["model", "task", "metric", "filter", "kind", "scheme", "rate"]
 
 
@@ -27,6 +33,8 @@ def compare_runs(run_a: Path, run_b: Path) -> str:
     out += config_diff(store_a.config, store_b.config) or ["  (none)"]
     out += ["", "degradation (B - A; * = 95% CIs do not overlap):"]
     out += degradation_diff(a["degradation"], b["degradation"])
+    if any(_has_depth_cells(x) for x in (a, b)):
+        out.append(DEPTH_NOT_COMPARED)
     out += ["", "tolerance (on the threshold of each run):"]
     out += tolerance_diff(a["tolerance"], b["tolerance"])
     out += ["", "fit quality (mean r, 3-axis):"]
@@ -36,6 +44,10 @@ def compare_runs(run_a: Path, run_b: Path) -> str:
 
     out += compare_lines(run_a, run_b)
     return "\n".join(out)
+
+
+def _has_depth_cells(scores: dict[str, Any]) -> bool:
+    return bool((scores["perdoc"]["scheme"] == DEPTH_SCHEME).any())
 
 
 def config_diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:

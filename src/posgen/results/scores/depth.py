@@ -44,6 +44,7 @@ from posgen.results.stats.intervals import agresti_min, paired_t, wilson
 GROUP = ["model", "task", "metric", "filter", "form"]
 DOC_COLUMNS = [*GROUP, "depth", "doc_key", "value", "binary", "higher_is_better"]
 FORMS = ("text", "position")
+DEPTH_SCHEME = "depth"  # the scheme of a depth cell, in either form
 ENDS = (0.0, 1.0)
 MIDDLE = 0.5
 
@@ -58,7 +59,7 @@ def depth_documents(perdoc) -> Any:
     :data:`DOC_COLUMNS` (``form`` is the kind). Empty when the run has no depth cells."""
     import pandas as pd
 
-    rows = perdoc[(perdoc["scheme"] == "depth") & perdoc["kind"].isin(FORMS)]
+    rows = perdoc[(perdoc["scheme"] == DEPTH_SCHEME) & perdoc["kind"].isin(FORMS)]
     ratio = rows["num"].to_numpy(float) / rows["den"].to_numpy(float)
     rule = np.array([PER_DOCUMENT_RULES.get(a, "corpus") for a in rows["aggregation"]])
     # the per-document figure: the score; NLL per unit (nats); bits per byte

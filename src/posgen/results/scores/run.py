@@ -17,6 +17,7 @@ from posgen.results.folder.schema import SchemaError
 from posgen.results.folder.store import check_cell_record, read_parquet
 from posgen.results.scores.association import cross_model
 from posgen.results.scores.corpus import corpus_table
+from posgen.results.scores.depth import DEPTH_SCHEME
 from posgen.results.scores.metric_units import primary
 from posgen.results.scores.scoring import (
     GROUP,
@@ -47,8 +48,11 @@ def load_scores(run_dir: Path | str) -> tuple[Any, dict[str, Any]]:
     twins = {m.label for m in config.models if m.random_init}
     metrics = task_metrics(cells)
     aggregations = Aggregations(config.include_path)
-    corpus = corpus_pairs(cells)
-    scores = score_tables(perdoc, fits, config.scoring, twins, metrics, corpus, aggregations)
+    # depth cells (scheme depth: D is where the evidence sits, not a rate) stay out of
+    # the rate axes, tolerance and the cross-model relation: the depth scores read them
+    corpus = [c for c in corpus_pairs(cells) if c["scheme"] != DEPTH_SCHEME]
+    rated = perdoc[perdoc["scheme"] != DEPTH_SCHEME]
+    scores = score_tables(rated, fits, config.scoring, twins, metrics, corpus, aggregations)
     return store, {
         **scores,
         "results": results,

@@ -46,7 +46,7 @@ def resampled_figures(
             (t, m, f) in only
             for t, m, f in zip(perdoc["task"], perdoc["metric"], perdoc["filter"], strict=True)
         ]
-        perdoc = perdoc[wanted]
+        perdoc = perdoc[np.array(wanted, dtype=bool)]  # a list of none would pick columns
     docs = collapse_seeds(perdoc)
     shapes = value_shapes(perdoc)
     counts = {}
