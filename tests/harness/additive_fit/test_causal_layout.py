@@ -17,6 +17,8 @@ from posgen.harness.additive_fit.logit_fit import (
 )
 from posgen.harness.decomposition.qk_pattern import distance_key_r, distance_sums
 
+pytestmark = pytest.mark.heavy
+
 
 def _logits(n: int, heads: int, gen: torch.Generator, noise: float = 1.0) -> torch.Tensor:
     """Heads with planted a, b, c of varying strength plus Gaussian noise, [P, n, n] float64."""

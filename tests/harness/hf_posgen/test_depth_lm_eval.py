@@ -9,6 +9,8 @@ import pytest
 
 from posgen.lm_eval_plugin import register_all
 
+pytestmark = pytest.mark.heavy
+
 # the text form at depth 0.5: every document's evidence at slot 2 of 5
 TASKS = ["perm_depth_50pct_posgen_kv_n5", "perm_depth_50pct_posgen_kv_gen_n5"]
 

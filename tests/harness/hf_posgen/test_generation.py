@@ -18,6 +18,8 @@ from posgen.harness.hf_posgen.generation import generating, plan_generation
 from posgen.harness.hf_posgen.model import HFPosgenLM
 from tiny_models import ROPE_ARCHS, save_previous_token_model
 
+pytestmark = pytest.mark.heavy
+
 
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory) -> str:

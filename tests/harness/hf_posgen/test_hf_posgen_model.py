@@ -14,6 +14,8 @@ from posgen.perturbations import PerturbationError
 from scoring_requests import TEXTS, pairs, rolling
 from tiny_models import ROPE_ARCHS
 
+pytestmark = pytest.mark.heavy
+
 
 def at_batch_size(lm, bs: int, fn=rolling) -> list[float]:
     lm.batch_size_per_gpu = bs

@@ -17,6 +17,8 @@ from posgen.perturbations import parse
 from posgen.perturbations.length import LengthNone
 from tiny_models import build_model
 
+pytestmark = pytest.mark.heavy
+
 ALIBI = ("bloom", "mpt", "falcon_alibi")
 
 

@@ -11,6 +11,8 @@ from posgen.harness.hf_posgen.batch_rows import NO_DOCS, PaddedRows
 from posgen.harness.hf_posgen.model import HFPosgenLM
 from posgen.harness.model_side import door
 
+pytestmark = pytest.mark.heavy
+
 
 @pytest.fixture(scope="module")
 def lm(tiny_model_dir):

@@ -9,6 +9,8 @@ import pytest
 
 from synthetic_run import cli, edited_baseline, make_run
 
+pytestmark = pytest.mark.heavy
+
 MODEL = {"embedded": {"sensitivity": 1.0, "fit": 0.6}}
 
 

@@ -20,6 +20,8 @@ from synthetic_run import (
     make_run,
 )
 
+pytestmark = pytest.mark.heavy
+
 MODEL = {"embedded": {"sensitivity": 1.0, "fit": 0.6}}
 
 

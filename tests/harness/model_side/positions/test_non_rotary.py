@@ -19,6 +19,8 @@ from posgen.perturbations import PerturbationError
 from scoring_requests import TEXTS, pairs, rolling
 from tiny_models import build_model
 
+pytestmark = pytest.mark.heavy
+
 MOVABLE = ("gpt2", "opt", "bloom", "mpt", "falcon_alibi")
 ALIBI = ("bloom", "mpt", "falcon_alibi")
 
