@@ -124,13 +124,14 @@ def baseline_only(text: Path, where: Path) -> Path:
 @pytest.mark.filterwarnings("error::UserWarning")
 def test_model_side_cells_alone_are_reported_without_a_warning(outputs, tmp_path, capsys):
     """lm-eval's output records no realised amount of a position cell, so the common
-    realised axis places no curve: its panel says why and asks for no legend of nothing
-    (which matplotlib answered with a UserWarning on every such ingest)."""
+    realised axis places no curve: the report says why instead of drawing an empty panel
+    (whose empty legend matplotlib answered with a UserWarning on every such ingest)."""
     base = baseline_only(outputs["text"], tmp_path / "base")
     out = tmp_path / "ingested"
     code = cli(["ingest", str(base), str(outputs["position"]), "--out", str(out)])
     assert code == 0, capsys.readouterr().err
-    assert "Degradation vs realised mean |Δposition|" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "no common-axis figure: no realised amount recorded" in report
 
 
 def test_a_perturbed_cell_without_its_baseline_is_refused(outputs, tmp_path, capsys):

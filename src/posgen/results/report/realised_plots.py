@@ -137,7 +137,16 @@ def common_axis_blocks(models: list[str], scores: Mapping[str, Any], metrics) ->
     for m in models:
         png = common_axis(scores["results"], scores["degradation"], m, metrics)
         if png is None:
-            out.append(("p", f"{m}: no common-axis figure: no cell of it moved a position."))
+            out.append(("p", f"{m}: no common-axis figure: {_why_none(scores['results'], m)}."))
         else:
             out.append(("img", f"Degradation vs realised mean |Δposition|: {m}", png))
     return out
+
+
+def _why_none(results, model: str) -> str:
+    """Why ``model`` has no common-axis figure: its perturbed cells moved no position, or
+    (a model-side cell read from lm-eval's output) recorded no realised amount."""
+    rows = results[(results["model"] == model) & (results["kind"] != "none")]
+    if len(rows) and not rows["realised_items"].fillna(0).to_numpy().any():
+        return "no realised amount recorded (lm-eval output holds no plan)"
+    return "no cell of it moved a position"
