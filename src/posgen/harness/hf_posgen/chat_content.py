@@ -130,21 +130,38 @@ class ChatContents:
             )
         spans = content_spans(context, messages)
         text = context if whole else context.rstrip()
-        if not getattr(tokenizer, "is_fast", False):
-            raise ChatContentError(
-                "model-side perturbations under a chat template need a fast tokenizer "
-                "(character offsets of each token); load one with use_fast=True"
-            )
-        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        own, offsets = list(enc["input_ids"]), enc["offset_mapping"]
-        lead = len(ids) - len(own)
-        if lead < 0 or list(ids[lead:]) != own:
-            raise ChatContentError(
-                "the chat-templated context's tokens differ from its characters' tokens "
-                f"({len(ids)} vs {len(own)} tokens); hf-posgen cannot place the content"
-            )
+        lead, offsets = tail_offsets(
+            tokenizer,
+            text,
+            ids,
+            ChatContentError,
+            "model-side perturbations under a chat template",
+            "the chat template's content",
+        )
         mask = np.zeros(len(ids), dtype=bool)
         for t, (start, end) in enumerate(offsets):
             if end > start and any(a <= start and end <= b for a, b in spans):
                 mask[lead + t] = True
         return mask
+
+
+def tail_offsets(
+    tokenizer: Any, text: str, ids: Sequence[int], refused: type[Exception], why: str, what: str
+) -> tuple[int, list[tuple[int, int]]]:
+    """``(lead, offsets)``: ``text``'s own tokens are the last of the context ``ids`` HFLM
+    scores (``lead`` tokens before them: special tokens, a BOS), each with its character
+    offsets, from a fast tokenizer. Else ``refused`` in one line: ``why`` the offsets are
+    needed (no fast tokenizer), ``what`` cannot be placed (the tokens differ)."""
+    if not getattr(tokenizer, "is_fast", False):
+        raise refused(
+            f"{why} need a fast tokenizer (the character offsets of each token); load one with use_fast=True"
+        )
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    own, offsets = list(enc["input_ids"]), enc["offset_mapping"]
+    lead = len(ids) - len(own)
+    if lead < 0 or list(ids[lead:]) != own:
+        raise refused(
+            f"the context's tokens as scored differ from its characters' tokens "
+            f"({len(ids)} vs {len(own)} tokens), so {what} cannot be placed among them"
+        )
+    return lead, [(int(a), int(b)) for a, b in offsets]

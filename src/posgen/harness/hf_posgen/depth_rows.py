@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from posgen.harness.hf_posgen.batch_rows import BlockSource
+from posgen.harness.hf_posgen.chat_content import tail_offsets
 from posgen.perturbations.base import PerturbationError
 from posgen.perturbations.depth import PassageBlocks
 from posgen.tasks.depth_protocol import EVIDENCE, PASSAGES, QUESTION, token_bounds
@@ -80,21 +81,9 @@ def context_blocks(tokenizer: Any, text: str, ids: Sequence[int], doc: Mapping) 
     """The passage blocks of ``doc`` over the context tokens ``ids`` that HFLM encoded
     from ``text`` (leading special tokens, a BOS, before the text's own): the text's
     tokens with their character offsets must be the end of ``ids``, else refused."""
-    if not getattr(tokenizer, "is_fast", False):
-        raise PerturbationError(
-            "positions=depth needs a fast tokenizer (the character offsets of each token, "
-            "to find the passages among the context's tokens); load one with use_fast=True"
-        )
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    own, offsets = list(enc["input_ids"]), enc["offset_mapping"]
-    lead = len(ids) - len(own)
-    if lead < 0 or list(ids[lead:]) != own:
-        raise PerturbationError(
-            "positions=depth: the context's tokens as scored differ from its characters' "
-            f"tokens ({len(ids)} vs {len(own)} tokens), so the passages cannot be placed "
-            "among them"
-        )
-    starts = [-1] * lead + [int(start) for start, _ in offsets]
+    why = "the passages of positions=depth, found among the context's tokens,"
+    lead, offsets = tail_offsets(tokenizer, text, ids, PerturbationError, why, "the passages")
+    starts = [-1] * lead + [start for start, _ in offsets]
     try:
         bounds = token_bounds(char_bounds(text, doc[PASSAGES], doc[QUESTION]), starts)
     except ValueError as exc:
