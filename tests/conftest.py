@@ -32,6 +32,27 @@ def pytest_configure(config):
         torch.set_num_threads(1)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist, the tests marked ``long`` open the workers' queues, one per
+    worker in turn: the worksteal scheduler hands worker k the k-th of equal slices of the
+    collection and steals from the ends of queues, so a test of minutes met late in one
+    queue would end the run alone. Without workers the order is left as collected."""
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 0))
+    long = [item for item in items if item.get_closest_marker("long")]
+    if workers < 2 or not long:
+        return
+    rest = [item for item in items if not item.get_closest_marker("long")]
+    sizes, left = [], len(items)
+    for k in range(workers):  # the scheduler's first split: len(pending) // nodes remaining
+        sizes.append(left // (workers - k))
+        left -= sizes[-1]
+    ordered = []
+    for k, size in enumerate(sizes):
+        first = long[k::workers]
+        ordered += first + [rest.pop(0) for _ in range(max(size - len(first), 0)) if rest]
+    items[:] = ordered + rest
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _model_digest_cache(tmp_path_factory):
     """Model files' digests (posgen.harness.loading.identity) cached in the session's own

