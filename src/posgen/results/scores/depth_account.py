@@ -197,10 +197,10 @@ def _fmt(r: dict[str, Any]) -> str:
 
 
 FORM_WORDS = {
-    "keeps": "keeps the gap (a gap on plain's side that cannot be told from plain's)",
-    "keeps another size": "keeps a gap on plain's side, of another size",
-    "loses": "loses the gap (its gap is not on plain's side and differs from plain's)",
-    "cannot be told": "whether it keeps the gap cannot be told",
+    "keeps": "keeps the gap",
+    "keeps another size": "keeps a gap of another size",
+    "loses": "loses the gap",
+    "cannot be told": "keeps or loses it: cannot be told",
 }
 
 
@@ -223,8 +223,8 @@ def account_sentence(forms: list[dict[str, Any]]) -> str:
         else "Whether the fitted form explains the curve cannot be told"
     )
     parts = [
-        f"logits={f} {FORM_WORDS[r['verdict']]}: gap {_fmt(r['form_gap'])}, minus plain's "
-        f"{_fmt(r['difference'])}"
+        f"logits={f} {FORM_WORDS[r['verdict']]} (gap {_fmt(r['form_gap'])}, minus plain's "
+        f"{_fmt(r['difference'])})"
         for f, r in by.items()
     ]
     return f"{first} (plain's gap {_fmt(plain)}); " + "; ".join(parts) + "."
