@@ -18,6 +18,7 @@ from synthetic_run import cli
 pytestmark = pytest.mark.heavy
 
 ARGS = ["--kinds", "depth", "--suite", "posgen_kv", "--depths", "0,0.5,1", "--limit", "2"]
+ARGS += ["--depth-account"]
 
 
 def run(model, out) -> int:
@@ -61,5 +62,7 @@ def test_only_a_run_with_a_log_likelihood_depth_task_accounts(account_run):
     config = RunStore.open(account_run).run_config
     assert len(accounted_models(config)) == 2  # the model and its twin
     assert accounted_models(replace(config, depth=None)) == []
-    gen = replace(config, depth=DepthSweep((0.0, 0.5, 1.0), ("posgen_kv_gen",)))
+    gen = replace(config, depth=DepthSweep((0.0, 0.5, 1.0), ("posgen_kv_gen",), 8))
     assert accounted_models(gen) == []
+    asked_not = replace(config, depth=DepthSweep((0.0, 0.5, 1.0), ("posgen_kv",)))
+    assert accounted_models(asked_not) == []  # without --depth-account

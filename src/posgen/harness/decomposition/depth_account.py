@@ -55,7 +55,6 @@ if TYPE_CHECKING:
     import torch
 
 DEPTHS = (0.0, 0.5, 1.0)  # the ends and the middle: the gap
-DOCS = 8  # documents per task (at most the run's limit for the task)
 TASKS = ("posgen_kv", "posgen_passage_qa")  # the built-in log-likelihood depth tasks
 
 

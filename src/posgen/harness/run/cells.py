@@ -17,7 +17,7 @@ from typing import Any
 
 from posgen import __version__
 from posgen.compat import evaluation_tracker, patched
-from posgen.harness.decomposition.depth_account import DOCS, AccountSpec, account_tasks
+from posgen.harness.decomposition.depth_account import AccountSpec, account_tasks
 from posgen.harness.decomposition.depth_account import depth_account as account_of
 from posgen.harness.decomposition.pipeline import write_decomposition
 from posgen.harness.hf_posgen.entry_lm import load_entry_lm
@@ -335,10 +335,10 @@ class ModelSession:
 
 def depth_account_spec(cfg: RunConfig) -> AccountSpec:
     """The account's settings from the run's: its built-in log-likelihood depth tasks,
-    ``DOCS`` documents each (at most the run's), the run's prompt and seed."""
+    ``--depth-account`` documents each (at most the run's), the run's prompt and seed."""
     tasks = account_tasks(cfg.depth.tasks if cfg.depth is not None else ())
     prompt = {"num_fewshot": cfg.num_fewshot, "apply_chat_template": cfg.apply_chat_template,
               "fewshot_as_multiturn": cfg.multiturn(),
               "system_instruction": cfg.system_instruction}  # fmt: skip
-    docs = {t: min(DOCS, cfg.limits[t]) for t in tasks}
+    docs = {t: min(cfg.depth.account_docs, cfg.limits[t]) for t in tasks}
     return AccountSpec(tasks, docs, seed=cfg.seed, prompt=prompt)

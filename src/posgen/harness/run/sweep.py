@@ -86,6 +86,8 @@ def run_sweep(
 def accounted_models(config: RunConfig) -> list[ModelEntry]:
     """The models whose depth curve the decomposition accounts for: with ``--kinds
     depth`` on a built-in log-likelihood depth task, every model ``logits=`` runs on."""
+    if config.depth is None or not config.depth.account_docs:
+        return []  # --depth-account not given
     if not depth_account_spec(config).tasks:
         return []
     return [m for m in config.models if m.model_side]
