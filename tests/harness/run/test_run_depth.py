@@ -73,6 +73,12 @@ def test_a_rerun_resumes_and_keeps_every_depth_cell(depth_run, tiny_model_dir):
         (["--kinds", "depth", "--depths", "a"], "--depths: 'a' is not a comma-separated"),
         (["--depths", "0,1"], "--depths needs --kinds depth"),
         (["--kinds", "depth", "--suite", "posgen_prose"], "declares no metadata.posgen_depth"),
+        (["--depth-account"], "--depth-account needs --kinds depth"),
+        (["--kinds", "depth", "--depth-account", "0"], "documents per task must be at least 1"),
+        (
+            ["--kinds", "depth", "--suite", "posgen_kv_gen", "--depth-account"],
+            "--depth-account: the account runs on the built-in log-likelihood depth tasks",
+        ),
     ],
 )
 def test_bad_depth_input_is_refused_before_any_model_loads(

@@ -15,6 +15,7 @@ from posgen.harness.cli.arguments import add_include_path_argument, add_threshol
 from posgen.harness.input_error import InputError
 from posgen.harness.loading.options import add_loading_arguments, check_device
 from posgen.harness.out_folder import check_out_folder
+from posgen.harness.run.depth_sweep import ACCOUNT_DOCS
 from posgen.harness.run.metric_check import check_run_metrics
 from posgen.harness.run.options import parse_bool
 from posgen.harness.run.resolve import (
@@ -87,6 +88,18 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--depths",
         help="comma-separated evidence depths in [0, 1] for --kinds depth (0: first "
         "passage, 1: last before the question; default 0,0.25,0.5,0.75,1, --quick 0,0.5,1)",
+    )
+    parser.add_argument(
+        "--depth-account",
+        type=int,
+        nargs="?",
+        const=ACCOUNT_DOCS,
+        metavar="N",
+        help="with --kinds depth: also the decomposition's account of the depth curve on N "
+        f"documents per built-in log-likelihood depth task (default {ACCOUNT_DOCS}): the gold "
+        "NLL at depths 0, 0.5, 1 under logits=additive, distance and key, and the question's "
+        "attention mass on the evidence, measured and fitted, per layer (docs/depth.md; "
+        "about 12 replaced-logits forwards per document and depth)",
     )
     add_threshold_arguments(parser)
     parser.add_argument(

@@ -17,6 +17,8 @@ from typing import Any
 
 from posgen import __version__
 from posgen.compat import evaluation_tracker, patched
+from posgen.harness.decomposition.depth_account import AccountSpec, account_tasks
+from posgen.harness.decomposition.depth_account import depth_account as account_of
 from posgen.harness.decomposition.pipeline import write_decomposition
 from posgen.harness.hf_posgen.entry_lm import load_entry_lm
 from posgen.harness.launch import Launch
@@ -25,7 +27,7 @@ from posgen.harness.run.resolve import shared_task_manager
 from posgen.lm_eval_plugin import register_all
 from posgen.results.folder.config import Cell, ModelEntry, RunConfig
 from posgen.results.folder.run_store import RunStore
-from posgen.results.folder.store import slug
+from posgen.results.folder.store import atomic_write_parquet, slug
 from posgen.results.tables.metric_list import Aggregations
 from posgen.results.tables.tidy import cell_record
 
@@ -132,7 +134,8 @@ def _observer_removed(lm: Any):
 
 
 class ModelSession:
-    """``with ModelSession(store, config, model) as s: s.evaluate(cell); s.decompose()``.
+    """``with ModelSession(store, config, model) as s: s.evaluate(cell); s.decompose();
+    s.depth_account()``.
 
     Holds one ``HFPosgenLM`` (the model loaded once); each cell switches the model-side
     perturbation with ``set_perturbation`` and runs ``lm_eval.simple_evaluate`` on one
@@ -313,3 +316,29 @@ class ModelSession:
                 self.config.seed,
                 self.store.decomposition_path(self.model.label),
             )
+
+    def depth_account(self) -> tuple[Path, Path]:
+        """The decomposition's account of the depth curve of the loaded weights
+        (:mod:`posgen.harness.decomposition.depth_account`) on the run's built-in
+        log-likelihood depth tasks, written (masses first, values last) per model."""
+        cfg = self.config
+        spec = depth_account_spec(cfg)
+        with self._quiet():
+            values, masses = account_of(
+                self.lm, spec, self.task_manager, self.model.label, self.model.random_init
+            )
+        values_path, mass_path = self.store.depth_account_paths(self.model.label)
+        atomic_write_parquet(mass_path, masses)
+        atomic_write_parquet(values_path, values)
+        return values_path, mass_path
+
+
+def depth_account_spec(cfg: RunConfig) -> AccountSpec:
+    """The account's settings from the run's: its built-in log-likelihood depth tasks,
+    ``--depth-account`` documents each (at most the run's), the run's prompt and seed."""
+    tasks = account_tasks(cfg.depth.tasks if cfg.depth is not None else ())
+    prompt = {"num_fewshot": cfg.num_fewshot, "apply_chat_template": cfg.apply_chat_template,
+              "fewshot_as_multiturn": cfg.multiturn(),
+              "system_instruction": cfg.system_instruction}  # fmt: skip
+    docs = {t: min(cfg.depth.account_docs, cfg.limits[t]) for t in tasks}
+    return AccountSpec(tasks, docs, seed=cfg.seed, prompt=prompt)

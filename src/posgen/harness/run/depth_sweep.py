@@ -25,6 +25,10 @@ from posgen.tasks.depth_protocol import (
 )
 
 KIND = "depth"
+# the built-in log-likelihood depth tasks, which the decomposition's account runs on
+# (posgen.harness.decomposition.depth_account.TASKS; not imported: it loads torch)
+ACCOUNT_TASKS = ("posgen_kv", "posgen_passage_qa")
+ACCOUNT_DOCS = 8  # --depth-account without a number
 DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 QUICK_DEPTHS = (0.0, 0.5, 1.0)  # the ends and the middle: the gap, and no more
 # documents per depth task (the built-in tasks have 24 items each)
@@ -61,17 +65,36 @@ def depth_sweep(
     built-in depth tasks); ``task_config`` reads a task's config (its metadata), for a
     suite task that is not built in."""
     depths_arg = getattr(args, "depths", None)
+    account = getattr(args, "depth_account", None)
     if KIND not in kinds:
         if depths_arg is not None:
             raise PlanError("--depths needs --kinds depth (e.g. --kinds text,depth)")
+        if account is not None:
+            raise PlanError("--depth-account needs --kinds depth (e.g. --kinds depth)")
         return None
     depths = parse_depths(depths_arg, args.quick)
+    docs = account_docs(account, suite_tasks)
     if suite_tasks is None:
-        return DepthSweep(depths, depth_suite.TASKS)
+        return DepthSweep(depths, depth_suite.TASKS, docs)
     for task in suite_tasks:
         if task not in depth_suite.TASKS and task_config is not None:
             check_protocol(task, task_config)
-    return DepthSweep(depths, tuple(suite_tasks))
+    return DepthSweep(depths, tuple(suite_tasks), docs)
+
+
+def account_docs(value: int | None, suite_tasks: tuple[str, ...] | None) -> int:
+    """``--depth-account [N]`` -> documents per task of the account (0 without it)."""
+    if value is None:
+        return 0
+    if value < 1:
+        raise PlanError(f"--depth-account: documents per task must be at least 1; got {value}")
+    tasks = depth_suite.TASKS if suite_tasks is None else suite_tasks
+    if not any(t in ACCOUNT_TASKS for t in tasks):
+        raise PlanError(
+            "--depth-account: the account runs on the built-in log-likelihood depth tasks "
+            f"({', '.join(ACCOUNT_TASKS)}); none is in --suite"
+        )
+    return value
 
 
 def check_protocol(task: str, task_config: Callable[[str], dict]) -> None:

@@ -135,9 +135,14 @@ class DepthSweep:
 
     depths: tuple[float, ...]
     tasks: tuple[str, ...]
+    # --depth-account N: documents per task of the decomposition's account (0: none)
+    account_docs: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"depths": list(self.depths), "tasks": list(self.tasks)}
+        out: dict[str, Any] = {"depths": list(self.depths), "tasks": list(self.tasks)}
+        if self.account_docs:  # absent otherwise: a sweep without it names its folder as before
+            out["account_docs"] = self.account_docs
+        return out
 
 
 @dataclass(frozen=True)
@@ -300,7 +305,9 @@ class RunConfig:
 def _depth_sweep(d: Mapping[str, Any] | None) -> DepthSweep | None:
     if d is None:
         return None
-    return DepthSweep(tuple(float(v) for v in d["depths"]), tuple(d["tasks"]))
+    return DepthSweep(
+        tuple(float(v) for v in d["depths"]), tuple(d["tasks"]), int(d.get("account_docs", 0))
+    )
 
 
 _PLAIN_KEYS = (

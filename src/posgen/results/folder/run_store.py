@@ -225,6 +225,15 @@ class RunStore(CommandFolder):
     def decomposition_path(self, model: str) -> Path:
         return self.root / "decomposition" / f"{slug(model)}.parquet"
 
+    def depth_account_paths(self, model: str) -> tuple[Path, Path]:
+        """The decomposition's account of the depth curve of one model (``--kinds
+        depth``): its per-document values and its attention masses."""
+        folder = self.root / "depth_account"
+        return folder / f"{slug(model)}.values.parquet", folder / f"{slug(model)}.mass.parquet"
+
+    def has_depth_account(self, model: str) -> bool:
+        return all(p.is_file() for p in self.depth_account_paths(model))
+
     def write_json(self, name: str, obj: Any) -> Path:
         path = self.root / name
         payload = dict(obj) if isinstance(obj, Mapping) else {"data": obj}

@@ -17,6 +17,7 @@ from posgen.results.folder.config import RunConfig
 from posgen.results.folder.run_store import RunStore
 from posgen.results.report import plots
 from posgen.results.report.depth import depth_blocks
+from posgen.results.report.depth_account import account_blocks
 from posgen.results.report.examples import examples_section
 from posgen.results.report.length import run_blocks as length_run_blocks
 from posgen.results.report.realised_plots import common_axis_blocks
@@ -117,7 +118,8 @@ def build_blocks(store, scores: dict[str, Any]) -> list[Block]:
     blocks.append(("table", *detail_table(scores)))
     blocks += worst_case_blocks(cfg, scores)  # posgen run --seeds K > 1
     blocks += length_run_blocks(store.root)  # posgen run --length: RUN/length/<model>/
-    blocks += depth_blocks(scores["perdoc"])[0]  # depth cells (kind text | position)
+    depth = depth_blocks(scores["perdoc"])[0]  # depth cells (kind text | position)
+    blocks += depth + (account_blocks(store.root) if depth else [])  # RUN/depth_account/
     blocks += examples_section(cfg_models(cfg), scores["cells"])
     blocks += not_shown_blocks(cfg, scores)
     return blocks
