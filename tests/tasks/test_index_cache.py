@@ -10,14 +10,16 @@ from pathlib import Path
 import pytest
 
 from posgen.compat import internal
-from posgen.tasks.index_cache import cached_index, cached_task_index, stored_path
+from posgen.tasks.index_cache import cached_index, cached_task_index, fingerprint, stored_path
 
 TaskIndex = internal("lm_eval.tasks.manager:TaskIndex")
 
 
 @pytest.fixture
 def folder(tmp_path, monkeypatch):
-    """A task folder: a task including an extensionless template, a group, a !function."""
+    """A task folder: a task including an extensionless template, a group, a !function
+    (its files' times set back a minute: a folder changed in the last two seconds is not
+    stored)."""
     monkeypatch.setenv("POSGEN_CACHE", str(tmp_path / "cache"))
     root = tmp_path / "tasks"
     (root / "fam").mkdir(parents=True)
@@ -28,7 +30,14 @@ def folder(tmp_path, monkeypatch):
     )
     (root / "fam" / "b.yaml").write_text("include: _template_yaml\ntask: fam_b\n")
     (root / "group.yaml").write_text("group: fam\ntask: [fam_a, fam_b]\n")
+    _age(root)
     return root
+
+
+def _age(root: Path, seconds: int = 60) -> None:
+    for path in root.rglob("*"):
+        st = path.stat()
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - seconds * 1_000_000_000))
 
 
 class Counted:
@@ -50,7 +59,7 @@ def test_the_index_is_built_once_then_read_equal_to_lm_evals(folder):
     build = Counted()
     first = cached_index(folder, build)
     again = cached_index(folder, build)
-    assert build.calls == 1 and stored_path(folder).is_file()
+    assert build.calls == 1 and stored_path(fingerprint(folder)[0]).is_file()
     assert _as_tuples(again) == _as_tuples(first) == _as_tuples(TaskIndex.build([folder]))
     assert again["fam_a"].cfg["dataset_path"] == "one"  # the include resolved
     assert again["fam_a"].cfg["doc_to_text"].endswith("utils.doc_to_text")
@@ -74,18 +83,29 @@ def test_any_change_to_the_folder_indexes_it_again(folder, change):
     else:
         stat = template.stat()
         os.utime(template, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    _age(folder, 10)
     index = cached_index(folder, build)
     assert build.calls == 2
     assert _as_tuples(index) == _as_tuples(TaskIndex.build([folder]))
 
 
+def test_a_folder_changed_in_the_last_two_seconds_is_indexed_but_not_stored(folder):
+    build = Counted()
+    (folder / "fam" / "c.yaml").write_text("include: _template_yaml\ntask: fam_c\n")
+    assert "fam_c" in cached_index(folder, build)
+    assert not stored_path(fingerprint(folder)[0]).exists()
+    _age(folder)
+    cached_index(folder, build)
+    assert stored_path(fingerprint(folder)[0]).exists() and build.calls == 2
+
+
 def test_an_unreadable_cache_is_indexed_again_and_rewritten(folder):
     build = Counted()
     cached_index(folder, build)
-    stored_path(folder).write_bytes(b"not a pickle")
+    stored_path(fingerprint(folder)[0]).write_bytes(b"not a pickle")
     assert _as_tuples(cached_index(folder, build)) == _as_tuples(TaskIndex.build([folder]))
     assert build.calls == 2
-    pickle.loads(stored_path(folder).read_bytes())  # rewritten whole
+    pickle.loads(stored_path(fingerprint(folder)[0]).read_bytes())  # rewritten whole
 
 
 def test_a_cache_that_cannot_be_written_costs_only_the_index(folder, monkeypatch, tmp_path):
@@ -121,7 +141,7 @@ def test_other_folders_first_are_indexed_as_lm_eval_does(folder, tmp_path):
     cls = cached_task_index(TaskIndex)
     cls.default_root = tmp_path / "elsewhere"
     assert _as_tuples(cls.build([folder])) == _as_tuples(TaskIndex.build([folder]))
-    assert not stored_path(folder).exists()
+    assert not stored_path(fingerprint(folder)[0]).exists()
 
 
 @pytest.mark.heavy

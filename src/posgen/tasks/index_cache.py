@@ -12,7 +12,9 @@ depends only on the folder's files. posgen's task manager keeps it in posgen's c
   time, so an edited, added or removed file (an include without the ``.yaml`` suffix too)
   indexes the folder again,
 
-and reads it back in about a second. Only lm-eval's own folder is kept: the folders of
+and reads it back in about a second. A folder with a file changed in the last two seconds
+is indexed but not stored (the file system's clock may not have ticked since, so a second
+change could keep the same key). Only lm-eval's own folder is kept: the folders of
 ``--include_path`` (the user's own YAML, edited between runs) are indexed as lm-eval
 indexes them, every time, and merged over it as lm-eval merges them (a later folder's task
 overrides, with lm-eval's warning). A cache that cannot be read is indexed again and
@@ -27,6 +29,7 @@ import logging
 import os
 import pickle
 import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -39,10 +42,13 @@ FORMAT = 1  # of the stored file; a change makes every earlier one unread
 _lm_eval_log = logging.getLogger("lm_eval.tasks._index")
 
 
-def fingerprint(root: Path) -> str:
-    """The key of ``root``'s index: the releases, the folder and every file's path, size
-    and modification time."""
-    h = hashlib.sha256()
+RECENT_NS = 2_000_000_000  # a file changed this recently keeps its folder's index unstored
+
+
+def fingerprint(root: Path) -> tuple[str, int]:
+    """The key of ``root``'s index (the releases, the folder and every file's path, size
+    and modification time) and the newest modification time, in ns."""
+    h, newest = hashlib.sha256(), 0
     release = importlib.metadata.version("lm_eval")
     h.update(f"{FORMAT}|{release}|{sys.version_info[:2]}|{root.resolve()}".encode())
     top = len(str(root)) + 1
@@ -51,18 +57,20 @@ def fingerprint(root: Path) -> str:
         for name in sorted(files):
             path = os.path.join(folder, name)
             st = os.stat(path)
+            newest = max(newest, st.st_mtime_ns)
             h.update(f"\0{path[top:]}\0{st.st_size}\0{st.st_mtime_ns}".encode())
-    return h.hexdigest()[:24]
+    return h.hexdigest()[:24], newest
 
 
-def stored_path(root: Path) -> Path:
-    return cache_dir() / "lm_eval_index" / f"{fingerprint(root)}.pickle"
+def stored_path(key: str) -> Path:
+    return cache_dir() / "lm_eval_index" / f"{key}.pickle"
 
 
 def cached_index(root: Path, build) -> dict[str, Any]:
     """``build([root])`` (lm-eval's ``TaskIndex.build``), read from the cache when a
     current one is there, else built and stored."""
-    path = stored_path(root)
+    key, newest = fingerprint(root)
+    path = stored_path(key)
     try:
         with open(path, "rb") as f:
             return pickle.load(f)
@@ -71,6 +79,8 @@ def cached_index(root: Path, build) -> dict[str, Any]:
     except Exception as e:  # a truncated or foreign file: index again, and overwrite it
         log.debug("lm-eval task index %s unreadable (%s): indexing again", path, e)
     index = build([root])
+    if time.time_ns() - newest < RECENT_NS:
+        return index
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(path, pickle.dumps(index, protocol=pickle.HIGHEST_PROTOCOL))
