@@ -79,6 +79,18 @@ def test_a_rerun_resumes_and_keeps_every_depth_cell(depth_run, tiny_model_dir):
             ["--kinds", "depth", "--suite", "posgen_kv_gen", "--depth-account"],
             "--depth-account: the account runs on the built-in log-likelihood depth tasks",
         ),
+        (["--depth-lengths", "0.5"], "--depth-lengths needs --kinds depth"),
+        (["--kinds", "depth", "--depth-lengths", "1.5"], "'1.5' is neither a fraction of"),
+        (["--kinds", "depth", "--depth-lengths", "0.5,1"], "'1' is neither a fraction of"),
+        (["--kinds", "depth", "--depth-lengths", "half"], "'half' is neither a fraction of"),
+        (
+            ["--kinds", "depth", "--suite", "posgen_prose", "--depth-lengths", "0.5"],
+            "--depth-lengths: only the built-in depth tasks",
+        ),
+        (
+            ["--kinds", "depth", "--depth-lengths", "0.5", "--depth-account"],
+            "drop --depth-account or --depth-lengths",
+        ),
     ],
 )
 def test_bad_depth_input_is_refused_before_any_model_loads(
@@ -94,3 +106,74 @@ def test_bad_depth_input_is_refused_before_any_model_loads(
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def long_context_dir(tmp_path_factory):
+    """A tiny llama whose config says C = 2**20 (past every built-in task's pool)."""
+    from tiny_models import save_short_context
+
+    return save_short_context(tmp_path_factory.mktemp("long") / "llama", "llama", 2**20)
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--depth-lengths", "3"], "posgen_kv: 3 tokens is shorter than its 2-passage"),
+        (
+            ["--depth-lengths", "0.5,4096"],
+            "'s trained context C = 2048 (max_position_embeddings); ask",
+        ),
+        (["--model", "{tiny}", "--depth-lengths", "0.5"], "one model per run"),
+        (
+            ["--model", "{long}", "--suite", "posgen_passage_qa", "--depth-lengths", "0.5"],
+            "posgen_passage_qa: 524288 tokens is past what its items hold (48 passages",
+        ),
+    ],
+)
+def test_a_length_the_tokenizer_refuses_stops_before_any_model_loads(
+    tiny_model_dir, long_context_dir, tmp_path, monkeypatch, capsys, args, message
+):
+    from posgen.harness.run import cells as sweep_cells
+
+    def refuse(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(sweep_cells.ModelSession, "__enter__", refuse)
+    models = ["--model", str(tiny_model_dir("llama", 0))]
+    if "{long}" in args:  # the long-context model alone
+        models, args = [], [str(long_context_dir) if a == "{long}" else a for a in args]
+    args = [str(tiny_model_dir("llama", 1)) if a == "{tiny}" else a for a in args]
+    argv = ["run", *models, "--kinds", "depth", *args, "--out", str(tmp_path / "out")]
+    capsys.readouterr()  # the models' saving
+    assert cli(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_depth_lengths_run_each_length_as_its_own_variant(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    argv = ["run", "--model", str(tiny_model_dir("llama", 0)), "--kinds", "depth"]
+    argv += ["--depths", "0,1", "--depth-lengths", "0.125,512", "--suite", "posgen_kv"]
+    assert cli([*argv, "--limit", "2", "--no-progress", "--out", str(out)]) == 0
+    config = json.loads((out / "config.json").read_text())["config"]
+    depth = config["depth"]
+    variants = depth["tasks"]
+    assert len(variants) == 2 and all(v.startswith("posgen_kv_n") for v in variants)
+    assert [(x["asked"], x["target_tokens"], x["task"]) for x in depth["lengths"]] == [
+        ("0.125", 256, variants[0]),
+        ("512", 512, variants[1]),
+    ]
+    assert depth["context"] == 2048
+    res = pd.read_parquet(out / "results.parquet")
+    cells = set(zip(res["task"], res["kind"], res["rate"], res["lm_eval_task"], strict=True))
+    for v in variants:
+        assert (v, "none", 0.0, v) in cells
+        for d, pct in ((0.0, "0pct"), (1.0, "100pct")):
+            assert (v, "text", d, f"perm_depth_{pct}_{v}") in cells
+            assert (v, "position", d, v) in cells
+    per = pd.read_parquet(out / "perdoc.parquet")
+    assert set(per[per["scheme"] == "depth"]["task"]) == set(variants)
+    report = (out / "report.md").read_text()
+    assert "posgen_kv at 0.125 C (n" in report and "posgen_kv at 512 tokens (n" in report

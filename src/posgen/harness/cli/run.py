@@ -90,6 +90,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "passage, 1: last before the question; default 0,0.25,0.5,0.75,1, --quick 0,0.5,1)",
     )
     parser.add_argument(
+        "--depth-lengths",
+        metavar="L1,L2,...",
+        help="with --kinds depth: context lengths, each a fraction of the model's trained "
+        "context C in (0, 1] (0.25, 1.0) or a number of tokens (an integer > 1, 512); each "
+        "built-in depth task runs at each, as its variant <task>_n<N> with N passages "
+        "chosen with the model's tokenizer (one model per run; docs/depth.md)",
+    )
+    parser.add_argument(
         "--depth-account",
         type=int,
         nargs="?",

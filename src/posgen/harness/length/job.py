@@ -30,6 +30,7 @@ from posgen.harness.length.nll import head_refusal
 from posgen.harness.length.runner import run_documents
 from posgen.harness.model_side.attention.length import config_refusal
 from posgen.harness.model_side.family import family_of_model_config
+from posgen.harness.model_side.family import trained_context as context_field
 from posgen.perturbations import PerturbationError
 from posgen.perturbations.length import parse_length_list
 from posgen.results.folder.config import ModelEntry
@@ -75,13 +76,12 @@ class LengthOutcome:
 def trained_context(model_config: Any, override: int | None = None) -> int:
     """C: ``override``, else the config's ``max_position_embeddings``, else (MPT) the
     number of keys its ALiBi bias covers (``max_seq_len``, its only length field)."""
-    trained = getattr(model_config, "max_position_embeddings", None)
+    if override:
+        return int(override)
+    trained = context_field(model_config)
     if trained is None:
-        bias_keys = _bias_keys(model_config)
-        trained = bias_keys[1] if bias_keys else None
-    if override is None and trained is None:
         raise InputError("the model config has no max_position_embeddings; pass --trained-context")
-    return int(override or trained)
+    return trained[1]
 
 
 def _bias_keys(model_config: Any) -> tuple[str, int] | None:

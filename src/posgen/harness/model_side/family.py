@@ -302,6 +302,19 @@ def length_limit(config: Any) -> tuple[str, int] | None:
     return None if value is None else (field, int(value))
 
 
+def trained_context(config: Any) -> tuple[str, int] | None:
+    """(config field, value): the trained context C of a model with this loaded config:
+    its ``max_position_embeddings`` (GPT-2's ``n_positions`` through the config's
+    attribute map), else (MPT) the keys its ALiBi bias covers (``max_seq_len``); None
+    where the config names neither. Reads the config, no weights."""
+    value = getattr(config, "max_position_embeddings", None)
+    if value is not None:
+        return "max_position_embeddings", int(value)
+    field = family_of_model_config(config).bias_keys
+    value = getattr(config, field, None) if field else None
+    return None if value is None else (field, int(value))
+
+
 def rotary_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The rotary embedding modules of ``model`` (empty for a model without RoPE)."""
     return family_of(model).rotary_modules(model)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from posgen.harness.run.depth_lengths import check_lengths
 from posgen.harness.run.options import PlanError
 from posgen.results.folder.config import DepthSweep
 from posgen.tasks import depth_suite
@@ -66,14 +67,18 @@ def depth_sweep(
     suite task that is not built in."""
     depths_arg = getattr(args, "depths", None)
     account = getattr(args, "depth_account", None)
+    lengths = getattr(args, "depth_lengths", None)
     if KIND not in kinds:
         if depths_arg is not None:
             raise PlanError("--depths needs --kinds depth (e.g. --kinds text,depth)")
         if account is not None:
             raise PlanError("--depth-account needs --kinds depth (e.g. --kinds depth)")
+        if lengths is not None:
+            raise PlanError("--depth-lengths needs --kinds depth (e.g. --kinds depth)")
         return None
     depths = parse_depths(depths_arg, args.quick)
     docs = account_docs(account, suite_tasks)
+    check_lengths(lengths, suite_tasks, docs)  # the variants: resolve.py, with the tokenizer
     if suite_tasks is None:
         return DepthSweep(depths, depth_suite.TASKS, docs)
     for task in suite_tasks:
@@ -116,6 +121,9 @@ def check_protocol(task: str, task_config: Callable[[str], dict]) -> None:
 
 
 def depth_limit(task: str, asked: int | None, preset: str) -> int:
-    """Documents of a depth task: ``--limit`` or the preset's, at most a built-in task's 24."""
+    """Documents of a depth task: ``--limit`` or the preset's, at most a built-in task's
+    24 (a length variant's too)."""
     limit = asked or LIMITS[preset]
-    return min(limit, len(depth_suite.documents(task))) if task in depth_suite.TASKS else limit
+    variant = depth_suite.parse_variant(task)  # posgen_kv_n120: posgen_kv's documents
+    base = variant[0] if variant is not None else task
+    return min(limit, len(depth_suite.documents(base))) if base in depth_suite.TASKS else limit

@@ -21,6 +21,7 @@ from posgen import __version__
 from posgen.harness.loading.entries import model_entries
 from posgen.harness.loading.load import position_limit
 from posgen.harness.loading.options import LoadOptions
+from posgen.harness.run.depth_lengths import with_lengths
 from posgen.harness.run.depth_sweep import KIND as DEPTH
 from posgen.harness.run.depth_sweep import depth_limit, depth_sweep
 from posgen.harness.run.options import (
@@ -213,6 +214,7 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
         None if args.suite == "offline" else tuple(tasks),
         None if args.suite == "offline" else shared_task_manager(include_path).task_config,
     )
+    depth = with_lengths(depth, getattr(args, "depth_lengths", None), models)  # tokenizer read
     if depth is not None and kinds == (DEPTH,):
         tasks = list(depth.tasks)  # depth cells only: no rate task
     limits = _limits(tasks, depth, args.limit, preset)

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from posgen.results.folder.depth_config import DepthSweep  # the run config's depth part
+
 
 @dataclass(frozen=True)
 class ModelEntry:
@@ -124,25 +126,6 @@ class SweepAxis:
 
     def to_dict(self) -> dict[str, Any]:
         return {"schemes": list(self.schemes), "values": list(self.values)}
-
-
-@dataclass(frozen=True)
-class DepthSweep:
-    """The evidence-depth cells of a run (``--kinds depth``): each depth D of ``depths``
-    in both forms (text: the task ``perm_depth_<D>pct_<task>``; position: ``hf-posgen
-    positions=depth:D`` on the task as it is) on each of ``tasks``. D is where the
-    evidence sits, not a rate: these cells stay out of the rate axes (docs/depth.md)."""
-
-    depths: tuple[float, ...]
-    tasks: tuple[str, ...]
-    # --depth-account N: documents per task of the decomposition's account (0: none)
-    account_docs: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"depths": list(self.depths), "tasks": list(self.tasks)}
-        if self.account_docs:  # absent otherwise: a sweep without it names its folder as before
-            out["account_docs"] = self.account_docs
-        return out
 
 
 @dataclass(frozen=True)
@@ -296,18 +279,10 @@ class RunConfig:
             system_instruction=d.get("system_instruction"),
             fewshot_as_multiturn=d.get("fewshot_as_multiturn"),
             include_path=tuple(d.get("include_path", ())),
-            depth=_depth_sweep(d.get("depth")),
+            depth=DepthSweep.from_dict(d.get("depth")),
             ingested_from=tuple(d.get("ingested_from", ())),
             installed_lm_eval_version=d.get("installed_lm_eval_version"),
         )
-
-
-def _depth_sweep(d: Mapping[str, Any] | None) -> DepthSweep | None:
-    if d is None:
-        return None
-    return DepthSweep(
-        tuple(float(v) for v in d["depths"]), tuple(d["tasks"]), int(d.get("account_docs", 0))
-    )
 
 
 _PLAIN_KEYS = (

@@ -118,7 +118,8 @@ def build_blocks(store, scores: dict[str, Any]) -> list[Block]:
     blocks.append(("table", *detail_table(scores)))
     blocks += worst_case_blocks(cfg, scores)  # posgen run --seeds K > 1
     blocks += length_run_blocks(store.root)  # posgen run --length: RUN/length/<model>/
-    depth = depth_blocks(scores["perdoc"])[0]  # depth cells (kind text | position)
+    titles = cfg.depth.titles() if cfg.depth is not None else {}  # --depth-lengths
+    depth = depth_blocks(scores["perdoc"], titles=titles)[0]  # depth cells (text | position)
     blocks += depth + (account_blocks(store.root) if depth else [])  # RUN/depth_account/
     blocks += examples_section(cfg_models(cfg), scores["cells"])
     blocks += not_shown_blocks(cfg, scores)

@@ -35,16 +35,27 @@ def _iv(r: Mapping[str, Any] | None) -> str:
 
 
 def depth_figure(
-    curves: list[dict], gaps: list[dict], model: str, metrics: Mapping[str, str]
+    curves: list[dict],
+    gaps: list[dict],
+    model: str,
+    metrics: Mapping[str, str],
+    titles: Mapping[str, str] | None = None,
 ) -> bytes | None:
     """One panel per task (``metrics``: task -> the metric drawn) of ``model``: each form's
     curve against the ends' mean with its paired interval, the gaps written in the panel.
+    ``titles``: a task's name in its panel (a length variant's length; default the task).
     PNG bytes, or None when the model has no depth curve."""
-    fig = draw(curves, gaps, model, metrics)
+    fig = draw(curves, gaps, model, metrics, titles or {})
     return None if fig is None else png_bytes(fig)
 
 
-def draw(curves: list[dict], gaps: list[dict], model: str, metrics: Mapping[str, str]):
+def draw(
+    curves: list[dict],
+    gaps: list[dict],
+    model: str,
+    metrics: Mapping[str, str],
+    titles: Mapping[str, str] | None = None,
+):
     """:func:`depth_figure`'s matplotlib Figure (None when there is nothing to draw)."""
     tasks = [t for t in sorted(metrics) if _rows(curves, model, t, metrics[t])]
     if not tasks:
@@ -73,7 +84,7 @@ def draw(curves: list[dict], gaps: list[dict], model: str, metrics: Mapping[str,
         ax.set_xlabel("evidence depth D applied\n(0: first passage, 1: last before the question)")
         binary = all(r["binary"] for r in _rows(curves, model, task, metric))
         ax.set_ylabel(f"{metric}{UNITS[binary]} minus its mean\nat D = 0 and 1 (paired 95 % CI)")
-        ax.set_title(f"{task}: {metric}", fontsize=9)
+        ax.set_title(f"{(titles or {}).get(task, task)}: {metric}", fontsize=9)
         ax.text(0.02, 0.02, "\n".join(written), transform=ax.transAxes, fontsize=7, va="bottom")
         ax.legend(fontsize=7, loc="upper right", frameon=False)
     fig.suptitle(f"Evidence depth: {model}", fontsize=10)
@@ -96,11 +107,15 @@ def first_metrics(docs) -> dict[str, str]:
     return {t: str(sub["metric"].iloc[0]) for t, sub in docs.groupby("task", sort=True)}
 
 
-def depth_blocks(perdoc, metrics: Mapping[str, str] | None = None) -> tuple[list[Block], str]:
+def depth_blocks(
+    perdoc, metrics: Mapping[str, str] | None = None, titles: Mapping[str, str] | None = None
+) -> tuple[list[Block], str]:
     """The report's evidence-depth blocks from a ``perdoc.parquet`` table, and a line
     saying what was drawn, or ``([], why)`` when there is nothing to draw (no depth
     cells; no depth run in a form beside 0 and 1). ``metrics``: task -> metric drawn
-    (default :func:`first_metrics`)."""
+    (default :func:`first_metrics`); ``titles``: task -> its name in the figure and
+    sentences (``--depth-lengths``: the variant's length; default the task)."""
+    titles = dict(titles or {})
     docs = depth_documents(perdoc)
     if docs.empty:
         return [], NO_CELLS
@@ -110,14 +125,15 @@ def depth_blocks(perdoc, metrics: Mapping[str, str] | None = None) -> tuple[list
     blocks.append(("p", INTRO))
     drawn = 0
     for model in sorted(docs["model"].unique()):
-        png = depth_figure(scores["curves"], scores["gaps"], model, metrics)
+        png = depth_figure(scores["curves"], scores["gaps"], model, metrics, titles)
         if png is not None:
             blocks.append(("img", f"Evidence depth: {model}", png))
             drawn += 1
         for task, metric in sorted(metrics.items()):
             out = compare_forms(docs, model, task, metric)
             if out is not None:
-                blocks.append(("p", f"{model} / {task} / {metric}: {out['sentence']}"))
+                name = f"{task}, {titles[task]}" if task in titles else task
+                blocks.append(("p", f"{model} / {name} / {metric}: {out['sentence']}"))
     if not drawn:
         return [], "No evidence-depth figure: no depth cell set holds depths 0 and 1."
     return blocks, f"Evidence depth: {drawn} figure(s)."
