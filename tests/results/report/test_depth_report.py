@@ -57,3 +57,20 @@ def test_depths_without_both_ends_draw_nothing_and_say_so():
     rows = nll_rows({"text": {0.25: 0.0, 0.5: 1.0}}, n=6)
     blocks, line = depth_blocks(perdoc(rows))
     assert blocks == [] and "depths 0 and 1" in line
+
+
+def test_depth_cells_in_the_examples_are_titled_by_where_the_evidence_sits():
+    from posgen.results.report.examples import examples_section
+
+    def cell(kind, scheme, rate):
+        c = {"task": "posgen_kv", "kind": kind, "scheme": scheme, "rate": rate}
+        return {"model": "m", "cell": c, "examples": {"docs": {}, "rows": []}}
+
+    cells = [cell("none", "none", 0.0), cell("position", "depth", 0.5), cell("text", "swap", 0.05)]
+    blocks = examples_section(["m"], iter(cells))
+    text = [b[-1] for b in blocks]
+    assert "Examples: what a rate or an evidence depth does on this suite" in text
+    assert "position form, evidence at depth 0.5: no example recorded." in text
+    assert "text swap at 0.05: no example recorded." in text
+    plain = examples_section(["m"], [cells[0], cells[2]])
+    assert plain[0] == ("h", 2, "Examples: what a rate does on this suite")

@@ -45,6 +45,8 @@ def _cell_examples(c: Mapping[str, Any], base: Mapping[str, Any]) -> list[Block]
     originals = base["docs"]
     cell = c["cell"]
     title = f"{cell['kind']} {cell['scheme']} at {cell['rate']:g}"
+    if cell["scheme"] == "depth":  # D is where the evidence sits, not a rate
+        title = f"{cell['kind']} form, evidence at depth {cell['rate']:g}"
     blocks: list[Block] = []
     generations = c["examples"].get("generations", {})
     if cell["kind"] == "text" and not generations:  # a generative cell shows its prompt
@@ -163,6 +165,7 @@ def _segments(
 
 def examples_section(models: list[str], cells: Iterable[Mapping[str, Any]]) -> list[Block]:
     """The report's examples section, from the first model's cells (none: no section)."""
+    cells = list(cells)
     blocks = example_blocks(cells, models[0]) if models else []
     if not blocks:
         return []
@@ -171,4 +174,8 @@ def examples_section(models: list[str], cells: Iterable[Mapping[str, Any]]) -> l
         "the same documents and model rows at every rate, moved words or tokens marked. "
         "A position example shows each moved token with the position it was given."
     )
-    return [("h", 2, "Examples: what a rate does on this suite"), ("p", intro), *blocks]
+    heading = "Examples: what a rate does on this suite"
+    if any(c["cell"]["scheme"] == "depth" for c in cells if c["model"] == models[0]):
+        heading = "Examples: what a rate or an evidence depth does on this suite"
+        intro = intro.replace("at every rate", "at every rate and depth")
+    return [("h", 2, heading), ("p", intro), *blocks]
