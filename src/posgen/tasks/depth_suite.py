@@ -37,6 +37,8 @@ N_KEY = "posgen_n_passages"
 PROTOCOL = {"passages": "passages", "evidence": "evidence", "question": "question"}
 KV_TASKS = ("posgen_kv", "posgen_kv_mc", "posgen_kv_gen")
 TASKS = (*KV_TASKS, "posgen_passage_qa")
+# one gold log-likelihood request per document: the decomposition's account runs on these
+LOGLIKELIHOOD_TASKS = ("posgen_kv", "posgen_passage_qa")
 # passages per document by default, the most an item's pool holds, and how passages join
 DEFAULT_PASSAGES = {
     **dict.fromkeys(KV_TASKS, kv.PASSAGES),

@@ -48,6 +48,7 @@ from posgen.harness.model_side.logits.rows import fit_layout
 from posgen.perturbations import registry
 from posgen.perturbations.base import PerturbationError
 from posgen.results.scores.depth_account import FIT_FORMS, LOGIT_FORMS, MASS_FORMS
+from posgen.tasks import depth_suite
 from posgen.tasks.naming import format_name
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
     import torch
 
 DEPTHS = (0.0, 0.5, 1.0)  # the ends and the middle: the gap
-TASKS = ("posgen_kv", "posgen_passage_qa")  # the built-in log-likelihood depth tasks
+TASKS = depth_suite.LOGLIKELIHOOD_TASKS  # the built-in log-likelihood depth tasks
 
 
 @dataclass(frozen=True)

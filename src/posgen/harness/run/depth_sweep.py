@@ -27,8 +27,7 @@ from posgen.tasks.depth_protocol import (
 
 KIND = "depth"
 # the built-in log-likelihood depth tasks, which the decomposition's account runs on
-# (posgen.harness.decomposition.depth_account.TASKS; not imported: it loads torch)
-ACCOUNT_TASKS = ("posgen_kv", "posgen_passage_qa")
+ACCOUNT_TASKS = depth_suite.LOGLIKELIHOOD_TASKS
 ACCOUNT_DOCS = 8  # --depth-account without a number
 DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 QUICK_DEPTHS = (0.0, 0.5, 1.0)  # the ends and the middle: the gap, and no more

@@ -9,8 +9,8 @@ folder as soon as it finishes (see :mod:`posgen.results.folder.store`):
 - ``position``: position indices perturbed inside the model (``hf-posgen``);
 - ``feature``: RoPE noise of std σ inside the model (``hf-posgen``);
 
-then the attention-logit decomposition of the same weights, and with ``--kinds depth``
-the decomposition's account of the depth curve
+then the attention-logit decomposition of the same weights, and with ``--kinds depth
+--depth-account`` the decomposition's account of the depth curve
 (:mod:`posgen.harness.decomposition.depth_account`: ``RUN/depth_account/``), then
 (``--random-init``) the same for a seeded random-init twin of the architecture. The caller then writes the
 scores and report once (``posgen.results.report.build.regenerate``), after whatever else
